@@ -1,0 +1,89 @@
+"""What the dispatcher knows: autocast devices and the ops that have an autocast kernel on each."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass
+
+import torch
+
+_AUTOCAST_LINE = re.compile(r"^Autocast(\w+): (fallthrough )?registered")
+
+# Dispatch-key suffixes whose device string is not simply the lower-cased suffix.
+_KEY_TO_DEVICE = {"PrivateUse1": "privateuseone"}
+
+
+@dataclass(frozen=True)
+class OpName:
+    """An operator overload as the dispatcher spells it: ``aten::norm.Scalar``."""
+
+    name: str  # "aten::norm"
+    overload: str  # "Scalar", or "" for the default overload
+
+    @property
+    def full(self) -> str:
+        return f"{self.name}.{self.overload}" if self.overload else self.name
+
+    @classmethod
+    def parse(cls, full: str) -> "OpName":
+        name, _, overload = full.partition(".")
+        return cls(name, overload)
+
+    def schema(self) -> torch._C.FunctionSchema:
+        return torch._C._get_schema(self.name, self.overload)
+
+    def packet(self):
+        namespace, _, base = self.name.partition("::")
+        packet = getattr(getattr(torch.ops, namespace), base)
+        return getattr(packet, self.overload or "default")
+
+
+def device_of_key(key: str) -> str:
+    return _KEY_TO_DEVICE.get(key, key.lower())
+
+
+def autocast_kernels(op: str) -> dict[str, bool]:
+    """Map each Autocast<Device> key in op's dispatch table to whether it holds a real kernel."""
+    table = torch._C._dispatch_dump_table(op)
+    found = {}
+    for line in table.splitlines():
+        match = _AUTOCAST_LINE.match(line)
+        if match:
+            found[device_of_key(match.group(1))] = match.group(2) is None
+    return found
+
+
+def all_ops() -> list[str]:
+    return sorted(torch._C._dispatch_get_all_op_names())
+
+
+def autocast_devices() -> list[str]:
+    """Devices with an autocast dispatch key in this torch, read off a dispatch table.
+
+    Python's DispatchKey enum omits some keys (AutocastMTIA, AutocastMAIA), so the
+    dump of an op that every autocast key knows is the reliable source.
+    """
+    devices: set[str] = set()
+    for op in ("aten::mm", "aten::add.Tensor"):
+        devices.update(autocast_kernels(op))
+    # A key that no op has a kernel for (IPU, HPU, PrivateUse1 in a stock build)
+    # is still a device torch knows; keep those that torch also calls autocast-capable.
+    return sorted(d for d in devices if torch._C._is_autocast_available(d))
+
+
+def ops_with_autocast_kernel(device: str, patterns: tuple[str, ...] = ()) -> list[OpName]:
+    key = "Autocast" + next((k for k, v in _KEY_TO_DEVICE.items() if v == device), device.upper())
+    selected = []
+    for full in all_ops():
+        if not torch._C._dispatch_has_kernel_for_dispatch_key(full, key):
+            continue
+        if patterns and not matches(full, patterns):
+            continue
+        selected.append(OpName.parse(full))
+    return selected
+
+
+def matches(full: str, patterns: tuple[str, ...]) -> bool:
+    short = full.split("::", 1)[-1]
+    return any(fnmatch.fnmatchcase(full, p) or fnmatch.fnmatchcase(short, p) for p in patterns)

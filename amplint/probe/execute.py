@@ -1,0 +1,89 @@
+"""Probe a present device by running real ops under ``torch.autocast``.
+
+The same observation as the simulation (casts, then the re-dispatched op) is made by a
+dispatch mode on real tensors, and every op runs for real, so the output dtypes are real.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from . import samples
+from .classify import Verdict, classify
+from .dispatcher import OpName
+from .intercept import Observation, _cast, bind, describe, dtype_name, op_name
+
+
+class _Recording(TorchDispatchMode):
+    def __init__(self, labels: dict[int, str]):
+        super().__init__()
+        self.labels = labels
+        self.obs = Observation()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if self.obs.op is None:
+            cast = _cast(func, args, kwargs)
+            if cast is not None:
+                _, src, dst = cast
+                label = self.labels.get(id(args[0]), "?")
+                self.obs.casts.append((label, dtype_name(src), dtype_name(dst)))
+                self.labels[id(out)] = label
+            else:
+                self.obs.op = op_name(func)
+                self.obs.args = describe(bind(func._schema, args, kwargs))
+        return out
+
+
+def _run(packet, sample, labels, device, lowp, autocast: bool) -> tuple[Observation, object]:
+    mode = _Recording(dict(labels))
+    try:
+        with torch.autocast(device, dtype=lowp, enabled=autocast), \
+                torch._C._AutoDispatchBelowAutograd(), mode:
+            out = packet(*sample.args, **sample.kwargs)
+    except Exception as exc:
+        mode.obs.error = f"{type(exc).__name__}: {exc}".strip()
+        return mode.obs, None
+    return mode.obs, out
+
+
+def probe_op(op: OpName, device: str, lowp: torch.dtype) -> tuple[Verdict, dict[str, str]]:
+    """The verdict from real execution, and each configuration's real output dtype."""
+    labels: dict[int, str] = {}
+
+    def make(label, dtype, shape, integer):
+        t = torch.zeros(shape, dtype=dtype, device=device) if integer else \
+            torch.rand(shape, dtype=dtype, device=device) + 0.5
+        labels[id(t)] = label
+        return t
+
+    schema, packet = op.schema(), op.packet()
+    base = op.name.split("::", 1)[-1]
+    last_error = "no sample could be built"
+    for shape in samples.SHAPES:
+        for optional_tensors in (True, False):
+            labels.clear()
+            try:
+                configs = samples.build(schema, base, make, shape, lowp, optional_tensors)
+            except ValueError as exc:
+                return Verdict(None, reason=str(exc)), {}
+            observed, outputs, banned = {}, {}, None
+            for sample in configs:
+                obs, out = _run(packet, sample, labels, device, lowp, autocast=True)
+                if obs.error:
+                    baseline, _ = _run(packet, sample, labels, device, lowp, autocast=False)
+                    if baseline.error is None:
+                        banned = obs.error
+                    last_error = obs.error
+                    break
+                observed[sample.config] = obs
+                first = out[0] if isinstance(out, (tuple, list)) else out
+                if isinstance(first, torch.Tensor):
+                    outputs[sample.config] = dtype_name(first.dtype)
+            else:
+                return classify(op.full, observed, dtype_name(lowp)), outputs
+            if banned:
+                return classify(op.full, observed, dtype_name(lowp), banned_message=banned), outputs
+    return Verdict(None, reason="not executable with generated samples: " + last_error.splitlines()[0]), {}

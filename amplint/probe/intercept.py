@@ -1,0 +1,227 @@
+"""Observe what an autocast kernel does, without running any kernel.
+
+Inputs are wrapper-subclass tensors that claim to live on the target device. Autocast is
+switched on for that device through the low-level TLS switches (``torch.autocast`` would
+disable itself when the device is absent), and autograd is excluded so that composite ops
+reach the Python dispatch key undecomposed. The Python key sits below Autocast: there we
+see each cast the autocast kernel makes (``_to_copy``) and then the op it re-dispatches to,
+with its overload and arguments, and stop the call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch.utils._pytree import tree_leaves, tree_map
+
+# Autocast casts with Tensor.to(dtype); with autograd excluded that reaches us as aten::to
+# undecomposed, and as aten::_to_copy where it was decomposed.
+_CAST_OPS = {"aten::to", "aten::_to_copy"}
+
+
+class _Stop(Exception):
+    """Raised at the Python key once the re-dispatched op is seen."""
+
+
+@dataclass
+class Observation:
+    casts: list[tuple[str, str, str]] = field(default_factory=list)  # (input, from, to)
+    op: str | None = None  # the overload autocast re-dispatched to
+    args: dict[str, Any] = field(default_factory=dict)  # its arguments, tensors as dtype names
+    error: str | None = None
+
+    @property
+    def reached(self) -> bool:
+        return self.op is not None
+
+
+class ProbeTensor(torch.Tensor):
+    """A tensor with metadata only; every op on it is recorded instead of run."""
+
+    label: str
+
+    @staticmethod
+    def __new__(cls, shape, dtype, device, label=""):
+        t = torch.Tensor._make_wrapper_subclass(cls, shape, dtype=dtype, device=device)
+        t.label = label
+        return t
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        return _RECORDER.record(func, args, kwargs or {})
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def describe(value: Any) -> Any:
+    """A JSON-friendly picture of an argument: tensors become their dtype's name."""
+    def one(v):
+        if isinstance(v, torch.Tensor):
+            return dtype_name(v.dtype)
+        if isinstance(v, torch.dtype):
+            return dtype_name(v)
+        if isinstance(v, (torch.device, torch.layout, torch.memory_format)):
+            return str(v)
+        return v
+    return tree_map(one, value)
+
+
+class _Recorder:
+    """Routes every op that reaches a ProbeTensor's Python key to the armed handler."""
+
+    def __init__(self):
+        self.handler: Callable | None = None
+
+    def record(self, func, args, kwargs):
+        if self.handler is None:
+            raise RuntimeError("ProbeTensor used outside an observation")
+        return self.handler(func, args, kwargs)
+
+
+def op_name(func) -> str:
+    schema = func._schema
+    return schema.name + ("." + schema.overload_name if schema.overload_name else "")
+
+
+def _cast(func, args, kwargs) -> tuple[str, torch.dtype, torch.dtype] | None:
+    """(input label, from, to) when ``func`` is one of the casts autocast makes."""
+    if func._schema.name not in _CAST_OPS:
+        return None
+    src = args[0]
+    dtype = bind(func._schema, args, kwargs).get("dtype") or src.dtype
+    return getattr(src, "label", "?"), src.dtype, dtype
+
+
+_RECORDER = _Recorder()
+
+
+def bind(schema, args, kwargs) -> dict[str, Any]:
+    """The call's arguments by schema name."""
+    named = {}
+    for i, arg in enumerate(schema.arguments):
+        if i < len(args):
+            named[arg.name] = args[i]
+        elif arg.name in kwargs:
+            named[arg.name] = kwargs[arg.name]
+    return named
+
+
+@contextlib.contextmanager
+def autocast_switched_on(device: str, dtype: torch.dtype):
+    """Enable autocast for ``device`` in this thread the way the context manager does, minus its checks."""
+    prev_enabled = torch.is_autocast_enabled(device)
+    prev_dtype = torch.get_autocast_dtype(device)
+    torch.set_autocast_enabled(device, True)
+    torch.set_autocast_dtype(device, dtype)
+    torch.autocast_increment_nesting()
+    try:
+        yield
+    finally:
+        if torch.autocast_decrement_nesting() == 0:
+            torch.clear_autocast_cache()
+        torch.set_autocast_enabled(device, prev_enabled)
+        torch.set_autocast_dtype(device, prev_dtype)
+
+
+def observe(call: Callable[[], Any]) -> Observation:
+    """Run ``call``, recording the casts and the first re-dispatched op; never raises."""
+    obs = Observation()
+
+    def handler(func, args, kwargs):
+        cast = _cast(func, args, kwargs)
+        if cast is not None:
+            label, src, dst = cast
+            obs.casts.append((label, dtype_name(src), dtype_name(dst)))
+            return ProbeTensor(args[0].shape, dst, args[0].device, label=label)
+        obs.op = op_name(func)
+        obs.args = describe(bind(func._schema, args, kwargs))
+        raise _Stop
+
+    try:
+        _run_armed(handler, call)
+    except _Stop:
+        pass
+    except Exception as exc:  # the op's own error is evidence (banned ops raise here)
+        obs.error = f"{type(exc).__name__}: {exc}".strip()
+    return obs
+
+
+def trace_ops(call: Callable[[], Any]) -> tuple[list[tuple[str, ...]], bool]:
+    """The ops a call reaches, each as its chain of callers ending in the op, and whether
+    the call completed; never raises.
+
+    Composite ops are followed into their decomposition; every other op continues with an
+    output computed on the meta device, so the call goes on to the ops after it.
+    """
+    reached: list[tuple[str, ...]] = []
+    stack: list[str] = []
+
+    def handler(func, args, kwargs):
+        stack.append(op_name(func))
+        reached.append(tuple(stack))
+        try:
+            if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
+                out = func.decompose(*args, **kwargs)
+                if out is not NotImplemented:
+                    return out
+            return _meta_output(func, args, kwargs)
+        finally:
+            stack.pop()
+
+    try:
+        _run_armed(handler, call)
+    except Exception:  # reaching an op is the fact we want; failing later does not undo it
+        return reached, False
+    return reached, True
+
+
+# Meta kernels run through Python refs and are slow; the same (op, shapes, arguments)
+# recurs across thousands of traced calls, so each result is computed once.
+_META_CACHE: dict[str, Any] = {}
+
+
+def _meta_output(func, args, kwargs):
+    device = next(a.device for a in _tensors((args, kwargs)) if isinstance(a, ProbeTensor))
+    key = op_name(func) + repr(tree_map(
+        lambda v: ("T", tuple(v.shape), v.dtype, v.stride()) if isinstance(v, torch.Tensor) else v,
+        (args, kwargs)))
+    if key not in _META_CACHE:
+        def to_meta(v):
+            if isinstance(v, torch.Tensor):
+                return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
+            return v
+        try:
+            out = func(*tree_map(to_meta, args), **tree_map(to_meta, kwargs))
+            _META_CACHE[key] = tree_map(
+                lambda v: _TensorMeta(tuple(v.shape), v.dtype) if isinstance(v, torch.Tensor) else v, out)
+        except Exception as exc:
+            _META_CACHE[key] = exc
+    cached = _META_CACHE[key]
+    if isinstance(cached, Exception):
+        raise cached
+    return tree_map(lambda v: ProbeTensor(v.shape, v.dtype, device)
+                    if isinstance(v, _TensorMeta) else v, cached)
+
+
+@dataclass(frozen=True)
+class _TensorMeta:
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+
+def _tensors(tree):
+    return [v for v in tree_leaves(tree) if isinstance(v, torch.Tensor)]
+
+
+def _run_armed(handler, call):
+    previous, _RECORDER.handler = _RECORDER.handler, handler
+    try:
+        with torch._C._AutoDispatchBelowAutograd():
+            call()
+    finally:
+        _RECORDER.handler = previous

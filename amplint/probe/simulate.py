@@ -1,0 +1,45 @@
+"""Probe one device by observation at the dispatcher: nothing executes."""
+
+from __future__ import annotations
+
+import torch
+
+from . import samples
+from .classify import Verdict, classify
+from .dispatcher import OpName
+from .intercept import ProbeTensor, autocast_switched_on, dtype_name, observe
+
+
+def probe_op(op: OpName, device: str, lowp: torch.dtype) -> Verdict:
+    def make(label, dtype, shape, _integer):
+        return ProbeTensor(shape, dtype, device, label=label)
+
+    try:
+        schema = op.schema()
+        packet = op.packet()
+    except (RuntimeError, AttributeError) as exc:
+        return Verdict(None, reason=f"no callable overload: {exc}")
+    base = op.name.split("::", 1)[-1]
+    last_error = "no sample could be built"
+    for shape in samples.SHAPES:
+        try:
+            configs = samples.build(schema, base, make, shape, lowp)
+        except ValueError as exc:
+            return Verdict(None, reason=str(exc))
+        observed, banned = {}, None
+        for sample in configs:
+            with autocast_switched_on(device, lowp):
+                obs = observe(lambda: packet(*sample.args, **sample.kwargs))
+            if obs.error:
+                baseline = observe(lambda: packet(*sample.args, **sample.kwargs))
+                if baseline.reached:
+                    banned = obs.error
+                    break
+                last_error = obs.error
+                break
+            observed[sample.config] = obs
+        else:
+            return classify(op.full, observed, dtype_name(lowp))
+        if banned:
+            return classify(op.full, observed, dtype_name(lowp), banned_message=banned)
+    return Verdict(None, reason=last_error.splitlines()[0])

@@ -1,0 +1,159 @@
+"""Which public Python calls reach which ops, found by calling them under the interception.
+
+No list of spellings is written by hand: every public callable of torch, torch.Tensor,
+torch.nn.functional, torch.linalg, torch.special and every nn module class is called with
+ProbeTensors in a few argument patterns, and each op that reaches the Python key is noted.
+A call that fails part-way still reached the ops it reached.
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from collections import defaultdict
+from typing import Any, Callable, Iterator
+
+import torch
+
+from .intercept import ProbeTensor, trace_ops
+
+SHAPES = ((4, 4), (2, 4, 4), (2, 4, 4, 4), (2, 4, 4, 4, 4), (4,))
+
+# Operator methods worth a spelling; other dunders are protocol, not math.
+_OPERATOR_DUNDERS = ("__matmul__", "__rmatmul__", "__mul__", "__rmul__", "__add__", "__radd__",
+                     "__sub__", "__rsub__", "__truediv__", "__rtruediv__", "__pow__", "__rpow__")
+
+# Methods that are not ops and touch state outside the tensor (hooks, storage, processes).
+_NOT_OPS = {"backward", "register_hook", "register_post_accumulate_grad_hook", "share_memory_",
+            "pin_memory", "apply_", "map_", "map2_", "record_stream", "numpy", "tolist", "item",
+            "storage", "untyped_storage", "cuda", "cpu", "to", "new_tensor", "retain_grad"}
+
+# nn classes that only hold other modules or wrap execution.
+_CONTAINERS = {"Module", "Sequential", "ModuleList", "ModuleDict", "ParameterList",
+               "ParameterDict", "Container", "DataParallel", "Identity"}
+
+# Constructor arguments for nn modules, tried in order: (features), (in, out), (in, out, k)...
+_MODULE_CTOR_ARGS = ((), (4,), (4, 4), (4, 4, 2), (1, 4), (4, 1), (2,))
+
+# Names of parameters that take something other than a tensor, with a value that fits SHAPES.
+_PARAM_VALUES: dict[str, Any] = {
+    "dim": 1, "normalized_shape": (4,), "num_groups": 1, "kernel_size": 2, "output_size": 2,
+    "equation": "ij,jk->ik", "pad": (1, 1), "p": 2.0, "groups": 1, "upscale_factor": 2,
+    "downscale_factor": 2, "size": 4, "n_fft": 4, "num_classes": 4, "chunks": 2, "sections": 2,
+    "split_size_or_sections": 2, "dims": (0,), "shape": (16,), "repeats": 2, "k": 1,
+}
+_INDEX_PARAMS = {"index", "indices", "target_indices"}
+
+
+def public_callables() -> Iterator[tuple[str, Callable]]:
+    variable_functions = torch._C._VariableFunctions
+    for name in sorted(dir(torch)):
+        obj = getattr(torch, name, None)
+        if name.startswith("_") or not callable(obj) or inspect.isclass(obj):
+            continue
+        if getattr(variable_functions, name, None) is obj or getattr(obj, "__module__", "") == "torch.functional":
+            yield f"torch.{name}", obj
+    for name in sorted(dir(torch.Tensor)):
+        if (name.startswith("_") and name not in _OPERATOR_DUNDERS) or name in _NOT_OPS:
+            continue
+        obj = getattr(torch.Tensor, name, None)
+        if callable(obj) and not inspect.isclass(obj):
+            yield f"torch.Tensor.{name}", obj
+    for module_name in ("torch.nn.functional", "torch.linalg", "torch.special"):
+        module = __import__(module_name, fromlist=["_"])
+        for name in sorted(dir(module)):
+            obj = getattr(module, name, None)
+            if not name.startswith("_") and callable(obj) and not inspect.isclass(obj):
+                yield f"{module_name}.{name}", obj
+
+
+def public_modules() -> Iterator[tuple[str, type]]:
+    for name in sorted(dir(torch.nn)):
+        obj = getattr(torch.nn, name)
+        if (inspect.isclass(obj) and issubclass(obj, torch.nn.Module) and name not in _CONTAINERS
+                and not name.startswith("_") and not name.startswith("Lazy")):
+            yield f"torch.nn.{name}", obj
+
+
+def _by_parameter_names(fn: Callable, tensor: Callable[[], torch.Tensor]) -> list[Any] | None:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    args = []
+    for p in params:
+        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) or p.default is not p.empty:
+            continue
+        if p.name in _INDEX_PARAMS:
+            return None
+        args.append(_PARAM_VALUES.get(p.name) if p.name in _PARAM_VALUES else tensor())
+    return args
+
+
+def _argument_patterns(fn: Callable, tensor: Callable[[], torch.Tensor],
+                       shape: tuple[int, ...]) -> Iterator[list[Any]]:
+    named = _by_parameter_names(fn, tensor)
+    if named:
+        yield named
+    index = ProbeTensor(shape, torch.long, tensor().device)
+    yield [tensor()]
+    yield [tensor(), tensor()]
+    yield [tensor(), tensor(), tensor()]
+    yield [tensor(), 1]
+    yield [[tensor(), tensor()]]
+    yield [_PARAM_VALUES["equation"], tensor(), tensor()]
+    yield [tensor(), index]
+    yield [tensor(), (index,), tensor()]
+    yield [tensor(), 1, index, tensor()]
+
+
+def trace_public_api(device: str) -> dict[str, set[tuple[str, ...]]]:
+    """For each public spelling, the op call chains it reaches (autocast off: the path is the same)."""
+    traces: dict[str, set[tuple[str, ...]]] = defaultdict(set)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for spelling, fn in public_callables():
+            # The first shape that some pattern completes with is shape enough.
+            for shape in SHAPES:
+                def tensor(shape=shape):
+                    return ProbeTensor(shape, torch.float32, device)
+                completed = False
+                for args in _argument_patterns(fn, tensor, shape):
+                    chains, ok = trace_ops(lambda: fn(*args))
+                    traces[spelling].update(chains)
+                    completed |= ok
+                if completed:
+                    break
+        for spelling, cls in public_modules():
+            for ctor in _MODULE_CTOR_ARGS:
+                try:
+                    module = cls(*ctor)
+                except Exception:
+                    continue
+                completed = False
+                for shape in SHAPES:
+                    x = ProbeTensor(shape, torch.float32, device)
+                    for args in ([x], [x, x], [x, x, x]):
+                        chains, ok = trace_ops(lambda: module(*args))
+                        traces[spelling].update(chains)
+                        completed |= ok
+                    if completed:
+                        break
+                if completed:
+                    break
+    return traces
+
+
+def spellings_for(traces: dict[str, set[tuple[str, ...]]], wanted: set[str]) -> dict[str, list[str]]:
+    """Map each op in ``wanted`` (ops with an autocast kernel) to the spellings whose calls reach it.
+
+    An op nested under another op of ``wanted`` does not count: that outer op's autocast
+    kernel excludes autocast for everything it calls.
+    """
+    spellings: dict[str, set[str]] = defaultdict(set)
+    for spelling, chains in traces.items():
+        for chain in chains:
+            first = next((op for op in chain if op in wanted), None)
+            if first is not None and first == chain[-1]:
+                spellings[first].add(spelling)
+    return {op: sorted(names) for op, names in spellings.items()}

@@ -1,0 +1,120 @@
+"""Assemble policy tables: one per device, in the JSON shape the linter reads."""
+
+from __future__ import annotations
+
+import datetime
+import importlib
+from typing import Callable
+
+import torch
+
+from .. import __version__
+from . import execute, simulate
+from .dispatcher import autocast_devices, ops_with_autocast_kernel
+from .dtypes import supported_dtypes
+from .intercept import dtype_name
+from .spellings import spellings_for, trace_public_api
+
+MODES = ("auto", "simulate", "execute")
+
+
+class ProbeUsageError(ValueError):
+    """Bad input from the user: the CLI turns it into exit code 2."""
+
+
+def device_present(device: str) -> bool:
+    if device == "cpu":
+        return True
+    module = getattr(torch, device, None)
+    is_available = getattr(module, "is_available", None)
+    return bool(is_available and is_available())
+
+
+def resolve_devices(requested: str) -> list[str]:
+    known = autocast_devices()
+    if requested == "all":
+        return known
+    if requested not in known:
+        raise ProbeUsageError(
+            f"unknown device {requested!r}: this torch ({torch.__version__}) has autocast for "
+            + ", ".join(known) + " (or 'all')")
+    return [requested]
+
+
+def resolve_dtype(device: str, dtype: str | None) -> torch.dtype:
+    if dtype is None:
+        return torch.get_autocast_dtype(device)
+    verdicts, _ = supported_dtypes(device)
+    if verdicts.get(dtype) != "enabled":
+        accepted = [d for d, v in verdicts.items() if v == "enabled"]
+        raise ProbeUsageError(
+            f"autocast on {device} does not support dtype {dtype!r} "
+            f"({verdicts.get(dtype, 'not a floating dtype')}); it accepts: {', '.join(accepted)}")
+    return getattr(torch, dtype)
+
+
+def import_extensions(modules: tuple[str, ...]) -> None:
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise ProbeUsageError(f"--import {name}: {exc}") from exc
+
+
+def build_table(device: str, lowp: torch.dtype, mode: str, patterns: tuple[str, ...],
+                traces: dict, progress: Callable[[str], None] | None = None) -> dict:
+    executes = mode == "execute" or (mode == "auto" and device_present(device))
+    if mode == "execute" and not device_present(device):
+        raise ProbeUsageError(f"--mode execute needs a {device} device, and none is present here")
+    ops = ops_with_autocast_kernel(device, patterns)
+    wanted = {op.full for op in ops}
+    spellings = spellings_for(traces, wanted)
+    entries, unclassified = [], []
+    for op in ops:
+        if progress:
+            progress(op.full)
+        try:
+            if executes:
+                verdict, outputs = execute.probe_op(op, device, lowp)
+            else:
+                verdict, outputs = simulate.probe_op(op, device, lowp), None
+        except Exception as exc:  # one op that breaks the interception must not end the run
+            entries.append({"op": op.full, "policy": None,
+                            "reason": f"probe crashed: {type(exc).__name__}: {exc}",
+                            "python": spellings.get(op.full, [])})
+            unclassified.append(op.full)
+            continue
+        entry = {"op": op.full, "policy": verdict.policy, "evidence": verdict.evidence,
+                 "python": spellings.get(op.full, [])}
+        if outputs:
+            entry["evidence"]["output_dtypes"] = outputs
+        if verdict.policy is None:
+            entry["reason"] = verdict.reason
+            unclassified.append(op.full)
+        entries.append(entry)
+    verdicts, note = supported_dtypes(device)
+    table = {
+        "torch_version": torch.__version__.split("+")[0],
+        "torch_build": torch.__version__,
+        "device": device,
+        "dtype": dtype_name(lowp),
+        "default_dtype": dtype_name(torch.get_autocast_dtype(device)),
+        "supported_dtypes": [d for d, v in verdicts.items() if v == "enabled"],
+        "dtype_checks": verdicts,
+        "mode": "execute" if executes else "simulate",
+        "amplint_version": __version__,
+        "generated": datetime.date.today().isoformat(),
+        "counts": {"ops": len(entries), "unclassified": len(unclassified)},
+        "ops": entries,
+    }
+    if note:
+        table["dtype_checks_note"] = note
+    return table
+
+
+def probe(devices: list[str], dtype: str | None, mode: str, patterns: tuple[str, ...],
+          progress: Callable[[str], None] | None = None) -> list[dict]:
+    # Which public calls reach which ops does not depend on the device: trace once.
+    traces = trace_public_api("cpu")
+    return [build_table(d, resolve_dtype(d, dtype), mode, patterns, traces, progress)
+            for d in devices]

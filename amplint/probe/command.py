@@ -13,6 +13,10 @@ from .render import FORMATS, diff, markdown_table, render, render_diff
 _INSTALL_HINT = "amplint probe needs PyTorch: pip install 'amplint[probe]' (or pip install torch)"
 
 
+class TorchMissing(click.ClickException):
+    exit_code = 2
+
+
 def _load_probe():
     import warnings
     # torch warns at import when numpy is absent; the probe does not need numpy.
@@ -20,7 +24,7 @@ def _load_probe():
     try:
         import torch  # noqa: F401
     except ImportError:
-        raise click.ClickException(_INSTALL_HINT) from None
+        raise TorchMissing(_INSTALL_HINT) from None
     from . import tables
     return tables
 

@@ -6,6 +6,11 @@ dispatch mode on real tensors, and every op runs for real, so the output dtypes 
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+import warnings
+
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -37,10 +42,26 @@ class _Recording(TorchDispatchMode):
         return out
 
 
+@contextlib.contextmanager
+def _quiet_native_warnings():
+    """Ops run on sample data print C++ deprecation and resize warnings straight to fd 2."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def _run(packet, sample, labels, device, lowp, autocast: bool) -> tuple[Observation, object]:
     mode = _Recording(dict(labels))
     try:
-        with torch.autocast(device, dtype=lowp, enabled=autocast), \
+        with _quiet_native_warnings(), torch.autocast(device, dtype=lowp, enabled=autocast), \
                 torch._C._AutoDispatchBelowAutograd(), mode:
             out = packet(*sample.args, **sample.kwargs)
     except Exception as exc:

@@ -61,36 +61,57 @@ def import_extensions(modules: tuple[str, ...]) -> None:
             raise ProbeUsageError(f"--import {name}: {exc}") from exc
 
 
+def _spellings(op: str, found: dict[str, list[str]]) -> list[str]:
+    names = list(found.get(op, []))
+    namespace, _, base = op.split(".")[0].partition("::")
+    if namespace != "aten":  # extension ops are called through torch.ops
+        names.append(f"torch.ops.{namespace}.{base}")
+    return names
+
+
+def _probe_one(op, device, lowp, simulated: bool, executed: bool) -> dict:
+    entry: dict = {"op": op.full}
+    verdict = simulate.probe_op(op, device, lowp) if simulated else None
+    if executed:
+        run, outputs = execute.probe_op(op, device, lowp)
+        if verdict is None:
+            verdict = run
+            if outputs:
+                verdict.evidence["output_dtypes"] = outputs
+        elif run.policy is None:
+            verdict.evidence["execute"] = {"skipped": run.reason}
+        else:
+            verdict.evidence["execute"] = {"policy": run.policy, "output_dtypes": outputs}
+            if run.policy != verdict.policy:
+                entry["disagreement"] = f"simulated {verdict.policy}, executed {run.policy}"
+    entry["policy"] = verdict.policy
+    entry["evidence"] = verdict.evidence
+    if verdict.policy is None:
+        entry["reason"] = verdict.reason
+    return entry
+
+
 def build_table(device: str, lowp: torch.dtype, mode: str, patterns: tuple[str, ...],
                 traces: dict, progress: Callable[[str], None] | None = None) -> dict:
-    executes = mode == "execute" or (mode == "auto" and device_present(device))
-    if mode == "execute" and not device_present(device):
+    """``auto`` simulates every op and, where the device is present, also executes each one
+    and records any disagreement; ``execute`` only executes; ``simulate`` only simulates."""
+    present = device_present(device)
+    if mode == "execute" and not present:
         raise ProbeUsageError(f"--mode execute needs a {device} device, and none is present here")
+    simulated = mode != "execute"
+    executed = mode == "execute" or (mode == "auto" and present)
     ops = ops_with_autocast_kernel(device, patterns)
-    wanted = {op.full for op in ops}
-    spellings = spellings_for(traces, wanted)
-    entries, unclassified = [], []
+    spellings = spellings_for(traces, {op.full for op in ops})
+    entries = []
     for op in ops:
         if progress:
             progress(op.full)
         try:
-            if executes:
-                verdict, outputs = execute.probe_op(op, device, lowp)
-            else:
-                verdict, outputs = simulate.probe_op(op, device, lowp), None
+            entry = _probe_one(op, device, lowp, simulated, executed)
         except Exception as exc:  # one op that breaks the interception must not end the run
-            entries.append({"op": op.full, "policy": None,
-                            "reason": f"probe crashed: {type(exc).__name__}: {exc}",
-                            "python": spellings.get(op.full, [])})
-            unclassified.append(op.full)
-            continue
-        entry = {"op": op.full, "policy": verdict.policy, "evidence": verdict.evidence,
-                 "python": spellings.get(op.full, [])}
-        if outputs:
-            entry["evidence"]["output_dtypes"] = outputs
-        if verdict.policy is None:
-            entry["reason"] = verdict.reason
-            unclassified.append(op.full)
+            entry = {"op": op.full, "policy": None, "evidence": {},
+                     "reason": f"probe crashed: {type(exc).__name__}: {exc}"}
+        entry["python"] = _spellings(op.full, spellings)
         entries.append(entry)
     verdicts, note = supported_dtypes(device)
     table = {
@@ -101,10 +122,14 @@ def build_table(device: str, lowp: torch.dtype, mode: str, patterns: tuple[str, 
         "default_dtype": dtype_name(torch.get_autocast_dtype(device)),
         "supported_dtypes": [d for d, v in verdicts.items() if v == "enabled"],
         "dtype_checks": verdicts,
-        "mode": "execute" if executes else "simulate",
+        "mode": "+".join(m for m, on in (("simulate", simulated), ("execute", executed)) if on),
         "amplint_version": __version__,
         "generated": datetime.date.today().isoformat(),
-        "counts": {"ops": len(entries), "unclassified": len(unclassified)},
+        "counts": {
+            "ops": len(entries),
+            "unclassified": sum(e["policy"] is None for e in entries),
+            "disagreements": sum("disagreement" in e for e in entries),
+        },
         "ops": entries,
     }
     if note:

@@ -1,0 +1,217 @@
+"""The probe against the real torch dispatcher: known facts, completeness, freshness, bad input."""
+
+import json
+import textwrap
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from amplint.probe import tables  # noqa: E402
+from amplint.probe.command import policies_readme  # noqa: E402
+from amplint.probe.render import FORMATS, diff, render  # noqa: E402
+from conftest import ROOT  # noqa: E402
+
+POLICY_DIR = ROOT / "policies" / f"torch-{'.'.join(torch.__version__.split('.')[:2])}"
+
+
+@pytest.fixture(scope="module")
+def probed() -> dict[str, dict]:
+    """Every device this torch knows, probed as the committed tables were (auto mode)."""
+    devices = tables.resolve_devices("all")
+    return {t["device"]: t for t in tables.probe(devices, None, "auto", ())}
+
+
+def policy(table: dict, op: str) -> str | None:
+    return next((e["policy"] for e in table["ops"] if e["op"] == op), None)
+
+
+def test_devices_come_from_the_dispatcher(probed):
+    assert {"cpu", "cuda", "xpu", "mps", "mtia"} <= set(probed)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda", "xpu", "mps", "mtia"])
+def test_every_op_with_an_autocast_kernel_is_classified(probed, device):
+    table = probed[device]
+    assert table["counts"]["ops"] > 50
+    unclassified = [(e["op"], e.get("reason")) for e in table["ops"] if e["policy"] is None]
+    assert unclassified == []
+
+
+CUDA_FACTS = {
+    "lower_precision_fp": ["aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear",
+                           "aten::conv2d"],
+    "fp32": ["aten::layer_norm", "aten::exp", "aten::log", "aten::mse_loss"],
+    "promote": ["aten::addcmul", "aten::addcdiv", "aten::atan2", "aten::index_put", "aten::scatter_add"],
+    "fp32_set_opt_dtype": ["aten::sum", "aten::prod", "aten::cumsum", "aten::softmax.int",
+                           "aten::log_softmax.int"],
+    "fp32_append_dtype": ["aten::norm.Scalar"],
+    "banned": ["aten::binary_cross_entropy"],
+}
+
+
+@pytest.mark.parametrize("expected,op", [(p, op) for p, ops in CUDA_FACTS.items() for op in ops])
+def test_known_cuda_policies(probed, expected, op):
+    assert policy(probed["cuda"], op) == expected
+
+
+def test_banned_keeps_torchs_message(probed):
+    entry = next(e for e in probed["cuda"]["ops"] if e["op"] == "aten::binary_cross_entropy")
+    assert "unsafe to autocast" in entry["evidence"]["message"]
+    assert "torch.nn.BCELoss" in entry["python"]
+    assert "torch.nn.functional.binary_cross_entropy" in entry["python"]
+
+
+def test_evidence_names_the_casts_and_redispatch(probed):
+    mm = next(e for e in probed["cuda"]["ops"] if e["op"] == "aten::mm")
+    assert sorted(mm["evidence"]["casts"]) == [["mat2", "float32", "float16"], ["self", "float32", "float16"]]
+    norm = next(e for e in probed["cuda"]["ops"] if e["op"] == "aten::norm.Scalar")
+    assert norm["evidence"]["redispatch"]["op"] == "aten::norm.ScalarOpt_dtype"
+    assert norm["evidence"]["redispatch"]["args"]["dtype"] == "float32"
+
+
+def test_python_spellings_are_found_by_calling(probed):
+    cuda = {e["op"]: e["python"] for e in probed["cuda"]["ops"]}
+    assert {"torch.mm", "torch.Tensor.mm"} <= set(cuda["aten::mm"])
+    assert {"torch.nn.functional.linear", "torch.nn.Linear"} <= set(cuda["aten::linear"])
+    assert "torch.Tensor.__matmul__" in cuda["aten::matmul"]
+    assert "torch.nn.Conv2d" in cuda["aten::conv2d"]
+
+
+def test_known_cpu_facts(probed):
+    cpu = probed["cpu"]
+    assert cpu["default_dtype"] == "bfloat16"
+    for op in ("aten::cat", "aten::stack", "aten::index_copy"):
+        assert policy(cpu, op) == "promote", op
+    assert policy(cpu, "aten::binary_cross_entropy") == "fp32"
+    assert policy(cpu, "aten::softmax.int") is None  # no cpu autocast kernel at all
+    assert policy(cpu, "aten::layer_norm") is None
+    assert all(e["op"] not in ("aten::softmax.int", "aten::layer_norm") for e in cpu["ops"])
+
+
+def test_cpu_simulation_agrees_with_execution(probed):
+    cpu = probed["cpu"]
+    assert cpu["mode"] == "simulate+execute"
+    executed = [e for e in cpu["ops"] if "policy" in e["evidence"].get("execute", {})]
+    assert len(executed) >= 80
+    assert [e["disagreement"] for e in cpu["ops"] if "disagreement" in e] == []
+    for e in executed:  # the real output dtype follows the policy
+        outputs = e["evidence"]["execute"]["output_dtypes"]
+        if e["policy"] == "lower_precision_fp" and "fp32" in outputs:
+            assert outputs["fp32"] == "bfloat16", e["op"]
+        if e["policy"] == "fp32" and "lowp" in outputs:
+            assert outputs["lowp"] == "float32", e["op"]
+
+
+def test_supported_dtypes_are_asked_of_torch(probed):
+    assert probed["cpu"]["supported_dtypes"] == ["float16", "bfloat16"]
+    assert probed["cpu"]["dtype_checks"]["float64"].startswith("disabled")
+    assert probed["xpu"]["dtype_checks"]["float32"].startswith("disabled")
+
+
+def _comparable(table: dict) -> dict:
+    return {k: v for k, v in table.items() if k not in ("generated", "amplint_version")}
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda", "xpu", "mps", "mtia", "maia"])
+def test_committed_tables_are_fresh(probed, device):
+    committed = json.loads((POLICY_DIR / f"{device}.json").read_text())
+    regenerated = json.loads(render([probed[device]], "json"))
+    assert _comparable(committed) == _comparable(regenerated), (
+        "stale table: run amplint probe --device all --format json --output-dir " + str(POLICY_DIR))
+
+
+def test_committed_readme_is_fresh(probed):
+    ordered = [probed[d] for d in sorted(probed)]
+    committed = (POLICY_DIR / "README.md").read_text()
+    fresh = policies_readme(ordered)
+    strip = lambda text: "\n".join(l for l in text.splitlines() if not l.startswith("Probed from"))  # noqa: E731
+    assert strip(committed) == strip(fresh)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_format_renders(probed, fmt):
+    text = render([probed["cuda"]], fmt)
+    assert "aten::mm" in text and "lower_precision_fp" in text
+
+
+def test_diff_between_devices(probed):
+    d = diff(probed["cuda"], probed["cpu"])
+    changed = {e["op"]: (e["from"], e["to"]) for e in d["changed"]}
+    assert changed["aten::binary_cross_entropy"] == ("banned", "fp32")
+    assert {"op": "aten::cat", "policy": "promote"} in d["added"]
+    assert any(e["op"] == "aten::softmax.int" for e in d["removed"])
+
+
+def test_crash_in_one_op_is_reported_and_the_run_goes_on(monkeypatch):
+    from amplint.probe import simulate
+    real = simulate.probe_op
+
+    def flaky(op, device, lowp):
+        if op.full == "aten::mm":
+            raise RuntimeError("interception broke")
+        return real(op, device, lowp)
+
+    monkeypatch.setattr(simulate, "probe_op", flaky)
+    [table] = tables.probe(["cuda"], None, "simulate", ("mm", "bmm"))
+    by_op = {e["op"]: e for e in table["ops"]}
+    assert "interception broke" in by_op["aten::mm"]["reason"]
+    assert by_op["aten::bmm"]["policy"] == "lower_precision_fp"
+
+
+def test_custom_op_from_import(tmp_path, run_amplint):
+    (tmp_path / "myext_ops.py").write_text(textwrap.dedent("""
+        import torch
+
+        @torch.library.custom_op("myext::fused_proj", mutates_args=())
+        def fused_proj(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+            return x @ w
+
+        @fused_proj.register_fake
+        def _(x, w):
+            return x.new_empty(x.shape[0], w.shape[1])
+
+        torch.library.register_autocast("myext::fused_proj", "cuda", torch.float16)
+    """))
+    result = run_amplint("probe", "--import", "myext_ops", "--device", "cuda", "--ops", "myext::*",
+                         "--format", "json", env={"PYTHONPATH": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    table = json.loads(result.stdout)
+    [entry] = table["ops"]
+    assert entry["op"] == "myext::fused_proj"
+    assert entry["policy"] == "lower_precision_fp"
+    assert "torch.ops.myext.fused_proj" in entry["python"]
+
+
+def test_unknown_device_names_the_known_ones(run_amplint):
+    result = run_amplint("probe", "--device", "gpu")
+    assert result.returncode == 2
+    assert "unknown device 'gpu'" in result.stderr and "cuda" in result.stderr and "cpu" in result.stderr
+
+
+def test_unsupported_dtype_is_a_usage_error(run_amplint):
+    result = run_amplint("probe", "--device", "cpu", "--dtype", "float64")
+    assert result.returncode == 2
+    assert "does not support dtype 'float64'" in result.stderr
+
+
+def test_execute_needs_the_device(run_amplint):
+    result = run_amplint("probe", "--device", "cuda", "--mode", "execute", "--ops", "mm")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    assert result.returncode == 2 and "needs a cuda device" in result.stderr
+
+
+def test_missing_torch_says_how_to_install(tmp_path, run_amplint):
+    # A module named torch that fails to import stands in for an absent torch.
+    (tmp_path / "torch.py").write_text("raise ImportError('No module named torch')\n")
+    result = run_amplint("probe", "--device", "cuda", env={"PYTHONPATH": str(tmp_path)})
+    assert result.returncode == 2
+    assert "pip install 'amplint[probe]'" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_probe_diff_cli(run_amplint):
+    result = run_amplint("probe", "diff", POLICY_DIR / "cuda.json", POLICY_DIR / "cpu.json")
+    assert result.returncode == 0
+    assert "~ aten::binary_cross_entropy  banned → fp32" in result.stdout

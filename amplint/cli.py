@@ -1,17 +1,120 @@
-"""The command line: thin wrappers that parse options and hand off."""
+"""The command line: thin wrappers that parse options and hand off to the engine or probe."""
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import click
 
 from . import __version__
+from .engine import config as config_mod
+from .engine.discovery import PathError
+from .engine.project import Options, check_paths
+from .engine.rule import all_rules, rule_by_code
+from .output import FORMATS
+from .output.text import statistics
 from .probe.command import probe
+
+
+def _codes(value: str | None) -> list[str] | None:
+    return None if value is None else [c for c in value.replace(" ", "").split(",") if c]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="amplint")
 def main():
     """amplint: find and fix automatic-mixed-precision mistakes in PyTorch code."""
+
+
+@main.command()
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--fix", is_flag=True, help="Apply safe fixes.")
+@click.option("--unsafe-fixes", is_flag=True, help="With --fix or --diff, also apply unsafe fixes.")
+@click.option("--diff", is_flag=True, help="Print the fixes as a unified diff; write nothing.")
+@click.option("--select", help="Comma-separated codes or prefixes to enable (replaces the config's).")
+@click.option("--ignore", help="Comma-separated codes or prefixes to disable.")
+@click.option("--extend-select", help="Comma-separated codes or prefixes to enable in addition.")
+@click.option("--output-format", type=click.Choice(list(FORMATS)), default="text", show_default=True)
+@click.option("--statistics", "show_statistics", is_flag=True, help="Count findings per rule.")
+@click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings remain.")
+@click.option("-v", "--verbose", is_flag=True, help="Show tracebacks of internal errors.")
+def check(paths, fix, unsafe_fixes, diff, select, ignore, extend_select, output_format,
+          show_statistics, exit_zero, verbose):
+    """Check Python files for AMP mistakes (default: the current folder)."""
+    paths = list(paths) or [Path(".")]
+    try:
+        config = config_mod.load(paths[0] if paths[0].exists() else Path.cwd())
+        rules = config.rules(
+            select=config_mod.validate_codes(_codes(select), "--select") if select is not None else None,
+            ignore=config_mod.validate_codes(_codes(ignore) or [], "--ignore"),
+            extend_select=config_mod.validate_codes(_codes(extend_select) or [], "--extend-select"))
+        report = check_paths(paths, config, rules,
+                             Options(fix=fix, unsafe_fixes=unsafe_fixes, diff=diff))
+    except (config_mod.ConfigError, PathError) as exc:
+        click.echo(f"amplint: error: {exc}", err=True)
+        sys.exit(2)
+
+    if diff:
+        click.echo("".join(report.diffs), nl=False)
+    if show_statistics:
+        click.echo(statistics(report.diagnostics), nl=False)
+    else:
+        click.echo(FORMATS[output_format](report.diagnostics), nl=False)
+    if verbose:
+        for d in report.diagnostics:
+            if d.detail:
+                click.echo(f"{d.path}: {d.detail}", err=True)
+    if output_format == "text":
+        click.echo(_summary(report, fix, diff), err=True)
+    if report.internal_errors:
+        sys.exit(2)
+    if diff:
+        sys.exit(1 if report.diffs and not exit_zero else 0)
+    sys.exit(1 if report.diagnostics and not exit_zero else 0)
+
+
+def _summary(report, fix: bool, diff: bool) -> str:
+    n = len(report.diagnostics)
+    parts = []
+    if fix and report.fixes_applied:
+        parts.append(f"Fixed {report.fixes_applied} finding{'s' * (report.fixes_applied != 1)} "
+                     f"in {report.files_fixed} file{'s' * (report.files_fixed != 1)}.")
+    if n:
+        files = len({d.path for d in report.diagnostics})
+        safe = sum(d.fix is not None and d.fix.applicability == "safe" for d in report.diagnostics)
+        unsafe = sum(d.fix is not None and d.fix.applicability == "unsafe" for d in report.diagnostics)
+        line = f"Found {n} finding{'s' * (n != 1)} in {files} file{'s' * (files != 1)}"
+        hints = []
+        if safe and not diff:
+            hints.append(f"{safe} fixable with --fix")
+        if unsafe:
+            hints.append(f"{unsafe} more with --unsafe-fixes")
+        parts.append(line + (f" ({', '.join(hints)})." if hints else "."))
+    elif not parts:
+        parts.append(f"All checks passed ({report.files_checked} file{'s' * (report.files_checked != 1)}).")
+    return "\n".join(parts)
+
+
+@main.command("rule")
+@click.argument("code")
+def rule_doc(code):
+    """Show a rule's documentation."""
+    rule = rule_by_code(code.upper())
+    if rule is None:
+        click.echo(f"amplint: error: unknown rule code {code!r}", err=True)
+        sys.exit(2)
+    fix = "Fix available." if rule.fixable else "No fix."
+    click.echo(f"# {rule.code} {rule.name}\n\n{rule.summary}\n\n{fix}\n\n{rule.documentation()}")
+
+
+@main.command("rules")
+def rules_list():
+    """List every rule: code, name, whether it can fix, summary."""
+    rows = [(r.code, r.name, "fix" if r.fixable else "", r.summary) for r in all_rules()]
+    width = max(len(r[1]) for r in rows)
+    for code, name, fix, summary in rows:
+        click.echo(f"{code}  {name.ljust(width)}  {fix:3}  {summary}")
 
 
 main.add_command(probe)

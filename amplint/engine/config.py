@@ -1,0 +1,151 @@
+"""``[tool.amplint]`` in pyproject.toml: finding it, validating it, and selecting rules."""
+
+from __future__ import annotations
+
+import fnmatch
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path, PurePath
+from typing import Iterable
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from .rule import Rule, all_rules
+
+DEFAULT_EXCLUDE = (".git", ".hg", ".svn", ".venv", "venv", "__pycache__", "build", "dist",
+                   "site-packages", "node_modules", ".tox", ".nox", ".mypy_cache", ".amplint_cache")
+KNOWN_KEYS = {"select", "ignore", "extend-select", "exclude", "extend-exclude",
+              "per-file-ignores", "device", "torch-version"}
+
+
+class ConfigError(Exception):
+    """A configuration mistake; the message names the file and the key or code."""
+
+
+@dataclass
+class Config:
+    root: Path  # the folder of the pyproject.toml, or the current folder
+    source: Path | None = None
+    select: list[str] | None = None
+    ignore: list[str] = field(default_factory=list)
+    extend_select: list[str] = field(default_factory=list)
+    exclude: list[str] = field(default_factory=lambda: list(DEFAULT_EXCLUDE))
+    extend_exclude: list[str] = field(default_factory=list)
+    per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
+    device: str = "cuda"
+    torch_version: str | None = None
+
+    def rules(self, select: list[str] | None = None, ignore: Iterable[str] = (),
+              extend_select: Iterable[str] = ()) -> list[type[Rule]]:
+        """Selected rules: the command line's --select replaces the file's, --ignore adds."""
+        chosen = select if select is not None else self.select
+        extend = list(self.extend_select) + list(extend_select)
+        ignored = set(self.ignore) | set(ignore)
+        return [r for r in all_rules()
+                if (chosen is None or _matches(r.code, chosen) or _matches(r.code, extend))
+                and not _matches(r.code, ignored)]
+
+    def ignored_for(self, path: Path) -> set[str]:
+        rel = _relative(path, self.root)
+        ignored: set[str] = set()
+        for pattern, codes in self.per_file_ignores.items():
+            if fnmatch.fnmatch(rel, pattern) or fnmatch.fnmatch(path.name, pattern):
+                ignored.update(codes)
+        return ignored
+
+    def is_excluded(self, path: Path) -> bool:
+        rel = PurePath(_relative(path, self.root))
+        for pattern in self.exclude + self.extend_exclude:
+            if any(fnmatch.fnmatch(part, pattern) for part in rel.parts):
+                return True
+            if fnmatch.fnmatch(str(rel), pattern) or fnmatch.fnmatch(str(rel), pattern.rstrip("/") + "/*"):
+                return True
+        return False
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def _matches(code: str, selectors: Iterable[str]) -> bool:
+    # "AMP" selects every rule, "AMP00" a range, "AMP002" one rule, as in ruff.
+    return any(code.startswith(s) for s in selectors)
+
+
+def validate_codes(codes: Iterable[str], where: str) -> list[str]:
+    known = [r.code for r in all_rules()]
+    out = []
+    for code in codes:
+        code = code.strip().upper()
+        if not code:
+            continue
+        if code != "ALL" and not any(k.startswith(code) for k in known):
+            raise ConfigError(f"{where}: unknown rule code {code!r} (known: {', '.join(known)})")
+        out.append("AMP" if code == "ALL" else code)
+    return out
+
+
+def find_pyproject(start: Path) -> Path | None:
+    """The nearest pyproject.toml with a [tool.amplint] table, looking upward from ``start``."""
+    start = start.resolve()
+    for folder in [start, *start.parents] if start.is_dir() else [*start.parents]:
+        candidate = folder / "pyproject.toml"
+        if candidate.is_file():
+            try:
+                data = tomllib.loads(candidate.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+                raise ConfigError(f"{candidate}: cannot read TOML: {exc}") from None
+            if "amplint" in data.get("tool", {}):
+                return candidate
+    return None
+
+
+def load(start: Path) -> Config:
+    pyproject = find_pyproject(start)
+    if pyproject is None:
+        return Config(root=Path.cwd())
+    data = tomllib.loads(pyproject.read_text(encoding="utf-8"))["tool"]["amplint"]
+    where = f"{pyproject} [tool.amplint]"
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: must be a table")
+    unknown = sorted(set(data) - KNOWN_KEYS)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(KNOWN_KEYS))})")
+    config = Config(root=pyproject.parent, source=pyproject)
+
+    def str_list(key: str) -> list[str]:
+        value = data[key]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{where}: {key!r} must be a list of strings")
+        return value
+
+    if "select" in data:
+        config.select = validate_codes(str_list("select"), f"{where} select")
+    if "ignore" in data:
+        config.ignore = validate_codes(str_list("ignore"), f"{where} ignore")
+    if "extend-select" in data:
+        config.extend_select = validate_codes(str_list("extend-select"), f"{where} extend-select")
+    if "exclude" in data:
+        config.exclude = str_list("exclude")
+    if "extend-exclude" in data:
+        config.extend_exclude = str_list("extend-exclude")
+    if "per-file-ignores" in data:
+        pfi = data["per-file-ignores"]
+        if not isinstance(pfi, dict):
+            raise ConfigError(f"{where}: 'per-file-ignores' must be a table of pattern = [codes]")
+        for pattern, codes in pfi.items():
+            if not isinstance(codes, list):
+                raise ConfigError(f"{where}: per-file-ignores {pattern!r} must be a list of codes")
+            config.per_file_ignores[pattern] = validate_codes(codes, f"{where} per-file-ignores {pattern!r}")
+    for key, attr in (("device", "device"), ("torch-version", "torch_version")):
+        if key in data:
+            if not isinstance(data[key], str):
+                raise ConfigError(f"{where}: {key!r} must be a string")
+            setattr(config, attr, data[key])
+    return config

@@ -1,0 +1,123 @@
+"""One parsed file as the rules see it: the tree, metadata on demand, and ``report``."""
+
+from __future__ import annotations
+
+import bisect
+from functools import cached_property
+from typing import TYPE_CHECKING, Iterator
+
+import libcst as cst
+from libcst.metadata import (
+    MetadataWrapper,
+    ParentNodeProvider,
+    PositionProvider,
+    QualifiedNameProvider,
+)
+
+from .diagnostics import Diagnostic, Edit, Fix, Location
+
+if TYPE_CHECKING:
+    from ..policy import PolicyTable
+    from .rule import Rule
+
+
+class FileContext:
+    """Shared by every rule on one file: one parse, metadata computed once and only if asked."""
+
+    def __init__(self, path: str, source: str, module: cst.Module, policy_loader=None):
+        self.path = path
+        self.source = source
+        self.module = module
+        self.wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+        self.diagnostics: list[Diagnostic] = []
+        self._policy_loader = policy_loader
+        self._rule: type[Rule] | None = None
+
+    # -- metadata, resolved lazily -------------------------------------------------------
+
+    @cached_property
+    def _positions(self):
+        return self.wrapper.resolve(PositionProvider)
+
+    @cached_property
+    def _parents(self):
+        return self.wrapper.resolve(ParentNodeProvider)
+
+    @cached_property
+    def _qualified(self):
+        return self.wrapper.resolve(QualifiedNameProvider)
+
+    @cached_property
+    def _line_starts(self) -> list[int]:
+        starts, offset = [0], 0
+        for line in self.source.splitlines(keepends=True):
+            offset += len(line)
+            starts.append(offset)
+        return starts
+
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        return self._parents.get(node)
+
+    def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        current = self._parents.get(node)
+        while current is not None:
+            yield current
+            current = self._parents.get(current)
+
+    def qualified_names(self, node: cst.CSTNode) -> set[str]:
+        value = self._qualified.get(node, ())
+        if callable(value):  # libcst computes some metadata lazily (LazyValue)
+            value = value()
+        return {q.name for q in value}
+
+    def resolves_to(self, node: cst.CSTNode, names: frozenset[str] | set[str]) -> str | None:
+        """The first qualified name of ``node`` that is in ``names``."""
+        return next((n for n in self.qualified_names(node) if n in names), None)
+
+    def code(self, node: cst.CSTNode) -> str:
+        return self.module.code_for_node(node)
+
+    # -- positions and offsets -----------------------------------------------------------
+
+    def offsets(self, node: cst.CSTNode) -> tuple[int, int]:
+        rng = self._positions[node]
+        return (self._line_starts[rng.start.line - 1] + rng.start.column,
+                self._line_starts[rng.end.line - 1] + rng.end.column)
+
+    def line_start(self, node: cst.CSTNode) -> int:
+        """Offset of the first character of the line where ``node`` starts."""
+        return self._line_starts[self._positions[node].start.line - 1]
+
+    def indentation_of(self, node: cst.CSTNode) -> str:
+        start = self.line_start(node)
+        line = self.source[start:self.offsets(node)[0]]
+        return line[: len(line) - len(line.lstrip())]
+
+    def location(self, offset: int) -> Location:
+        row = bisect.bisect_right(self._line_starts, offset) - 1
+        return Location(row + 1, offset - self._line_starts[row] + 1)
+
+    @property
+    def newline(self) -> str:
+        return self.module.default_newline
+
+    # -- reporting -------------------------------------------------------------------------
+
+    def policy(self) -> "PolicyTable":
+        if self._policy_loader is None:
+            raise RuntimeError("this run has no policy tables")
+        return self._policy_loader()
+
+    def report(self, node: cst.CSTNode, message: str, fix: Fix | None = None) -> None:
+        rule = self._rule
+        start, end = self.offsets(node)
+        self.diagnostics.append(Diagnostic(
+            code=rule.code, name=rule.name, message=message, path=self.path,
+            location=self.location(start), end_location=self.location(end), fix=fix,
+            url=rule.url(),
+            edit_locations=[(self.location(e.start), self.location(e.end), e.content)
+                            for e in (fix.edits if fix else ())]))
+
+    def replace(self, node: cst.CSTNode, content: str) -> Edit:
+        start, end = self.offsets(node)
+        return Edit(start, end, content)

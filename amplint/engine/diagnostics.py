@@ -1,0 +1,51 @@
+"""What a rule reports: a diagnostic, with an optional fix made of text edits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Applicability = Literal["safe", "unsafe"]
+
+
+@dataclass(frozen=True, order=True)
+class Edit:
+    """Replace source[start:end] (character offsets) with ``content``."""
+
+    start: int
+    end: int
+    content: str
+
+
+@dataclass(frozen=True)
+class Fix:
+    message: str
+    edits: tuple[Edit, ...]
+    applicability: Applicability = "safe"
+    # Fixes that share a group (an import rewrite and every use of it) apply together or not at all.
+    group: str | None = None
+
+
+@dataclass(frozen=True)
+class Location:
+    row: int  # 1-based
+    column: int  # 1-based, as ruff prints it
+
+
+@dataclass
+class Diagnostic:
+    code: str
+    name: str
+    message: str
+    path: str
+    location: Location
+    end_location: Location
+    fix: Fix | None = None
+    url: str | None = None
+    detail: str | None = None  # e.g. the traceback of an internal error
+    # For fixes: edit positions converted to rows/columns, set by the engine.
+    edit_locations: list[tuple[Location, Location, str]] = field(default_factory=list)
+
+    @property
+    def sort_key(self):
+        return (self.path, self.location.row, self.location.column, self.code)

@@ -1,0 +1,88 @@
+"""Check a set of paths: discovery, reading, linting, writing fixes safely."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..policy import PolicyError, load_policy
+from . import source as source_io
+from .config import Config
+from .diagnostics import Diagnostic, Location
+from .discovery import python_files
+from .rule import Rule
+from .runner import INTERNAL_ERROR, FileResult, lint_source
+
+@dataclass
+class Options:
+    fix: bool = False
+    unsafe_fixes: bool = False
+    diff: bool = False
+    use_prefilter: bool = True
+
+
+@dataclass
+class Report:
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    files_checked: int = 0
+    files_fixed: int = 0
+    fixes_applied: int = 0
+    internal_errors: int = 0
+    diffs: list[str] = field(default_factory=list)
+
+
+def policy_loader(config: Config):
+    def load():
+        try:
+            return load_policy(config.device, config.torch_version)
+        except PolicyError as exc:
+            raise RuntimeError(str(exc)) from None
+    return load
+
+
+def check_paths(paths: list[Path], config: Config, rules: list[type[Rule]], options: Options) -> Report:
+    report = Report()
+    load = policy_loader(config)
+    for path in python_files(paths, config):
+        ignored = config.ignored_for(path)
+        file_rules = [r for r in rules if not any(r.code.startswith(i) for i in ignored)]
+        result = check_file(path, file_rules, options, load)
+        report.files_checked += 1
+        report.diagnostics.extend(result.diagnostics)
+        report.internal_errors += result.internal_errors
+        report.fixes_applied += result.fixes_applied
+        report.files_fixed += bool(result.fixes_applied)
+        if result.diff:
+            report.diffs.append(result.diff)
+    report.diagnostics.sort(key=lambda d: d.sort_key)
+    return report
+
+
+def _io_diagnostic(path: str, message: str) -> Diagnostic:
+    return Diagnostic(INTERNAL_ERROR[0], "io-error", message, path, Location(1, 1), Location(1, 1))
+
+
+def check_file(path: Path, rules: list[type[Rule]], options: Options, load) -> FileResult:
+    display = str(path)
+    try:
+        text = source_io.read(path)
+    except source_io.SourceError as exc:
+        result = FileResult(display, [_io_diagnostic(display, f"cannot check {display}: {exc}")])
+        result.internal_errors = 1
+        return result
+    fixing = options.fix or options.diff
+    result = lint_source(display, text.text, rules, fix=fixing, unsafe=options.unsafe_fixes,
+                         policy_loader=load, use_prefilter=options.use_prefilter)
+    if fixing and result.source is not None and result.source != text.text:
+        if options.diff:
+            result.diff = "".join(difflib.unified_diff(
+                text.text.splitlines(keepends=True), result.source.splitlines(keepends=True),
+                fromfile=f"a/{display}", tofile=f"b/{display}"))
+        else:
+            try:
+                source_io.write_atomically(path, text.encode(result.source))
+            except (OSError, UnicodeEncodeError) as exc:
+                result.diagnostics.append(_io_diagnostic(display, f"cannot write fixes to {display}: {exc}"))
+                result.internal_errors += 1
+    return result

@@ -1,0 +1,95 @@
+"""The Rule base class, rule examples, and discovery of every rule in ``amplint.rules``."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+import re
+import textwrap
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING, ClassVar, Iterator
+
+if TYPE_CHECKING:
+    from .context import FileContext
+
+CODE_PATTERN = re.compile(r"^AMP\d{3}$")
+
+
+@dataclass(frozen=True)
+class Valid:
+    """Code on which the rule must stay silent."""
+
+    code: str
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """Code on which the rule must report ``count`` times, and what its fixes produce.
+
+    ``fixed`` is the expected source after applying this rule's fixes (unsafe ones included);
+    None means the rule offers no fix here.
+    """
+
+    code: str
+    fixed: str | None = None
+    count: int = 1
+
+
+class Rule:
+    """One AMP mistake. Subclasses set the class attributes and implement ``check``.
+
+    The class docstring is the rule's documentation, in markdown, with the sections
+    "What it does", "Why is this bad?", "Example", "Fix", "Fix safety" and "False positives".
+    """
+
+    code: ClassVar[str]
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    fixable: ClassVar[bool] = False
+    # Substrings (regular expressions) without which the rule cannot fire: files that
+    # contain none of any selected rule's fragments are never parsed.
+    fragments: ClassVar[tuple[str, ...]]
+    # Whether the rule reads the op-policy tables in policies/.
+    uses_policy: ClassVar[bool] = False
+    valid: ClassVar[tuple[Valid, ...]] = ()
+    invalid: ClassVar[tuple[Invalid, ...]] = ()
+
+    def check(self, ctx: "FileContext") -> None:
+        raise NotImplementedError
+
+    @classmethod
+    def documentation(cls) -> str:
+        return textwrap.dedent(cls.__doc__ or "").strip()
+
+    @classmethod
+    def url(cls) -> str:
+        return f"https://github.com/amplint/amplint/blob/main/docs/rules.md#{cls.code.lower()}-{cls.name}"
+
+
+def _rule_classes(package: str) -> Iterator[type[Rule]]:
+    pkg = importlib.import_module(package)
+    for info in pkgutil.iter_modules(pkg.__path__):
+        module = importlib.import_module(f"{package}.{info.name}")
+        for _, obj in inspect.getmembers(module, inspect.isclass):
+            if issubclass(obj, Rule) and obj is not Rule and obj.__module__ == module.__name__:
+                yield obj
+
+
+@lru_cache(maxsize=None)
+def all_rules(package: str = "amplint.rules") -> tuple[type[Rule], ...]:
+    """Every rule in the package, sorted by code. Rules are found, never listed."""
+    rules = sorted(_rule_classes(package), key=lambda r: r.code)
+    seen: dict[str, str] = {}
+    for r in rules:
+        if not CODE_PATTERN.match(r.code):
+            raise RuntimeError(f"rule {r.__name__} has a malformed code {r.code!r}")
+        if r.code in seen:
+            raise RuntimeError(f"rule code {r.code} used by both {seen[r.code]} and {r.__name__}")
+        seen[r.code] = r.__name__
+    return tuple(rules)
+
+
+def rule_by_code(code: str) -> type[Rule] | None:
+    return next((r for r in all_rules() if r.code == code), None)

@@ -1,0 +1,135 @@
+"""Lint one source text: prefilter, one parse, every selected rule, noqa, and the fix loop."""
+
+from __future__ import annotations
+
+import re
+import traceback
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import libcst as cst
+
+from . import noqa
+from .context import FileContext
+from .diagnostics import Diagnostic, Edit, Fix, Location
+from .rule import Rule
+
+SYNTAX_ERROR = ("AMP000", "syntax-error")
+INTERNAL_ERROR = ("AMP999", "internal-error")
+MAX_FIX_ROUNDS = 10
+
+
+@dataclass
+class FileResult:
+    path: str
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    source: str | None = None  # the text after fixes, when a fix mode was asked
+    fixes_applied: int = 0
+    internal_errors: int = 0
+    diff: str | None = None  # with --diff: what the fixes would change
+
+
+def prefilter(rules: Sequence[type[Rule]]) -> re.Pattern:
+    """One pattern that matches any fragment of any rule: without a match, no rule can fire."""
+    return re.compile("|".join(f"(?:{f})" for r in rules for f in r.fragments))
+
+
+def _engine_diagnostic(kind, path, message, row=1, col=1, detail=None) -> Diagnostic:
+    return Diagnostic(kind[0], kind[1], message, path, Location(row, col), Location(row, col),
+                      detail=detail)
+
+
+def run_rules(path: str, source: str, rules: Sequence[type[Rule]],
+              policy_loader: Callable | None) -> list[Diagnostic]:
+    """Every diagnostic of ``rules`` on ``source`` (noqa not yet applied)."""
+    try:
+        module = cst.parse_module(source)
+    except cst.ParserSyntaxError as exc:
+        return [_engine_diagnostic(SYNTAX_ERROR, path, f"cannot parse: {exc.message}",
+                                   exc.raw_line, exc.raw_column + 1)]
+    ctx = FileContext(path, source, module, policy_loader)
+    out: list[Diagnostic] = []
+    for rule in rules:
+        ctx._rule = rule
+        ctx.diagnostics = []
+        try:
+            rule().check(ctx)
+        except Exception as exc:  # one broken rule must not hide the others' findings
+            out.append(_engine_diagnostic(
+                INTERNAL_ERROR, path, f"internal error in {rule.code} ({rule.name}): "
+                f"{type(exc).__name__}: {exc}", detail=traceback.format_exc()))
+            continue
+        out.extend(ctx.diagnostics)
+    return out
+
+
+def _overlaps(a: Edit, b: Edit) -> bool:
+    if a == b:
+        return False
+    if a.start == a.end == b.start == b.end:
+        return True
+    return a.start < b.end and b.start < a.end
+
+
+def apply_fixes(source: str, fixes: Sequence[Fix]) -> tuple[str, int]:
+    """Apply as many fixes as do not overlap, in source order; (new text, fixes applied)."""
+    accepted: set[Edit] = set()
+    applied = 0
+    for fix in sorted(fixes, key=lambda f: min(e.start for e in f.edits)):
+        new = set(fix.edits) - accepted
+        if any(_overlaps(e, a) for e in new for a in accepted):
+            continue
+        accepted |= new
+        applied += 1
+    text = source
+    for edit in sorted(accepted, key=lambda e: (e.start, e.end), reverse=True):
+        text = text[:edit.start] + edit.content + text[edit.end:]
+    return text, applied
+
+
+def _fixes_to_apply(kept: list[Diagnostic], suppressed: list[Diagnostic], unsafe: bool) -> list[Fix]:
+    def applicable(d: Diagnostic) -> bool:
+        return d.fix is not None and (unsafe or d.fix.applicability == "safe")
+
+    # A group applies only if every one of its members is being fixed.
+    blocked = {d.fix.group for d in suppressed if d.fix and d.fix.group}
+    blocked |= {d.fix.group for d in kept if d.fix and d.fix.group and not applicable(d)}
+    return [d.fix for d in kept if applicable(d) and d.fix.group not in blocked]
+
+
+def lint_source(path: str, source: str, rules: Sequence[type[Rule]], *,
+                fix: bool = False, unsafe: bool = False, policy_loader: Callable | None = None,
+                use_prefilter: bool = True) -> FileResult:
+    result = FileResult(path)
+    if not rules or (use_prefilter and not prefilter(rules).search(source)):
+        result.source = source
+        return result
+    text = source
+    for _ in range(MAX_FIX_ROUNDS if fix else 1):
+        diagnostics = run_rules(path, text, rules, policy_loader)
+        suppressions = noqa.parse(text)
+        kept = [d for d in diagnostics
+                if d.code in (SYNTAX_ERROR[0], INTERNAL_ERROR[0])
+                or not suppressions.suppresses(d.location.row, d.code)]
+        suppressed = [d for d in diagnostics if d not in kept]
+        result.diagnostics = kept
+        if not fix:
+            break
+        fixes = _fixes_to_apply(kept, suppressed, unsafe)
+        if not fixes:
+            break
+        new_text, applied = apply_fixes(text, fixes)
+        try:
+            cst.parse_module(new_text)
+        except cst.ParserSyntaxError as exc:  # never hand back code that does not parse
+            result.diagnostics.append(_engine_diagnostic(
+                INTERNAL_ERROR, path, f"a fix produced code that does not parse ({exc.message}); "
+                "the file was left as it was before that fix"))
+            break
+        if new_text == text:
+            break
+        text, result.fixes_applied = new_text, result.fixes_applied + applied
+    result.source = text
+    result.internal_errors = sum(d.code == INTERNAL_ERROR[0] for d in result.diagnostics)
+    result.diagnostics.sort(key=lambda d: d.sort_key)
+    return result

@@ -1,0 +1,274 @@
+"""What AMP code means, shared by the rules: autocast calls and regions, GradScaler usage,
+argument binding, statements and blocks. Pure libcst; no torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import libcst as cst
+
+from .context import FileContext
+
+# torch.autocast and torch.amp.autocast take the device first; the per-device classes do not.
+AUTOCAST_GENERIC = frozenset({"torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast"})
+AUTOCAST_DEVICE = {
+    "torch.cuda.amp.autocast": "cuda",
+    "torch.cuda.amp.autocast_mode.autocast": "cuda",
+    "torch.cpu.amp.autocast": "cpu",
+    "torch.cpu.amp.autocast_mode.autocast": "cpu",
+}
+AUTOCAST = AUTOCAST_GENERIC | frozenset(AUTOCAST_DEVICE)
+GRAD_SCALER = frozenset({
+    "torch.amp.GradScaler", "torch.amp.grad_scaler.GradScaler", "torch.cuda.amp.GradScaler",
+    "torch.cuda.amp.grad_scaler.GradScaler", "torch.cpu.amp.GradScaler",
+    "torch.cpu.amp.grad_scaler.GradScaler",
+})
+CLIP_GRAD = frozenset({
+    "torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_value_",
+    "torch.nn.utils.clip_grad_norm", "torch.nn.utils.clip_grad.clip_grad_norm_",
+    "torch.nn.utils.clip_grad.clip_grad_value_", "torch.nn.utils.clip_grad.clip_grad_norm",
+})
+DTYPES = {
+    "torch.float16": "float16", "torch.half": "float16", "torch.bfloat16": "bfloat16",
+    "torch.float32": "float32", "torch.float": "float32", "torch.float64": "float64",
+    "torch.double": "float64",
+}
+_SIGNATURES = {
+    "generic": ("device_type", "dtype", "enabled", "cache_enabled"),
+    "per_device": ("enabled", "dtype", "cache_enabled"),
+}
+_PER_DEVICE_DEFAULT_DTYPE = {"cuda": "float16", "cpu": "bfloat16"}
+
+
+# -- arguments ---------------------------------------------------------------------------
+
+def has_star_args(call: cst.Call) -> bool:
+    return any(a.star for a in call.args)
+
+
+def bind(call: cst.Call, params: Sequence[str]) -> dict[str, cst.Arg] | None:
+    """Arguments by parameter name; None when ``*args``/``**kwargs`` hide some of them."""
+    if has_star_args(call):
+        return None
+    bound: dict[str, cst.Arg] = {}
+    positional = [a for a in call.args if a.keyword is None]
+    for name, arg in zip(params, positional):
+        bound[name] = arg
+    for arg in call.args:
+        if arg.keyword is not None:
+            bound[arg.keyword.value] = arg
+    return bound
+
+
+def literal_bool(expr: cst.BaseExpression) -> bool | None:
+    if isinstance(expr, cst.Name) and expr.value in ("True", "False"):
+        return expr.value == "True"
+    return None
+
+
+def literal_str(expr: cst.BaseExpression) -> str | None:
+    if isinstance(expr, cst.SimpleString):
+        value = expr.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
+
+
+def dtype_of(ctx: FileContext, expr: cst.BaseExpression) -> str | None:
+    name = ctx.resolves_to(expr, DTYPES.keys())
+    return DTYPES[name] if name else None
+
+
+# -- autocast ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class AutocastCall:
+    node: cst.Call
+    api: str  # the qualified name called
+    device: str | None  # None when not a string literal
+    dtype: str | None  # None when not given or not a literal torch dtype
+    dtype_given: bool
+    enabled: bool | None  # None when an expression decides
+
+    @property
+    def deprecated_api(self) -> bool:
+        return self.api in AUTOCAST_DEVICE
+
+
+def autocast_call(ctx: FileContext, expr: cst.BaseExpression) -> AutocastCall | None:
+    if not isinstance(expr, cst.Call):
+        return None
+    api = ctx.resolves_to(expr.func, AUTOCAST)
+    if api is None:
+        return None
+    per_device = AUTOCAST_DEVICE.get(api)
+    args = bind(expr, _SIGNATURES["per_device" if per_device else "generic"]) or {}
+    device = per_device or (literal_str(args["device_type"].value) if "device_type" in args else None)
+    dtype_arg = args.get("dtype")
+    dtype = dtype_of(ctx, dtype_arg.value) if dtype_arg else None
+    if dtype_arg is None and per_device:
+        dtype = _PER_DEVICE_DEFAULT_DTYPE[per_device]
+    enabled = literal_bool(args["enabled"].value) if "enabled" in args else True
+    if has_star_args(expr):
+        enabled = None
+    return AutocastCall(expr, api, device, dtype, dtype_arg is not None, enabled)
+
+
+def enclosing_function(ctx: FileContext, node: cst.CSTNode) -> cst.FunctionDef | None:
+    return next((a for a in ctx.ancestors(node) if isinstance(a, cst.FunctionDef)), None)
+
+
+def _autocast_bindings(ctx: FileContext, scope: cst.CSTNode) -> dict[str, AutocastCall]:
+    """Names assigned an autocast object in ``scope`` (``ctx = torch.autocast("cuda")``)."""
+    cache = ctx.__dict__.setdefault("_autocast_bindings", {})
+    if id(scope) not in cache:
+        found = {}
+        for node in _walk_same_scope(scope):
+            if isinstance(node, cst.Assign) and len(node.targets) == 1 \
+                    and isinstance(node.targets[0].target, cst.Name):
+                ac = autocast_call(ctx, node.value)
+                if ac is not None:
+                    found[node.targets[0].target.value] = ac
+        cache[id(scope)] = found
+    return cache[id(scope)]
+
+
+def _walk_same_scope(scope: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    if isinstance(scope, cst.Module):
+        stack = list(scope.body)
+    elif isinstance(scope, cst.FunctionDef):
+        stack = [scope.body]
+    else:
+        stack = [scope]
+    while stack:
+        node = stack.pop()
+        yield node
+        for child in node.children:
+            if not isinstance(child, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                stack.append(child)
+
+
+def autocast_of_with_item(ctx: FileContext, item: cst.WithItem) -> AutocastCall | None:
+    direct = autocast_call(ctx, item.item)
+    if direct is not None or not isinstance(item.item, cst.Name):
+        return direct
+    scope = enclosing_function(ctx, item) or ctx.module
+    return _autocast_bindings(ctx, scope).get(item.item.value)
+
+
+def autocast_decorator(ctx: FileContext, func: cst.FunctionDef) -> AutocastCall | None:
+    for decorator in func.decorators:
+        ac = autocast_call(ctx, decorator.decorator)
+        if ac is not None:
+            return ac
+    return None
+
+
+def autocast_region(ctx: FileContext, node: cst.CSTNode) -> tuple[AutocastCall, cst.CSTNode] | None:
+    """The innermost autocast region around ``node`` and its ``with`` (or decorated function),
+    or None when there is none or the innermost one is disabled by a literal False."""
+    child = node
+    for ancestor in ctx.ancestors(node):
+        if isinstance(ancestor, cst.With) and child is ancestor.body:
+            for item in reversed(ancestor.items):
+                ac = autocast_of_with_item(ctx, item)
+                if ac is not None:
+                    return None if ac.enabled is False else (ac, ancestor)
+        elif isinstance(ancestor, cst.FunctionDef):
+            ac = autocast_decorator(ctx, ancestor) if child is ancestor.body else None
+            return None if ac is None or ac.enabled is False else (ac, ancestor)
+        elif isinstance(ancestor, cst.Lambda):
+            return None
+        child = ancestor
+    return None
+
+
+# -- calls -------------------------------------------------------------------------------
+
+def calls(ctx: FileContext) -> list[cst.Call]:
+    """Every call in the file, in source order (computed once per file)."""
+    if "_calls" not in ctx.__dict__:
+        found: list[cst.Call] = []
+
+        class Collect(cst.CSTVisitor):
+            def visit_Call(self, node: cst.Call) -> None:
+                found.append(node)
+
+        ctx.module.visit(Collect())
+        ctx.__dict__["_calls"] = found
+    return ctx.__dict__["_calls"]
+
+
+def method_call(call: cst.Call) -> tuple[cst.BaseExpression, str] | None:
+    """(receiver, method) for ``receiver.method(...)``."""
+    if isinstance(call.func, cst.Attribute):
+        return call.func.value, call.func.attr.value
+    return None
+
+
+def scaled_backward_scaler(ctx: FileContext, call: cst.Call) -> str | None:
+    """For ``S.scale(loss).backward()`` the code of S."""
+    mc = method_call(call)
+    if mc is None or mc[1] != "backward":
+        return None
+    receiver = mc[0]
+    if isinstance(receiver, cst.Call):
+        inner = method_call(receiver)
+        if inner is not None and inner[1] == "scale":
+            return ctx.code(inner[0])
+    return None
+
+
+# -- statements and blocks ---------------------------------------------------------------
+
+Block = (cst.IndentedBlock, cst.Module, cst.SimpleStatementSuite)
+
+
+def statement_of(ctx: FileContext, node: cst.CSTNode) -> cst.CSTNode:
+    """The statement that holds ``node`` directly in a block's body (a line in an indented
+    block, a small statement in a one-line suite)."""
+    child = node
+    for ancestor in ctx.ancestors(node):
+        if isinstance(ancestor, Block):
+            return child
+        child = ancestor
+    return child
+
+
+def block_chain(ctx: FileContext, stmt: cst.CSTNode) -> list[tuple[cst.CSTNode, int]]:
+    """(block, index of the statement on the path) from ``stmt``'s block out to its function."""
+    chain = []
+    child = stmt
+    for ancestor in ctx.ancestors(stmt):
+        if isinstance(ancestor, Block):
+            chain.append((ancestor, next(i for i, s in enumerate(ancestor.body) if s is child)))
+        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda)):
+            break
+        child = ancestor
+    return chain
+
+
+def dominates(ctx: FileContext, first: cst.CSTNode, second: cst.CSTNode) -> bool:
+    """``first`` runs whenever ``second`` does, before it: it sits earlier in ``second``'s block
+    or in a block around it (branches and handlers do not count)."""
+    chain_first = block_chain(ctx, statement_of(ctx, first))
+    if not chain_first:
+        return False
+    block, index = chain_first[0]
+    for b, i in block_chain(ctx, statement_of(ctx, second)):
+        if b is block:
+            return index < i
+    return False
+
+
+def follows_always(ctx: FileContext, earlier: cst.CSTNode, later: cst.CSTNode) -> bool:
+    """``later`` runs whenever ``earlier`` does (ignoring exceptions and early exits):
+    it sits after it in ``earlier``'s block or in a block around it."""
+    chain_later = block_chain(ctx, statement_of(ctx, later))
+    if not chain_later:
+        return False
+    block, index = chain_later[0]
+    for b, i in block_chain(ctx, statement_of(ctx, earlier)):
+        if b is block:
+            return index > i
+    return False

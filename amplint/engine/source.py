@@ -1,0 +1,66 @@
+"""Reading and writing Python source exactly as it was: encoding, BOM, line endings, mode."""
+
+from __future__ import annotations
+
+import codecs
+import io
+import os
+import tempfile
+import tokenize
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class SourceError(Exception):
+    """A file that cannot be read as Python source; the message says why."""
+
+
+@dataclass(frozen=True)
+class SourceText:
+    text: str
+    encoding: str
+    bom: bool
+
+    def encode(self, text: str) -> bytes:
+        data = text.encode(self.encoding)
+        return codecs.BOM_UTF8 + data if self.bom else data
+
+
+def decode(data: bytes) -> SourceText:
+    if b"\x00" in data:
+        raise SourceError("binary file (contains NUL bytes)")
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError as exc:
+        raise SourceError(f"cannot determine encoding: {exc}") from None
+    bom = encoding == "utf-8-sig"
+    if bom:
+        encoding, data = "utf-8", data[len(codecs.BOM_UTF8):]
+    try:
+        text = data.decode(encoding)
+    except (UnicodeDecodeError, LookupError) as exc:
+        raise SourceError(f"cannot decode as {encoding}: {exc}") from None
+    return SourceText(text, encoding, bom)
+
+
+def read(path: Path) -> SourceText:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SourceError(f"cannot read: {exc.strerror or exc}") from None
+    return decode(data)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace ``path`` in one step, keeping its permission bits; a reader never sees half a file."""
+    mode = path.stat().st_mode
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".amplint")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(tmp, mode & 0o7777)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,26 @@
+"""JSON with ruff's field names, so tools that read ruff's JSON read ours."""
+
+from __future__ import annotations
+
+import json
+
+from ..engine.diagnostics import Diagnostic
+
+
+def _loc(location) -> dict:
+    return {"row": location.row, "column": location.column}
+
+
+def as_dict(d: Diagnostic) -> dict:
+    fix = None
+    if d.fix is not None:
+        fix = {"applicability": d.fix.applicability, "message": d.fix.message,
+               "edits": [{"content": content, "location": _loc(start), "end_location": _loc(end)}
+                         for start, end, content in d.edit_locations]}
+    return {"code": d.code, "name": d.name, "message": d.message, "filename": d.path,
+            "location": _loc(d.location), "end_location": _loc(d.end_location),
+            "fix": fix, "noqa_row": d.location.row, "url": d.url}
+
+
+def render(diagnostics: list[Diagnostic]) -> str:
+    return json.dumps([as_dict(d) for d in diagnostics], indent=2) + "\n"

@@ -1,0 +1,237 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from ..engine.context import FileContext
+from ..engine.diagnostics import Fix
+from ..engine.edits import edit_from_tree
+from ..engine.rule import Invalid, Rule, Valid
+from ..engine.semantics import autocast_region, calls, method_call, statement_of
+
+_AUTOGRAD = frozenset({"torch.autograd.backward", "torch.autograd.grad"})
+
+# Calls that may move out of the region with the backward pass: autocast does not change
+# what they compute (the optimizer and scaler work on float32 state; .item() reads a value).
+_MOVABLE_METHODS = frozenset({"backward", "step", "update", "unscale_", "zero_grad", "item",
+                              "detach", "append", "add_scalar", "log", "info", "debug",
+                              "set_postfix", "clip_grad_norm_", "clip_grad_value_"})
+_MOVABLE_FUNCTIONS = frozenset({"print"})
+
+
+def _movable_expr(expr: cst.BaseExpression) -> bool:
+    if isinstance(expr, (cst.Name, cst.Attribute, cst.Integer, cst.Float, cst.SimpleString)):
+        return True
+    if isinstance(expr, cst.Call):
+        mc = method_call(expr)
+        name = mc[1] if mc else (expr.func.value if isinstance(expr.func, cst.Name) else None)
+        if name in _MOVABLE_METHODS or (mc is None and name in _MOVABLE_FUNCTIONS):
+            return all(_movable_expr(a.value) or _plain(a.value) for a in expr.args)
+        return False
+    if isinstance(expr, cst.BinaryOperation):
+        return _movable_expr(expr.left) and _movable_expr(expr.right)
+    return False
+
+
+def _plain(expr: cst.BaseExpression) -> bool:
+    """Arguments without calls in them cannot run ops."""
+    found = []
+
+    class FindCall(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            found.append(node)
+
+    expr.visit(FindCall())
+    return not found
+
+
+def _movable_statement(stmt: cst.CSTNode) -> bool:
+    if not isinstance(stmt, cst.SimpleStatementLine):
+        return False
+    for small in stmt.body:
+        if isinstance(small, cst.Expr):
+            ok = _movable_expr(small.value)
+        elif isinstance(small, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+            ok = small.value is not None and _movable_expr(small.value)
+        else:
+            ok = isinstance(small, (cst.Pass, cst.Del))
+        if not ok:
+            return False
+    return True
+
+
+class BackwardInsideAutocast(Rule):
+    """
+    ## What it does
+    Finds backward passes — `loss.backward()`, `scaler.scale(loss).backward()`,
+    `torch.autograd.backward(...)`, `torch.autograd.grad(...)` — inside an enabled autocast
+    region: a `with torch.autocast(...)` block (any spelling or alias, or a name bound to one),
+    or a function decorated with autocast. A nested `autocast(enabled=False)` block ends the
+    region.
+
+    ## Why is this bad?
+    PyTorch's AMP documentation: "Backward passes under autocast are not recommended."
+    Backward ops run in the dtype autocast chose for the matching forward ops anyway; running
+    them inside the region only adds casts, and can make them run at a precision the forward
+    did not use.
+
+    ## Example
+    ```python
+    with torch.autocast("cuda"):
+        loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+    ```
+
+    ## Fix
+    ```python
+    with torch.autocast("cuda"):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    ```
+
+    ## Fix safety
+    Safe. It is offered only when the backward statement and every statement after it are the
+    tail of the `with` body, the `with` has no other context manager, and that tail only holds
+    calls autocast does not affect (backward, optimizer and scaler steps, `zero_grad`,
+    `.item()`, logging, clipping). Names bound inside the block stay bound after it, so moving
+    the tail out changes nothing else. Otherwise the finding has no fix.
+
+    ## False positives
+    None known: a backward call inside an enabled region is always this mistake. A region
+    whose `enabled=` is an expression counts as enabled.
+    """
+
+    code = "AMP001"
+    name = "backward-inside-autocast"
+    summary = "Backward pass inside an autocast region"
+    fixable = True
+    fragments = (r"\bbackward\b|autograd\.grad|\bgrad\(",)
+
+    valid = (
+        Valid("""
+import torch
+scaler = torch.amp.GradScaler("cuda")
+for x, y in loader:
+    optimizer.zero_grad()
+    with torch.autocast(device_type="cuda", dtype=torch.float16):
+        output = model(x)
+        loss = loss_fn(output, y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+"""),
+        Valid("""
+import torch
+with torch.autocast("cuda"):
+    loss = model(x).sum()
+    with torch.autocast("cuda", enabled=False):
+        loss.float().backward()
+"""),
+        Valid("""
+import torch
+with torch.autocast("cuda"):
+    def closure():
+        loss = model(x)
+        loss.backward()
+        return loss
+optimizer.step(closure)
+"""),
+        Valid("""
+import torch
+with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+    loss = model(x)
+loss.backward()
+"""),
+    )
+    invalid = (
+        Invalid("""
+import torch
+with torch.autocast("cuda"):
+    loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""", fixed="""
+import torch
+with torch.autocast("cuda"):
+    loss = loss_fn(model(x), y)
+scaler.scale(loss).backward()
+scaler.step(optimizer)
+scaler.update()
+"""),
+        Invalid("""
+from torch.cuda.amp import autocast as ac
+def train_step(model, x):
+    with ac():
+        loss = model(x).mean()
+        loss.backward()
+""", fixed="""
+from torch.cuda.amp import autocast as ac
+def train_step(model, x):
+    with ac():
+        loss = model(x).mean()
+    loss.backward()
+"""),
+        # Something after the backward depends on the region: report, no fix.
+        Invalid("""
+import torch
+with torch.autocast("cuda"):
+    loss = model(x).mean()
+    loss.backward()
+    next_out = model(x2)
+"""),
+        Invalid("""
+import torch
+ctx = torch.autocast("cuda", dtype=torch.bfloat16)
+with ctx:
+    loss = model(x).mean()
+    grads = torch.autograd.grad(loss, model.parameters())
+"""),
+        Invalid("""
+import torch
+@torch.autocast("cuda")
+def step(model, x):
+    loss = model(x).mean()
+    loss.backward()
+"""),
+        Invalid("""
+import torch
+with torch.autocast("cuda", enabled=use_amp):
+    loss = model(x).mean()
+    if use_amp:
+        scaler.scale(loss).backward()
+    else:
+        loss.backward()
+""", count=2),
+    )
+
+    def check(self, ctx: FileContext) -> None:
+        for call in calls(ctx):
+            mc = method_call(call)
+            is_backward = (mc is not None and mc[1] == "backward") or \
+                ctx.resolves_to(call.func, _AUTOGRAD) is not None
+            if not is_backward:
+                continue
+            region = autocast_region(ctx, call)
+            if region is None:
+                continue
+            what = ctx.code(call.func) + "()" if mc is None else "backward()"
+            ctx.report(call, f"`{what}` inside an autocast region: run the backward pass "
+                             "after the `with` block", self._fix(ctx, call, region[1]))
+
+    def _fix(self, ctx: FileContext, call: cst.Call, region: cst.CSTNode) -> Fix | None:
+        if not isinstance(region, cst.With) or len(region.items) != 1 \
+                or not isinstance(region.body, cst.IndentedBlock):
+            return None
+        stmt = statement_of(ctx, call)
+        body = list(region.body.body)
+        index = next((i for i, s in enumerate(body) if s is stmt), None)
+        if not index or not all(_movable_statement(s) for s in body[index:]):
+            return None
+        new_with = region.with_changes(body=region.body.with_changes(body=body[:index]))
+        parent = ctx.parent(region)
+        siblings = list(parent.body)
+        at = next(i for i, s in enumerate(siblings) if s is region)
+        new_parent = parent.with_changes(
+            body=siblings[:at] + [new_with] + body[index:] + siblings[at + 1:])
+        return Fix("Move the backward pass out of the autocast region",
+                   (edit_from_tree(ctx, parent, new_parent),), "safe")

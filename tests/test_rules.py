@@ -1,0 +1,47 @@
+"""Every rule's own examples: valid code is silent, invalid code reports, fixes are as shown."""
+
+import libcst as cst
+import pytest
+
+from amplint.engine.rule import all_rules
+from amplint.engine.runner import lint_source
+from amplint.policy import load_policy
+
+CASES = [pytest.param(rule, kind, i, example, id=f"{rule.code}-{kind}-{i}")
+         for rule in all_rules()
+         for kind, examples in (("valid", rule.valid), ("invalid", rule.invalid))
+         for i, example in enumerate(examples)]
+
+
+def _lint(rule, code, **kw):
+    return lint_source("example.py", code, [rule], policy_loader=lambda: load_policy("cuda"), **kw)
+
+
+def test_every_rule_has_examples_and_docs():
+    for rule in all_rules():
+        assert rule.valid and rule.invalid, rule.code
+        doc = rule.documentation()
+        for section in ("## What it does", "## Why is this bad?", "## Example", "## Fix",
+                        "## Fix safety", "## False positives"):
+            assert section in doc, (rule.code, section)
+        assert rule.fixable == any(i.fixed is not None for i in rule.invalid), rule.code
+
+
+@pytest.mark.parametrize("rule,kind,index,example", CASES)
+def test_rule_example(rule, kind, index, example):
+    result = _lint(rule, example.code)
+    own = [d for d in result.diagnostics if d.code == rule.code]
+    assert all(d.code == rule.code for d in result.diagnostics), result.diagnostics
+    if kind == "valid":
+        assert own == []
+        return
+    assert len(own) == example.count, own
+    fixed = _lint(rule, example.code, fix=True, unsafe=True)
+    if example.fixed is None:
+        assert all(d.fix is None for d in own)
+        assert fixed.source == example.code
+        return
+    assert fixed.source == example.fixed
+    cst.parse_module(fixed.source)
+    again = _lint(rule, fixed.source, fix=True, unsafe=True)
+    assert again.source == fixed.source, "a second --fix changed the file again"

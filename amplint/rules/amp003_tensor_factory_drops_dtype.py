@@ -1,0 +1,188 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from ..engine.context import FileContext
+from ..engine.diagnostics import Fix
+from ..engine.rule import Invalid, Rule, Valid
+from ..engine.semantics import autocast_region, calls, enclosing_function, has_star_args
+
+_FACTORIES = {
+    "torch.zeros": "new_zeros", "torch.ones": "new_ones", "torch.empty": "new_empty",
+    "torch.full": "new_full", "torch.tensor": "new_tensor",
+}
+# Keywords the new_* methods accept besides dtype and device.
+_KEPT_KEYWORDS = {"requires_grad", "layout", "pin_memory"}
+
+
+def _chain_without_calls(expr: cst.BaseExpression) -> bool:
+    """``x``, ``self.weight``, ``batch["x"]``: evaluating it again (or first) cannot matter."""
+    while isinstance(expr, (cst.Attribute, cst.Subscript)):
+        expr = expr.value
+    return isinstance(expr, cst.Name)
+
+
+def _in_module_forward(ctx: FileContext, node: cst.CSTNode) -> bool:
+    func = enclosing_function(ctx, node)
+    if func is None or func.name.value != "forward":
+        return False
+    block = ctx.parent(func)
+    return isinstance(ctx.parent(block), cst.ClassDef) if block is not None else False
+
+
+class TensorFactoryDropsDtype(Rule):
+    """
+    ## What it does
+    Inside `forward` of a module class, or inside an autocast region, finds
+    `torch.zeros/ones/empty/full/tensor(..., device=x.device)` that take the device from a
+    tensor `x` but not its dtype.
+
+    ## Why is this bad?
+    Without `dtype=` a factory makes a float32 tensor (the default dtype), whatever `x` is. In a
+    model run in half precision (`model.half()`, or bf16/fp16 activations under autocast) that
+    tensor silently promotes what it touches to float32 (`torch.cat`, `+`), doubling memory
+    and time, or breaks ops that need equal dtypes ("expected scalar type Half but found
+    Float"). `x.new_zeros(...)` takes both the device and the dtype from `x`.
+
+    ## Example
+    ```python
+    def forward(self, x):
+        mask = torch.zeros(x.shape[0], 1, device=x.device)
+    ```
+
+    ## Fix
+    ```python
+    def forward(self, x):
+        mask = x.new_zeros(x.shape[0], 1)
+    ```
+
+    ## Fix safety
+    Safe when the call already passes `dtype=x.dtype` (same tensor as the device): the result
+    is the same. Unsafe when it passes no dtype: the new tensor gets `x`'s dtype instead of
+    float32 (the point of the fix, but a change of meaning), and `torch.tensor(data, ...)`
+    becomes `x.new_tensor(data)`, which also takes `x`'s dtype. No fix when `x` is not a plain
+    name, attribute or subscript chain, or the call has `out=` or `*args`/`**kwargs`.
+
+    ## False positives
+    A float32 tensor can be intended (an accumulator kept in float32 on purpose): then pass
+    `dtype=torch.float32` explicitly, which this rule never reports. Any method named `forward`
+    of a class counts as a module's forward.
+    """
+
+    code = "AMP003"
+    name = "tensor-factory-drops-dtype"
+    summary = "Tensor factory takes a tensor's device but not its dtype"
+    fixable = True
+    fragments = (r"(?:zeros|ones|empty|full|tensor)\([^\n]*device\s*=\s*[\w.\[\]'\"]+\.device",
+                 r"device\s*=\s*[\w.\[\]'\"]+\.device")
+
+    valid = (
+        Valid("""
+import torch
+from torch import nn
+class Head(nn.Module):
+    def forward(self, x):
+        acc = torch.zeros(x.shape[0], device=x.device, dtype=torch.float32)
+        mask = x.new_ones(x.shape[0], 1)
+        return acc, mask
+"""),
+        Valid("""
+import torch
+def make_buffers(x):
+    return torch.zeros(4, device=x.device)
+"""),
+        Valid("""
+import torch
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return torch.zeros(x.shape, device=x.device, dtype=self.dtype)
+"""),
+    )
+    invalid = (
+        Invalid("""
+import torch
+from torch import nn
+class Block(nn.Module):
+    def forward(self, x):
+        pad = torch.zeros(x.shape[0], 1, x.shape[2], device=x.device)
+        return torch.cat([x, pad], dim=1)
+""", fixed="""
+import torch
+from torch import nn
+class Block(nn.Module):
+    def forward(self, x):
+        pad = x.new_zeros(x.shape[0], 1, x.shape[2])
+        return torch.cat([x, pad], dim=1)
+"""),
+        Invalid("""
+import torch as th
+class Attn(th.nn.Module):
+    def forward(self, q):
+        bias = th.full((q.size(1), q.size(1)), float("-inf"), device=q.device, dtype=q.dtype)
+        scale = th.tensor(0.5, device=self.weight.device, requires_grad=False)
+        return bias, scale
+""", fixed="""
+import torch as th
+class Attn(th.nn.Module):
+    def forward(self, q):
+        bias = q.new_full((q.size(1), q.size(1)), float("-inf"))
+        scale = self.weight.new_tensor(0.5, requires_grad=False)
+        return bias, scale
+""", count=2),
+        Invalid("""
+import torch
+with torch.autocast("cuda"):
+    out = model(x)
+    ones = torch.ones(out.shape, device=out.device)
+""", fixed="""
+import torch
+with torch.autocast("cuda"):
+    out = model(x)
+    ones = out.new_ones(out.shape)
+"""),
+        # The tensor comes from a call: moving it before the other arguments is not a fix.
+        Invalid("""
+import torch
+class M(torch.nn.Module):
+    def forward(self, x):
+        return torch.empty(x.size(0), device=next(self.parameters()).device)
+"""),
+    )
+
+    def check(self, ctx: FileContext) -> None:
+        for call in calls(ctx):
+            factory = ctx.resolves_to(call.func, _FACTORIES.keys())
+            if factory is None or has_star_args(call):
+                continue
+            keywords = {a.keyword.value: a for a in call.args if a.keyword is not None}
+            device = keywords.get("device")
+            if device is None or not isinstance(device.value, cst.Attribute) \
+                    or device.value.attr.value != "device":
+                continue
+            source = device.value.value
+            if isinstance(source, cst.Name) and source.value in ("self", "cls"):
+                continue  # a module's .device, not a tensor's
+            dtype = keywords.get("dtype")
+            same_dtype = dtype is not None and isinstance(dtype.value, cst.Attribute) \
+                and dtype.value.attr.value == "dtype" and ctx.code(dtype.value.value) == ctx.code(source)
+            if dtype is not None and not same_dtype:
+                continue
+            if not (_in_module_forward(ctx, call) or autocast_region(ctx, call)):
+                continue
+            method = _FACTORIES[factory]
+            tensor = ctx.code(source)
+            what = "device and dtype" if same_dtype else "device but not its dtype"
+            ctx.report(call, f"`{factory}` takes `{tensor}`'s {what}: use `{tensor}.{method}(...)`",
+                       self._fix(ctx, call, source, method, keywords, same_dtype))
+
+    def _fix(self, ctx, call, source, method, keywords, same_dtype) -> Fix | None:
+        if "out" in keywords or not _chain_without_calls(source) \
+                or set(keywords) - _KEPT_KEYWORDS - {"device", "dtype"}:
+            return None
+        args = [a for a in call.args if a.keyword is None or a.keyword.value in _KEPT_KEYWORDS]
+        if args:  # the last argument must not keep a trailing comma meant for a dropped one
+            args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        new = call.with_changes(func=cst.Attribute(source, cst.Name(method)), args=args)
+        tensor = ctx.code(source)
+        return Fix(f"Use `{tensor}.{method}(...)`", (ctx.replace(call, ctx.module.code_for_node(new)),),
+                   "safe" if same_dtype else "unsafe")

@@ -73,8 +73,8 @@ class TensorFactoryDropsDtype(Rule):
     name = "tensor-factory-drops-dtype"
     summary = "Tensor factory takes a tensor's device but not its dtype"
     fixable = True
-    fragments = (r"(?:zeros|ones|empty|full|tensor)\([^\n]*device\s*=\s*[\w.\[\]'\"]+\.device",
-                 r"device\s*=\s*[\w.\[\]'\"]+\.device")
+    # The keyword and the attribute it reads sit on one line, even in a multi-line call.
+    fragments = (r"device\s*=[^\n]*\.device\b",)
 
     valid = (
         Valid("""

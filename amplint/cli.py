@@ -89,7 +89,7 @@ def _summary(report, fix: bool, diff: bool) -> str:
         if safe and not diff:
             hints.append(f"{safe} fixable with --fix")
         if unsafe:
-            hints.append(f"{unsafe} more with --unsafe-fixes")
+            hints.append(f"{unsafe} {'more ' if safe and not diff else ''}fixable with --fix --unsafe-fixes")
         parts.append(line + (f" ({', '.join(hints)})." if hints else "."))
     elif not parts:
         parts.append(f"All checks passed ({report.files_checked} file{'s' * (report.files_checked != 1)}).")

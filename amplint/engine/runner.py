@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 import traceback
 from dataclasses import dataclass, field
@@ -39,14 +40,26 @@ def _engine_diagnostic(kind, path, message, row=1, col=1, detail=None) -> Diagno
                       detail=detail)
 
 
+def _syntax_error(path: str, source: str, exc: cst.ParserSyntaxError) -> Diagnostic:
+    # Python's own parser places the error precisely; libcst's positions can be off.
+    try:
+        compile(source, path, "exec", ast.PyCF_ONLY_AST)
+    except SyntaxError as py_exc:
+        return _engine_diagnostic(SYNTAX_ERROR, path, f"syntax error: {py_exc.msg}",
+                                  py_exc.lineno or 1, py_exc.offset or 1)
+    except ValueError:  # e.g. NUL bytes; reported by libcst's message below
+        pass
+    return _engine_diagnostic(SYNTAX_ERROR, path, f"libcst cannot parse this file: {exc.message}",
+                              exc.raw_line, exc.raw_column + 1)
+
+
 def run_rules(path: str, source: str, rules: Sequence[type[Rule]],
               policy_loader: Callable | None) -> list[Diagnostic]:
     """Every diagnostic of ``rules`` on ``source`` (noqa not yet applied)."""
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
-        return [_engine_diagnostic(SYNTAX_ERROR, path, f"cannot parse: {exc.message}",
-                                   exc.raw_line, exc.raw_column + 1)]
+        return [_syntax_error(path, source, exc)]
     ctx = FileContext(path, source, module, policy_loader)
     out: list[Diagnostic] = []
     for rule in rules:

@@ -171,8 +171,11 @@ class M(torch.nn.Module):
                 continue
             method = _FACTORIES[factory]
             tensor = ctx.code(source)
-            what = "device and dtype" if same_dtype else "device but not its dtype"
-            ctx.report(call, f"`{factory}` takes `{tensor}`'s {what}: use `{tensor}.{method}(...)`",
+            message = (f"`{factory}(..., device={tensor}.device, dtype={tensor}.dtype)` is "
+                       f"`{tensor}.{method}(...)`" if same_dtype else
+                       f"`{factory}` takes `{tensor}`'s device but not its dtype (the result is "
+                       f"float32): use `{tensor}.{method}(...)`")
+            ctx.report(call, message,
                        self._fix(ctx, call, source, method, keywords, same_dtype))
 
     def _fix(self, ctx, call, source, method, keywords, same_dtype) -> Fix | None:

@@ -1,0 +1,67 @@
+"""The fixtures end to end through the real CLI: faulty code reports, correct code is silent,
+--fix produces exactly the expected files, and fixed code has no undefined names."""
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+FIXTURES = ROOT / "fixtures"
+
+
+def _pyflakes_undefined(folder):
+    out = subprocess.run([sys.executable, "-m", "pyflakes", str(folder)], capture_output=True, text=True)
+    return [line for line in out.stdout.splitlines() if "undefined name" in line]
+
+
+def test_correct_code_is_silent(run_amplint):
+    result = run_amplint("check", FIXTURES / "correct")
+    assert result.returncode == 0, result.stdout
+    assert result.stdout == ""
+
+
+def test_faulty_code_reports_every_first_rule(run_amplint):
+    result = run_amplint("check", FIXTURES / "faulty")
+    assert result.returncode == 1
+    for code in ("AMP001", "AMP002", "AMP003", "AMP004"):
+        assert f" {code} " in result.stdout, code
+
+
+@pytest.fixture
+def faulty_copy(tmp_path):
+    target = tmp_path / "project"
+    shutil.copytree(FIXTURES / "faulty", target)
+    return target
+
+
+def test_fix_produces_the_expected_files(run_amplint, faulty_copy):
+    result = run_amplint("check", "--fix", faulty_copy)
+    assert result.returncode == 1  # the unsafe AMP003 fix is left for --unsafe-fixes
+    assert "AMP003" in result.stdout and "Fixed 8 findings in 3 files." in result.stderr
+    for expected in sorted((FIXTURES / "fixed").glob("*.py")):
+        assert (faulty_copy / expected.name).read_text() == expected.read_text(), expected.name
+    again = run_amplint("check", "--fix", faulty_copy)
+    assert "Fixed" not in again.stderr
+    for expected in sorted((FIXTURES / "fixed").glob("*.py")):
+        assert (faulty_copy / expected.name).read_text() == expected.read_text(), expected.name
+
+
+def test_unsafe_fixes_leave_nothing_and_no_undefined_names(run_amplint, faulty_copy):
+    before = _pyflakes_undefined(faulty_copy)
+    result = run_amplint("check", "--fix", "--unsafe-fixes", faulty_copy)
+    assert result.returncode == 0, result.stdout
+    for path in faulty_copy.glob("*.py"):
+        compile(path.read_text(), str(path), "exec")
+    assert _pyflakes_undefined(faulty_copy) == before == []
+
+
+def test_diff_shows_the_fix_and_writes_nothing(run_amplint, faulty_copy):
+    before = {p.name: p.read_bytes() for p in faulty_copy.glob("*.py")}
+    result = run_amplint("check", "--diff", faulty_copy)
+    assert result.returncode == 1
+    assert "+        scaler.unscale_(optimizer)" in result.stdout
+    assert "-from torch.cuda.amp import GradScaler, autocast" in result.stdout
+    assert {p.name: p.read_bytes() for p in faulty_copy.glob("*.py")} == before

@@ -215,3 +215,15 @@ def test_probe_diff_cli(run_amplint):
     result = run_amplint("probe", "diff", POLICY_DIR / "cuda.json", POLICY_DIR / "cpu.json")
     assert result.returncode == 0
     assert "~ aten::binary_cross_entropy  banned → fp32" in result.stdout
+
+
+def test_readme_lists_where_the_docs_differ(probed):
+    from amplint.probe.docs import differences
+    cuda = differences(probed["cuda"])
+    # The docs never mention einsum or the upsampling ops; the dispatcher casts them.
+    assert "`aten::einsum` (lower_precision_fp): has an autocast kernel, not in the docs' lists" in cuda
+    assert any(line.startswith("`__rdiv__`: docs say float32") for line in cuda)
+    # Where both name an op, they agree on cuda: no documented op has another policy.
+    assert not [line for line in cuda if "; dispatcher:" in line]
+    assert differences(probed["mps"]) is None
+    assert "## Where PyTorch's documentation differs" in (POLICY_DIR / "README.md").read_text()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from . import docs
 from .render import FORMATS, diff, markdown_table, render, render_diff
 
 _INSTALL_HINT = "amplint probe needs PyTorch: pip install 'amplint[probe]' (or pip install torch)"
@@ -59,7 +60,16 @@ def policies_readme(tables: list[dict]) -> str:
     for t in tables:
         lines.append(f"| {t['device']} | {t['dtype']} | {t['mode']} | {t['counts']['ops']} | "
                      f"{t['counts']['unclassified']} | {', '.join(t['supported_dtypes'])} |")
-    lines.append("")
+    lines += ["", "## Where PyTorch's documentation differs", "",
+              f"Compared with {docs.reference()['source']}. {docs.reference()['note']} "
+              "The dispatcher is the truth; these are the differences.", ""]
+    for t in tables:
+        found = docs.differences(t)
+        if found is None:
+            lines += [f"### {t['device']}", "", "The docs have no op list for this device.", ""]
+            continue
+        lines += [f"### {t['device']}", ""] + [f"- {line}" for line in found] + [""]
+    lines += ["## Tables", ""]
     lines.extend(markdown_table(t) for t in tables)
     return "\n".join(lines)
 

@@ -37,6 +37,7 @@ class PolicyTable:
         self.default_dtype: str = data["default_dtype"]
         self.supported_dtypes: list[str] = data["supported_dtypes"]
         self.torch_version: str = data["torch_version"]
+        self.autocast_devices: list[str] = data["autocast_devices"]
         self._policy = {e["op"]: e["policy"] for e in data["ops"]}
         self._by_spelling: dict[str, list[str]] = {}
         for entry in data["ops"]:

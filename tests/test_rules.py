@@ -14,7 +14,11 @@ CASES = [pytest.param(rule, kind, i, example, id=f"{rule.code}-{kind}-{i}")
 
 
 def _lint(rule, code, **kw):
-    return lint_source("example.py", code, [rule], policy_loader=lambda: load_policy("cuda"), **kw)
+    return lint_source("example.py", code, [rule], policy_loader=_cuda_tables, **kw)
+
+
+def _cuda_tables(device=None):
+    return load_policy(device or "cuda")
 
 
 def test_every_rule_has_examples_and_docs():

@@ -103,10 +103,11 @@ class FileContext:
 
     # -- reporting -------------------------------------------------------------------------
 
-    def policy(self) -> "PolicyTable":
+    def policy(self, device: str | None = None) -> "PolicyTable":
+        """The op-policy table for ``device`` (default: the configured device)."""
         if self._policy_loader is None:
             raise RuntimeError("this run has no policy tables")
-        return self._policy_loader()
+        return self._policy_loader(device)
 
     def report(self, node: cst.CSTNode, message: str, fix: Fix | None = None) -> None:
         rule = self._rule

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..policy import PolicyError, load_policy
 from . import source as source_io
-from .config import Config
+from .config import Config, ConfigError
 from .diagnostics import Diagnostic, Location
 from .discovery import python_files
 from .rule import Rule
@@ -33,17 +33,26 @@ class Report:
 
 
 def policy_loader(config: Config):
-    def load():
+    """Tables by device, for the configured torch version; None for a device with no table."""
+    def load(device: str | None = None):
         try:
-            return load_policy(config.device, config.torch_version)
-        except PolicyError as exc:
-            raise RuntimeError(str(exc)) from None
+            return load_policy(device or config.device, config.torch_version)
+        except PolicyError:
+            if device is None:
+                raise
+            return None
     return load
 
 
 def check_paths(paths: list[Path], config: Config, rules: list[type[Rule]], options: Options) -> Report:
     report = Report()
     load = policy_loader(config)
+    if any(r.uses_policy for r in rules):
+        try:
+            load()
+        except PolicyError as exc:
+            where = f"{config.source} [tool.amplint]" if config.source else "configuration"
+            raise ConfigError(f"{where}: device / torch-version: {exc}") from None
     for path in python_files(paths, config):
         ignored = config.ignored_for(path)
         file_rules = [r for r in rules if not any(r.code.startswith(i) for i in ignored)]

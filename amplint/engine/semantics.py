@@ -272,3 +272,132 @@ def follows_always(ctx: FileContext, earlier: cst.CSTNode, later: cst.CSTNode) -
         if b is block:
             return index > i
     return False
+
+
+def exclusive(ctx: FileContext, a: cst.CSTNode, b: cst.CSTNode) -> bool:
+    """``a`` and ``b`` sit in different branches of one ``if`` (``elif`` included): at most
+    one of them runs. Decided at their lowest common ancestor."""
+    a_path = {id(ancestor): child for child, ancestor in _with_children(ctx, a)}
+    for child, ancestor in _with_children(ctx, b):
+        if id(ancestor) in a_path:
+            if not isinstance(ancestor, cst.If):
+                return False
+            return {_branch(ancestor, a_path[id(ancestor)]), _branch(ancestor, child)} == {"body", "orelse"}
+    return False
+
+
+def _with_children(ctx: FileContext, node: cst.CSTNode):
+    child = node
+    for ancestor in ctx.ancestors(node):
+        yield child, ancestor
+        child = ancestor
+
+
+def _branch(node: cst.If, child: cst.CSTNode) -> str:
+    if child is node.body:
+        return "body"
+    if child is node.orelse:
+        return "orelse"
+    return "test"
+
+
+# -- GradScaler ---------------------------------------------------------------------------
+
+_SCALER_PARAMS = frozenset({"scaler", "grad_scaler", "amp_scaler"})
+
+
+def known_scalers(ctx: FileContext) -> set[str]:
+    """Code of expressions that hold a GradScaler: targets of ``GradScaler(...)`` anywhere in
+    the file, receivers of ``.scale(loss).backward()``, and parameters named ``scaler``,
+    ``grad_scaler`` or ``amp_scaler``."""
+    if "_scalers" not in ctx.__dict__:
+        found: set[str] = set()
+
+        class Collect(cst.CSTVisitor):
+            def visit_Assign(self, node: cst.Assign) -> None:
+                if isinstance(node.value, cst.Call) and ctx.resolves_to(node.value.func, GRAD_SCALER):
+                    found.update(ctx.code(t.target) for t in node.targets)
+
+            def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+                if isinstance(node.value, cst.Call) and ctx.resolves_to(node.value.func, GRAD_SCALER):
+                    found.add(ctx.code(node.target))
+
+            def visit_Param(self, node: cst.Param) -> None:
+                if node.name.value in _SCALER_PARAMS:
+                    found.add(node.name.value)
+
+        ctx.module.visit(Collect())
+        found.update(s for s in map(lambda c: scaled_backward_scaler(ctx, c), calls(ctx)) if s)
+        ctx.__dict__["_scalers"] = found
+    return ctx.__dict__["_scalers"]
+
+
+@dataclass(frozen=True)
+class ScalerEvent:
+    kind: str  # "backward" (S.scale(x).backward()), "step", "update", "unscale_"
+    scaler: str
+    call: cst.Call
+    argument: str | None  # the optimizer, for step and unscale_
+
+
+def scaler_events(ctx: FileContext) -> dict[int, list[ScalerEvent]]:
+    """Per function (keyed by id; the module is id(None)), its scaler calls in source order."""
+    if "_scaler_events" not in ctx.__dict__:
+        scalers = known_scalers(ctx)
+        events: dict[int, list[ScalerEvent]] = {}
+        for call in calls(ctx):
+            scope = id(enclosing_function(ctx, call))
+            backward = scaled_backward_scaler(ctx, call)
+            if backward is not None:
+                events.setdefault(scope, []).append(ScalerEvent("backward", backward, call, None))
+                continue
+            mc = method_call(call)
+            if mc is None or mc[1] not in ("step", "update", "unscale_"):
+                continue
+            receiver = ctx.code(mc[0])
+            if receiver not in scalers:
+                continue
+            arg = ctx.code(call.args[0].value) if call.args and call.args[0].keyword is None else None
+            events.setdefault(scope, []).append(ScalerEvent(mc[1], receiver, call, arg))
+        ctx.__dict__["_scaler_events"] = events
+    return ctx.__dict__["_scaler_events"]
+
+
+def offset(ctx: FileContext, node: cst.CSTNode) -> int:
+    return ctx.offsets(node)[0]
+
+
+# -- policy tables ------------------------------------------------------------------------
+
+def region_table(ctx: FileContext, ac: AutocastCall):
+    """The policy table for an autocast call's device (a literal, else the configured one);
+    None when there is no table for that device."""
+    device = ac.device.split(":")[0] if ac.device else None
+    return ctx.policy(device)
+
+
+def region_dtype(ctx: FileContext, ac: AutocastCall) -> str | None:
+    """The lower-precision dtype a region runs in: its literal dtype, else the device's default
+    from the tables; None when an expression decides."""
+    if ac.dtype is not None:
+        return ac.dtype
+    if ac.dtype_given:
+        return None
+    table = region_table(ctx, ac)
+    return table.default_dtype if table is not None else None
+
+
+def autocast_calls(ctx: FileContext) -> list[AutocastCall]:
+    if "_autocast_calls" not in ctx.__dict__:
+        ctx.__dict__["_autocast_calls"] = [ac for c in calls(ctx) if (ac := autocast_call(ctx, c))]
+    return ctx.__dict__["_autocast_calls"]
+
+
+def is_backward(ctx: FileContext, call: cst.Call) -> bool:
+    """A tensor's backward pass: ``loss.backward()``, ``S.scale(loss).backward()``,
+    ``torch.autograd.backward(...)``. ``accelerator.backward(loss)`` and other wrappers that
+    take the loss as an argument are not."""
+    mc = method_call(call)
+    if mc is not None and mc[1] == "backward":
+        return not any(a.keyword is None for a in call.args)
+    return ctx.resolves_to(call.func, {"torch.autograd.backward"}) is not None

@@ -121,6 +121,8 @@ def build_table(device: str, lowp: torch.dtype, mode: str, patterns: tuple[str, 
         "dtype": dtype_name(lowp),
         "default_dtype": dtype_name(torch.get_autocast_dtype(device)),
         "supported_dtypes": [d for d, v in verdicts.items() if v == "enabled"],
+        # Device types torch.autocast accepts at all (a "cuda:0" index is allowed too).
+        "autocast_devices": sorted(torch._C._autocast_supported_devices()),
         "dtype_checks": verdicts,
         "mode": "+".join(m for m, on in (("simulate", simulated), ("execute", executed)) if on),
         "amplint_version": __version__,

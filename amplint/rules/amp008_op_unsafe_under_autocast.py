@@ -159,7 +159,8 @@ class Trainer:
             if table is None:
                 continue
             banned = table.spellings_with("banned")
-            spelling = ctx.resolves_to(call.func, banned)
+            direct = isinstance(call.func, (cst.Name, cst.Attribute))
+            spelling = ctx.resolves_to(call.func, banned) if direct else None
             if spelling is not None and _is_module_class(spelling):
                 continue  # building the loss module runs nothing; calling it does
             if spelling is None and isinstance(call.func, cst.Call):  # nn.BCELoss()(...)

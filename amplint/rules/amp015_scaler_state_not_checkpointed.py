@@ -1,0 +1,164 @@
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from ..engine.context import FileContext
+from ..engine.rule import Invalid, Rule, Valid
+from ..engine.semantics import calls, enclosing_function, known_scalers, method_call
+
+_SAVE = frozenset({"torch.save"})
+
+
+def _state_dict_calls(node: cst.CSTNode) -> list[cst.Call]:
+    found = []
+
+    class Collect(cst.CSTVisitor):
+        def visit_Call(self, call: cst.Call) -> None:
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("state_dict", "load_state_dict"):
+                found.append(call)
+
+    node.visit(Collect())
+    return found
+
+
+class ScalerStateNotCheckpointed(Rule):
+    """
+    ## What it does
+    Where a GradScaler is in scope (used in the same function, or bound to `self.` in the same
+    class), finds a checkpoint — `torch.save` of a payload with `.state_dict()` calls — that
+    saves no `scaler.state_dict()`, and a resume that loads state dicts
+    (`optimizer.load_state_dict(...)`) but never `scaler.load_state_dict(...)`.
+
+    ## Why is this bad?
+    The scaler's state (the current loss scale and its growth tracker) is part of the
+    training state. A run resumed without it restarts at a scale of 65536: the first steps
+    overflow and are skipped, or, after a long run at a small scale, gradients underflow.
+    PyTorch's AMP examples save and load it with the model and optimizer.
+
+    ## Example
+    ```python
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
+    ```
+
+    ## Fix
+    ```python
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "scaler": scaler.state_dict()}, path)
+    ```
+
+    ## Fix safety
+    No automatic fix: the key name and the loading side are the author's.
+
+    ## False positives
+    A scaler saved by another function (a separate `state_dict()` method of a trainer) is not
+    seen when `torch.save` is called elsewhere with `trainer.state_dict()`; that payload has
+    no scaler in scope, so it is not reported either.
+    """
+
+    code = "AMP015"
+    name = "scaler-state-not-checkpointed"
+    summary = "Checkpoint saved or loaded without the GradScaler's state"
+    fragments = (r"state_dict",)
+
+    valid = (
+        Valid("""
+import torch
+def save(model, optimizer, scaler, path):
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "scaler": scaler.state_dict()}, path)
+
+def load(model, optimizer, scaler, path):
+    ckpt = torch.load(path)
+    model.load_state_dict(ckpt["model"])
+    optimizer.load_state_dict(ckpt["optimizer"])
+    scaler.load_state_dict(ckpt["scaler"])
+"""),
+        Valid("""
+import torch
+def save(model, optimizer, path):
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
+"""),
+    )
+    invalid = (
+        Invalid("""
+import torch
+def train(model, optimizer, loader, path):
+    scaler = torch.amp.GradScaler("cuda")
+    for x in loader:
+        scaler.scale(model(x).mean()).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+    torch.save(state, path)
+"""),
+        Invalid("""
+import torch
+class Trainer:
+    def __init__(self):
+        self.scaler = torch.amp.GradScaler("cuda")
+
+    def resume(self, path):
+        ckpt = torch.load(path)
+        self.model.load_state_dict(ckpt["model"])
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+"""),
+    )
+
+    def check(self, ctx: FileContext) -> None:
+        scalers = known_scalers(ctx)
+        if not scalers:
+            return
+        assignments: dict[int, dict[str, cst.BaseExpression]] = {}
+        for call in calls(ctx):
+            func = enclosing_function(ctx, call)
+            in_scope = self._scalers_in_scope(ctx, func, scalers)
+            if not in_scope:
+                continue
+            body = func if func is not None else ctx.module
+            state_calls = _state_dict_calls(body)
+            receivers = {ctx.code(c.func.value) for c in state_calls}
+            if ctx.resolves_to(call.func, _SAVE) and call.args:
+                payload = call.args[0].value
+                if isinstance(payload, cst.Name):
+                    scope = assignments.setdefault(id(body), self._assignments(ctx, body))
+                    payload = scope.get(payload.value, payload)
+                saves = [c for c in _state_dict_calls(payload) if c.func.attr.value == "state_dict"]
+                if saves and not receivers & in_scope:
+                    ctx.report(call, f"checkpoint without `{sorted(in_scope)[0]}.state_dict()`: a "
+                                     "resumed run restarts the loss scale")
+            mc = method_call(call)
+            if mc is not None and mc[1] == "load_state_dict" and ctx.code(mc[0]) not in in_scope:
+                loads = [c for c in state_calls if c.func.attr.value == "load_state_dict"]
+                if loads and loads[0] is call and not receivers & in_scope:
+                    ctx.report(call, f"state restored without `{sorted(in_scope)[0]}.load_state_dict(...)`: "
+                                     "the loss scale restarts from its initial value")
+
+    @staticmethod
+    def _scalers_in_scope(ctx: FileContext, func, scalers: set[str]) -> set[str]:
+        if func is None:
+            return set()
+        def mentions(code: str, name: str) -> bool:
+            return re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", code) is not None
+
+        code = ctx.code(func)
+        found = {s for s in scalers if mentions(code, s)}
+        cls = next((a for a in ctx.ancestors(func) if isinstance(a, cst.ClassDef)), None)
+        if cls is not None:
+            class_code = ctx.code(cls)
+            found |= {s for s in scalers if s.startswith("self.") and mentions(class_code, s)}
+        return found
+
+    @staticmethod
+    def _assignments(ctx: FileContext, body) -> dict[str, cst.BaseExpression]:
+        found: dict[str, cst.BaseExpression] = {}
+
+        class Collect(cst.CSTVisitor):
+            def visit_Assign(self, node: cst.Assign) -> None:
+                for t in node.targets:
+                    if isinstance(t.target, cst.Name):
+                        found[t.target.value] = node.value
+
+        body.visit(Collect())
+        return found

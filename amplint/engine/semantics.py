@@ -401,3 +401,93 @@ def is_backward(ctx: FileContext, call: cst.Call) -> bool:
     if mc is not None and mc[1] == "backward":
         return not any(a.keyword is None for a in call.args)
     return ctx.resolves_to(call.func, {"torch.autograd.backward"}) is not None
+
+
+# -- light dtype inference ------------------------------------------------------------------
+
+FP32_FAMILY = frozenset({"fp32", "fp32_set_opt_dtype", "fp32_append_dtype"})
+FLOAT32_FACTORIES = frozenset({"torch.randn", "torch.rand", "torch.zeros", "torch.ones", "torch.empty",
+                               "torch.full", "torch.linspace", "torch.eye"})
+
+
+def call_spelling(ctx: FileContext, call: cst.Call) -> str | None:
+    """The public spelling a call goes through: ``torch.mm``, ``torch.Tensor.softmax`` for a
+    method on anything that is not a known module, ``torch.Tensor.__matmul__`` for ``@``."""
+    names = [n for n in ctx.qualified_names(call.func) if n.startswith("torch.")]
+    if names:
+        return names[0]
+    mc = method_call(call)
+    if mc is not None and not ctx.code(mc[0]).startswith("self"):
+        return f"torch.Tensor.{mc[1]}"
+    return None
+
+
+def policies_of(table, spelling: str | None) -> set[str]:
+    if table is None or spelling is None:
+        return set()
+    return {table.policy(op) for op in table.ops_reached_by(spelling)}
+
+
+def assigned_before(ctx: FileContext, name: cst.Name) -> cst.BaseExpression | None:
+    """The value last assigned to ``name`` (a plain ``x = ...``) earlier in its function."""
+    scope = enclosing_function(ctx, name) or ctx.module
+    cache = ctx.__dict__.setdefault("_assignments", {})
+    if id(scope) not in cache:
+        found: list[tuple[int, str, cst.BaseExpression]] = []
+        for node in _walk_same_scope(scope):
+            if isinstance(node, cst.Assign) and len(node.targets) == 1 \
+                    and isinstance(node.targets[0].target, cst.Name):
+                found.append((offset(ctx, node), node.targets[0].target.value, node.value))
+        cache[id(scope)] = sorted(found, key=lambda t: t[0])
+    at = offset(ctx, name)
+    value = None
+    for pos, target, expr in cache[id(scope)]:
+        if pos >= at:
+            break
+        if target == name.value:
+            value = expr
+    return value
+
+
+def inferred_dtype(ctx: FileContext, expr: cst.BaseExpression, table, depth: int = 3) -> str | None:
+    """'lowp', 'float32' or None (unknown) for a value computed inside an autocast region whose
+    device's policies are ``table``: what autocast makes of the op that produced it."""
+    if depth == 0:
+        return None
+    if isinstance(expr, cst.Name):
+        value = assigned_before(ctx, expr)
+        return inferred_dtype(ctx, value, table, depth - 1) if value is not None else None
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.MatrixMultiply):
+        spelling = "torch.Tensor.__matmul__"
+    elif isinstance(expr, cst.Call):
+        mc = method_call(expr)
+        if mc is not None and mc[1] == "float":
+            return "float32"
+        if mc is not None and mc[1] in ("half", "bfloat16"):
+            return "lowp"
+        spelling = call_spelling(ctx, expr)
+    else:
+        return None
+    policies = policies_of(table, spelling)
+    if policies == {"lower_precision_fp"}:
+        return "lowp"
+    if policies and policies <= FP32_FAMILY:
+        return "float32"
+    return None
+
+
+def float32_outside_autocast(ctx: FileContext, expr: cst.BaseExpression, depth: int = 3) -> bool:
+    """A value that is float32 without autocast: a factory without ``dtype=``, or ``.float()``."""
+    if depth == 0:
+        return False
+    if isinstance(expr, cst.Name):
+        value = assigned_before(ctx, expr)
+        return value is not None and float32_outside_autocast(ctx, value, depth - 1)
+    if not isinstance(expr, cst.Call):
+        return False
+    mc = method_call(expr)
+    if mc is not None and mc[1] == "float" and not expr.args:
+        return True
+    return ctx.resolves_to(expr.func, FLOAT32_FACTORIES) is not None and \
+        not any(a.keyword is not None and a.keyword.value == "dtype" for a in expr.args) and \
+        not has_star_args(expr)

@@ -1,0 +1,149 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from ..engine.context import FileContext
+from ..engine.rule import Invalid, Rule, Valid
+from ..engine.semantics import (
+    assigned_before,
+    autocast_region,
+    call_spelling,
+    calls,
+    float32_outside_autocast,
+    inferred_dtype,
+    region_table,
+)
+
+# Ops that need all tensor inputs in one dtype when autocast is not there to cast them.
+_EQUAL_DTYPE_OPS = frozenset({"mm", "matmul", "bmm", "addmm", "baddbmm", "addbmm", "mv", "dot",
+                              "linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
+                              "conv_transpose2d", "conv_transpose3d", "index_put", "scatter",
+                              "scatter_add", "bilinear"})
+
+
+def _base(op: str) -> str:
+    return op.split("::")[-1].split(".")[0]
+
+
+class HalfOutputLeaksOutOfRegion(Rule):
+    """
+    ## What it does
+    Light dtype inference over the policy tables: a value made inside an autocast region by an
+    op the table for that device marks `lower_precision_fp` (`torch.mm`, `F.linear`, `@`, …)
+    and used after the region, in an op that needs equal dtypes (`mm`, `matmul`, `bmm`,
+    `addmm`, `linear`, `conv*`, `index_put`, `scatter` …), together with a value that is
+    float32 there (a factory without `dtype=`, or `.float()`).
+
+    ## Why is this bad?
+    Outside the region nothing casts: the op gets a float16 and a float32 tensor and raises
+    "expected scalar type Float but found Half" (or the reverse) — at run time, often far from
+    the region that made the half tensor.
+
+    ## Example
+    ```python
+    with torch.autocast("cuda"):
+        h = torch.mm(x, w1)
+    out = torch.mm(h, torch.randn(64, 10, device="cuda"))
+    ```
+
+    ## Fix
+    ```python
+    with torch.autocast("cuda"):
+        h = torch.mm(x, w1)
+    h = h.float()  # leave the region in float32
+    out = torch.mm(h, torch.randn(64, 10, device="cuda"))
+    ```
+
+    ## Fix safety
+    No automatic fix: where to cast is the author's call.
+
+    ## False positives
+    Only values whose origin is visible in the same function are followed (names assigned
+    once, a few steps deep); values produced by model calls are not known and are not
+    reported. Uses inside another autocast region are not reported (it casts them).
+    """
+
+    code = "AMP019"
+    name = "half-output-leaks-out-of-region"
+    summary = "Half-precision output of an autocast region mixed with float32 after the region"
+    uses_policy = True
+    fragments = (r"autocast",)
+
+    valid = (
+        Valid("""
+import torch
+with torch.autocast("cuda"):
+    h = torch.mm(x, w1)
+h = h.float()
+out = torch.mm(h, torch.randn(64, 10, device="cuda"))
+"""),
+        Valid("""
+import torch
+with torch.autocast("cuda"):
+    h = torch.mm(x, w1)
+    out = torch.mm(h, torch.randn(64, 10, device="cuda"))
+"""),
+        Valid("""
+import torch
+with torch.autocast("cuda"):
+    s = torch.softmax(x, dim=-1)
+out = torch.mm(s, torch.randn(64, 10, device="cuda"))
+"""),
+    )
+    invalid = (
+        Invalid("""
+import torch
+import torch.nn.functional as F
+def head(x, w1):
+    with torch.autocast(device_type="cuda"):
+        h = F.linear(x, w1)
+    w2 = torch.randn(10, 64, device="cuda")
+    return F.linear(h, w2)
+"""),
+        Invalid("""
+import torch
+with torch.autocast("cuda"):
+    h = x @ w1
+proj = torch.zeros(64, 10, device="cuda").float()
+out = h @ proj
+"""),
+    )
+
+    def check(self, ctx: FileContext) -> None:
+        candidates = []
+        for call in calls(ctx):
+            spelling = call_spelling(ctx, call)
+            if spelling is not None:
+                candidates.append((call, spelling, [a.value for a in call.args if a.keyword is None]))
+
+        class Matmuls(cst.CSTVisitor):
+            def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+                if isinstance(node.operator, cst.MatrixMultiply):
+                    candidates.append((node, "torch.Tensor.__matmul__", [node.left, node.right]))
+
+        ctx.module.visit(Matmuls())
+        table = ctx.policy()
+        for node, spelling, args in candidates:
+            if not any(_base(op) in _EQUAL_DTYPE_OPS for op in table.ops_reached_by(spelling)):
+                continue
+            if autocast_region(ctx, node) is not None:
+                continue
+            half = next((a for a in args if self._half_from_region(ctx, a)), None)
+            full = next((a for a in args if a is not half and float32_outside_autocast(ctx, a)), None)
+            if half is not None and full is not None:
+                ctx.report(node, f"`{ctx.code(half)}` comes out of an autocast region in lower precision "
+                                 f"and `{ctx.code(full)}` is float32: outside the region this raises "
+                                 f"'expected scalar type'; cast with `{ctx.code(half)}.float()` at the "
+                                 "region's end")
+
+    @staticmethod
+    def _half_from_region(ctx: FileContext, expr: cst.BaseExpression) -> bool:
+        if not isinstance(expr, cst.Name):
+            return False
+        value = assigned_before(ctx, expr)
+        if value is None:
+            return False
+        region = autocast_region(ctx, value)
+        if region is None:
+            return False
+        return inferred_dtype(ctx, value, region_table(ctx, region[0])) == "lowp"

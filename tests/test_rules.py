@@ -49,3 +49,10 @@ def test_rule_example(rule, kind, index, example):
     cst.parse_module(fixed.source)
     again = _lint(rule, fixed.source, fix=True, unsafe=True)
     assert again.source == fixed.source, "a second --fix changed the file again"
+
+
+def test_readme_lists_every_rule():
+    from conftest import ROOT
+    readme = (ROOT / "README.md").read_text()
+    for rule in all_rules():
+        assert f"| {rule.code} | {rule.name} |" in readme, rule.code

@@ -4,26 +4,27 @@ import libcst as cst
 
 from ..engine.context import FileContext
 from ..engine.rule import Invalid, Rule, Valid
-from ..engine.semantics import autocast_decorator, autocast_of_with_item, autocast_region, calls
+from ..engine.semantics import (
+    assigned_before,
+    autocast_decorator,
+    autocast_of_with_item,
+    autocast_region,
+    calls,
+)
 
 _DATA_PARALLEL = frozenset({"torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
                             "torch.nn.parallel.data_parallel.DataParallel"})
 
 
-class _Bindings(cst.CSTVisitor):
-    """What each name/attribute was assigned: ``model = Net()``, ``model = nn.DataParallel(model)``."""
+_MOVES = frozenset({"cuda", "to", "cpu", "train", "eval", "float", "half", "bfloat16"})
 
-    def __init__(self, ctx: FileContext):
-        self.ctx = ctx
-        self.values: dict[str, list[cst.BaseExpression]] = {}
-        self.classes: dict[str, cst.ClassDef] = {}
 
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self.classes[node.name.value] = node
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        for target in node.targets:
-            self.values.setdefault(self.ctx.code(target.target), []).append(node.value)
+def _strip_moves(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """``nn.DataParallel(net).cuda().train()`` is still the DataParallel."""
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) \
+            and expr.func.attr.value in _MOVES:
+        expr = expr.func.value
+    return expr
 
 
 def _forward_has_autocast(ctx: FileContext, cls: cst.ClassDef) -> bool:
@@ -98,6 +99,19 @@ with torch.autocast("cuda"):
         Valid("""
 import torch
 from torch import nn
+class Net(nn.Module):
+    def forward(self, x):
+        return x
+def train():
+    model = nn.DataParallel(Net())
+    return model
+def evaluate(model, x):
+    with torch.autocast("cuda"):
+        return model(x)
+"""),
+        Valid("""
+import torch
+from torch import nn
 from mylib import Net
 model = nn.DataParallel(Net())
 with torch.autocast("cuda"):
@@ -110,40 +124,90 @@ import torch
 from torch import nn
 class Net(nn.Module):
     def forward(self, x):
+        return x
+class Trainer:
+    def __init__(self):
+        self.model = nn.DataParallel(Net()).cuda()
+
+    def step(self, x):
+        with torch.autocast("cuda"):
+            return self.model(x)
+"""),
+        Invalid("""
+import torch
+from torch import nn
+class Net(nn.Module):
+    def forward(self, x):
         return self.body(x)
 net = Net()
-model = nn.DataParallel(net)
+model = nn.DataParallel(net).cuda()
 with torch.autocast("cuda"):
     out = model(x)
 """),
     )
 
     def check(self, ctx: FileContext) -> None:
-        bindings = None
+        classes = None
         for call in calls(ctx):
             if not isinstance(call.func, (cst.Name, cst.Attribute)) or autocast_region(ctx, call) is None:
                 continue
-            if bindings is None:
-                bindings = _Bindings(ctx)
-                ctx.module.visit(bindings)
-            for value in bindings.values.get(ctx.code(call.func), []):
+            if classes is None:
+                classes = _classes(ctx)
+            for value in _values_of(ctx, call.func):
+                value = _strip_moves(value)
                 if not (isinstance(value, cst.Call) and ctx.resolves_to(value.func, _DATA_PARALLEL)
                         and value.args):
                     continue
-                cls = self._wrapped_class(ctx, value.args[0].value, bindings)
+                cls = _wrapped_class(ctx, value.args[0].value, classes)
                 if cls is not None and not _forward_has_autocast(ctx, cls):
                     ctx.report(call, f"`{ctx.code(call.func)}` is a DataParallel of `{cls.name.value}`, "
                                      "whose forward has no autocast: the worker threads run it in "
                                      "float32; put autocast inside forward")
                     break
 
-    @staticmethod
-    def _wrapped_class(ctx, expr, bindings) -> cst.ClassDef | None:
-        for _ in range(3):  # follow `net = Net(); model = DataParallel(net)`
-            if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name):
-                return bindings.classes.get(expr.func.value)
-            values = bindings.values.get(ctx.code(expr), [])
-            if len(values) != 1:
-                return None
-            expr = values[0]
-        return None
+
+def _classes(ctx: FileContext) -> dict[str, cst.ClassDef]:
+    found: dict[str, cst.ClassDef] = {}
+
+    class Collect(cst.CSTVisitor):
+        def visit_ClassDef(self, node: cst.ClassDef) -> None:
+            found[node.name.value] = node
+
+    ctx.module.visit(Collect())
+    return found
+
+
+def _values_of(ctx: FileContext, expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """What a callee holds: the last assignment to a name in its own scope, or every
+    ``self.attr = ...`` in the enclosing class."""
+    if isinstance(expr, cst.Name):
+        value = assigned_before(ctx, expr)
+        return [value] if value is not None else []
+    if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self":
+        cls = next((a for a in ctx.ancestors(expr) if isinstance(a, cst.ClassDef)), None)
+        if cls is None:
+            return []
+        found = []
+        target = ctx.code(expr)
+
+        class Collect(cst.CSTVisitor):
+            def visit_Assign(self, node: cst.Assign) -> None:
+                if any(ctx.code(t.target) == target for t in node.targets):
+                    found.append(node.value)
+
+        cls.visit(Collect())
+        return found
+    return []
+
+
+def _wrapped_class(ctx, expr, classes) -> cst.ClassDef | None:
+    for _ in range(3):  # follow `net = Net(); model = DataParallel(net)`
+        expr = _strip_moves(expr)
+        if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name):
+            return classes.get(expr.func.value)
+        if not isinstance(expr, cst.Name):
+            return None
+        expr = assigned_before(ctx, expr)
+        if expr is None:
+            return None
+    return None

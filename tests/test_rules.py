@@ -56,3 +56,13 @@ def test_readme_lists_every_rule():
     readme = (ROOT / "README.md").read_text()
     for rule in all_rules():
         assert f"| {rule.code} | {rule.name} |" in readme, rule.code
+
+
+@pytest.mark.parametrize("rule,kind,index,example", CASES)
+def test_prefilter_never_drops_a_finding(rule, kind, index, example):
+    every_rule = list(all_rules())
+    with_filter = lint_source("example.py", example.code, every_rule, policy_loader=_cuda_tables)
+    without = lint_source("example.py", example.code, every_rule, policy_loader=_cuda_tables,
+                          use_prefilter=False)
+    assert [(d.code, d.location) for d in with_filter.diagnostics] == \
+        [(d.code, d.location) for d in without.diagnostics]

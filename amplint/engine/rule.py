@@ -48,9 +48,9 @@ class Rule:
     name: ClassVar[str]
     summary: ClassVar[str]
     fixable: ClassVar[bool] = False
-    # Substrings (regular expressions) without which the rule cannot fire: files that
-    # contain none of any selected rule's fragments are never parsed.
-    fragments: ClassVar[tuple[str, ...]]
+    # Regular expressions without which the rule cannot fire (a tuple inside: all of them):
+    # files that contain none of any selected rule's fragments are never parsed.
+    fragments: ClassVar[tuple[str | tuple[str, ...], ...]]
     # Whether the rule reads the op-policy tables in policies/.
     uses_policy: ClassVar[bool] = False
     valid: ClassVar[tuple[Valid, ...]] = ()

@@ -104,7 +104,7 @@ class BackwardInsideAutocast(Rule):
     name = "backward-inside-autocast"
     summary = "Backward pass inside an autocast region"
     fixable = True
-    fragments = (r"\bbackward\b|autograd\.grad|\bgrad\(",)
+    fragments = (r"autocast",)  # it only fires inside a region
 
     valid = (
         Valid("""

@@ -70,7 +70,7 @@ class ClipGradWithoutUnscale(Rule):
     name = "clip-grad-without-unscale"
     summary = "Gradient clipping on scaled gradients (no scaler.unscale_ first)"
     fixable = True
-    fragments = (r"clip_grad",)
+    fragments = (r"\.scale\(",)  # needs S.scale(loss).backward() before the clip
 
     valid = (
         Valid("""

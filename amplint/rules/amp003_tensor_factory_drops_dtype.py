@@ -73,8 +73,9 @@ class TensorFactoryDropsDtype(Rule):
     name = "tensor-factory-drops-dtype"
     summary = "Tensor factory takes a tensor's device but not its dtype"
     fixable = True
-    # The keyword and the attribute it reads sit on one line, even in a multi-line call.
-    fragments = (r"device\s*=[^\n]*\.device\b",)
+    # The keyword and the attribute it reads sit on one line, even in a multi-line call;
+    # the factory's name is somewhere in the file.
+    fragments = ((r"device\s*=[^\n]*\.device\b", r"\b(?:zeros|ones|empty|full|tensor)\("),)
 
     valid = (
         Valid("""

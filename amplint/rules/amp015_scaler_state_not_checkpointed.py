@@ -60,7 +60,7 @@ class ScalerStateNotCheckpointed(Rule):
     code = "AMP015"
     name = "scaler-state-not-checkpointed"
     summary = "Checkpoint saved or loaded without the GradScaler's state"
-    fragments = (r"state_dict",)
+    fragments = (r"GradScaler|\.scale\(|\b(?:grad_|amp_)?scaler\b",)  # needs a scaler in sight
 
     valid = (
         Valid("""

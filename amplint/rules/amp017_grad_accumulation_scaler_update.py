@@ -66,7 +66,7 @@ class GradAccumulationScalerUpdate(Rule):
     code = "AMP017"
     name = "grad-accumulation-scaler-update"
     summary = "scaler.update() outside the gradient-accumulation condition of scaler.step()"
-    fragments = (r"%",)
+    fragments = (r"GradScaler|\.scale\(|\b(?:grad_|amp_)?scaler\b",)  # needs a scaler in sight
 
     valid = (
         Valid("""

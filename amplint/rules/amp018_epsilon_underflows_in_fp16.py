@@ -65,7 +65,7 @@ class EpsilonUnderflowsInFp16(Rule):
     name = "epsilon-underflows-in-fp16"
     summary = "Epsilon below float16's smallest value inside a float16 region"
     uses_policy = True
-    fragments = (r"\d[eE]-0*(?:[89]|\d\d)\b",)
+    fragments = (r"autocast",)  # it only fires inside a region
 
     valid = (
         Valid("""

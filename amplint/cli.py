@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -38,9 +39,11 @@ def main():
 @click.option("--output-format", type=click.Choice(list(FORMATS)), default="text", show_default=True)
 @click.option("--statistics", "show_statistics", is_flag=True, help="Count findings per rule.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings remain.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
+              help="Processes to use (default: the machine's cores).")
 @click.option("-v", "--verbose", is_flag=True, help="Show tracebacks of internal errors.")
 def check(paths, fix, unsafe_fixes, diff, select, ignore, extend_select, output_format,
-          show_statistics, exit_zero, verbose):
+          show_statistics, exit_zero, jobs, verbose):
     """Check Python files for AMP mistakes (default: the current folder)."""
     paths = list(paths) or [Path(".")]
     try:
@@ -50,7 +53,8 @@ def check(paths, fix, unsafe_fixes, diff, select, ignore, extend_select, output_
             ignore=config_mod.validate_codes(_codes(ignore) or [], "--ignore"),
             extend_select=config_mod.validate_codes(_codes(extend_select) or [], "--extend-select"))
         report = check_paths(paths, config, rules,
-                             Options(fix=fix, unsafe_fixes=unsafe_fixes, diff=diff))
+                             Options(fix=fix, unsafe_fixes=unsafe_fixes, diff=diff,
+                                     jobs=jobs or os.cpu_count() or 1))
     except (config_mod.ConfigError, PathError) as exc:
         click.echo(f"amplint: error: {exc}", err=True)
         sys.exit(2)

@@ -209,3 +209,12 @@ def test_check_never_imports_torch(project):
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True)
     assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_jobs_give_the_same_output_in_the_same_order(run_amplint, tmp_path):
+    for i in range(70):  # enough files for the process pool to be used
+        (tmp_path / f"step{i:02d}.py").write_text(FAULTY)
+    one = run_amplint("check", "--jobs", "1", ".", cwd=tmp_path)
+    two = run_amplint("check", "--jobs", "2", ".", cwd=tmp_path)
+    assert one.returncode == two.returncode == 1
+    assert one.stdout == two.stdout and one.stdout.count("\n") == 140

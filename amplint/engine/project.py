@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import difflib
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +22,11 @@ class Options:
     unsafe_fixes: bool = False
     diff: bool = False
     use_prefilter: bool = True
+    jobs: int = 1
+
+
+# Below this many files a process pool costs more than it saves (the pre-commit case).
+_POOL_MIN_FILES = 64
 
 
 @dataclass
@@ -53,10 +60,15 @@ def check_paths(paths: list[Path], config: Config, rules: list[type[Rule]], opti
         except PolicyError as exc:
             where = f"{config.source} [tool.amplint]" if config.source else "configuration"
             raise ConfigError(f"{where}: device / torch-version: {exc}") from None
+    tasks = []
     for path in python_files(paths, config):
         ignored = config.ignored_for(path)
-        file_rules = [r for r in rules if not any(r.code.startswith(i) for i in ignored)]
-        result = check_file(path, file_rules, options, load)
+        tasks.append((path, [r for r in rules if not any(r.code.startswith(i) for i in ignored)]))
+    if options.jobs > 1 and len(tasks) >= _POOL_MIN_FILES:
+        results = _in_pool(tasks, options, config)
+    else:
+        results = (check_file(path, file_rules, options, load) for path, file_rules in tasks)
+    for result in results:
         report.files_checked += 1
         report.diagnostics.extend(result.diagnostics)
         report.internal_errors += result.internal_errors
@@ -66,6 +78,28 @@ def check_paths(paths: list[Path], config: Config, rules: list[type[Rule]], opti
             report.diffs.append(result.diff)
     report.diagnostics.sort(key=lambda d: d.sort_key)
     return report
+
+
+def _in_pool(tasks, options: Options, config: Config) -> list[FileResult]:
+    """Files spread over processes in chunks; results come back in the order of ``tasks``."""
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    chunk = max(1, len(tasks) // (options.jobs * 8))
+    with ProcessPoolExecutor(options.jobs, mp_context=multiprocessing.get_context(method),
+                             initializer=_init_worker, initargs=(config,)) as pool:
+        return list(pool.map(_check_in_worker, tasks, [options] * len(tasks), chunksize=chunk))
+
+
+_worker_loader = None
+
+
+def _init_worker(config: Config) -> None:
+    global _worker_loader
+    _worker_loader = policy_loader(config)
+
+
+def _check_in_worker(task, options: Options) -> FileResult:
+    path, rules = task
+    return check_file(path, rules, options, _worker_loader)
 
 
 def _io_diagnostic(path: str, message: str) -> Diagnostic:

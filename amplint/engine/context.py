@@ -75,6 +75,10 @@ class FileContext:
         return next((n for n in self.qualified_names(node) if n in names), None)
 
     def code(self, node: cst.CSTNode) -> str:
+        """The node's source text (a slice of the file: rendering it again is slow)."""
+        if node in self._positions:
+            start, end = self.offsets(node)
+            return self.source[start:end]
         return self.module.code_for_node(node)
 
     # -- positions and offsets -----------------------------------------------------------

@@ -6,7 +6,7 @@ import libcst as cst
 
 from ..engine.context import FileContext
 from ..engine.rule import Invalid, Rule, Valid
-from ..engine.semantics import calls, enclosing_function, known_scalers, method_call
+from ..engine.semantics import calls, enclosing_function, known_scalers
 
 _SAVE = frozenset({"torch.save"})
 
@@ -110,29 +110,37 @@ class Trainer:
         scalers = known_scalers(ctx)
         if not scalers:
             return
-        assignments: dict[int, dict[str, cst.BaseExpression]] = {}
+        by_function: dict[int, list[cst.Call]] = {}
+        functions: dict[int, cst.FunctionDef] = {}
         for call in calls(ctx):
             func = enclosing_function(ctx, call)
+            if func is not None:
+                by_function.setdefault(id(func), []).append(call)
+                functions[id(func)] = func
+        for key, func_calls in by_function.items():
+            func = functions[key]
             in_scope = self._scalers_in_scope(ctx, func, scalers)
             if not in_scope:
                 continue
-            body = func if func is not None else ctx.module
-            state_calls = _state_dict_calls(body)
+            state_calls = _state_dict_calls(func)
             receivers = {ctx.code(c.func.value) for c in state_calls}
-            if ctx.resolves_to(call.func, _SAVE) and call.args:
-                payload = call.args[0].value
-                if isinstance(payload, cst.Name):
-                    scope = assignments.setdefault(id(body), self._assignments(ctx, body))
-                    payload = scope.get(payload.value, payload)
-                saves = [c for c in _state_dict_calls(payload) if c.func.attr.value == "state_dict"]
-                if saves and not receivers & in_scope:
-                    ctx.report(call, f"checkpoint without `{sorted(in_scope)[0]}.state_dict()`: a "
-                                     "resumed run restarts the loss scale")
-            mc = method_call(call)
-            if mc is not None and mc[1] == "load_state_dict" and ctx.code(mc[0]) not in in_scope:
-                loads = [c for c in state_calls if c.func.attr.value == "load_state_dict"]
-                if loads and loads[0] is call and not receivers & in_scope:
-                    ctx.report(call, f"state restored without `{sorted(in_scope)[0]}.load_state_dict(...)`: "
+            if receivers & in_scope:
+                continue
+            assignments = None
+            loads = [c for c in state_calls if c.func.attr.value == "load_state_dict"
+                     and ctx.code(c.func.value) not in in_scope]
+            for call in func_calls:
+                if ctx.resolves_to(call.func, _SAVE) and call.args:
+                    payload = call.args[0].value
+                    if isinstance(payload, cst.Name):
+                        if assignments is None:
+                            assignments = self._assignments(ctx, func)
+                        payload = assignments.get(payload.value, payload)
+                    if any(c.func.attr.value == "state_dict" for c in _state_dict_calls(payload)):
+                        ctx.report(call, f"checkpoint without `{sorted(in_scope)[0]}.state_dict()`: a "
+                                         "resumed run restarts the loss scale")
+            if loads:
+                ctx.report(loads[0], f"state restored without `{sorted(in_scope)[0]}.load_state_dict(...)`: "
                                      "the loss scale restarts from its initial value")
 
     @staticmethod
@@ -146,7 +154,8 @@ class Trainer:
         found = {s for s in scalers if mentions(code, s)}
         cls = next((a for a in ctx.ancestors(func) if isinstance(a, cst.ClassDef)), None)
         if cls is not None:
-            class_code = ctx.code(cls)
+            cache = ctx.__dict__.setdefault("_class_code", {})
+            class_code = cache.setdefault(id(cls), ctx.code(cls))
             found |= {s for s in scalers if s.startswith("self.") and mentions(class_code, s)}
         return found
 

@@ -235,55 +235,44 @@ def statement_of(ctx: FileContext, node: cst.CSTNode) -> cst.CSTNode:
     return child
 
 
-def block_chain(ctx: FileContext, stmt: cst.CSTNode) -> list[tuple[cst.CSTNode, int]]:
-    """(block, index of the statement on the path) from ``stmt``'s block out to its function."""
-    chain = []
-    child = stmt
-    for ancestor in ctx.ancestors(stmt):
-        if isinstance(ancestor, Block):
-            chain.append((ancestor, next(i for i, s in enumerate(ancestor.body) if s is child)))
+def guards(ctx: FileContext, node: cst.CSTNode) -> list[tuple[cst.If, str]]:
+    """The ``if`` statements around ``node`` in its function, with the branch it is in."""
+    found = []
+    for child, ancestor in _with_children(ctx, node):
         if isinstance(ancestor, (cst.FunctionDef, cst.Lambda)):
             break
-        child = ancestor
-    return chain
+        if isinstance(ancestor, cst.If) and (branch := _branch(ancestor, child)) != "test":
+            found.append((ancestor, branch))
+    return found
 
 
-def dominates(ctx: FileContext, first: cst.CSTNode, second: cst.CSTNode) -> bool:
-    """``first`` runs whenever ``second`` does, before it: it sits earlier in ``second``'s block
-    or in a block around it (branches and handlers do not count)."""
-    chain_first = block_chain(ctx, statement_of(ctx, first))
-    if not chain_first:
-        return False
-    block, index = chain_first[0]
-    for b, i in block_chain(ctx, statement_of(ctx, second)):
-        if b is block:
-            return index < i
-    return False
-
-
-def follows_always(ctx: FileContext, earlier: cst.CSTNode, later: cst.CSTNode) -> bool:
-    """``later`` runs whenever ``earlier`` does (ignoring exceptions and early exits):
-    it sits after it in ``earlier``'s block or in a block around it."""
-    chain_later = block_chain(ctx, statement_of(ctx, later))
-    if not chain_later:
-        return False
-    block, index = chain_later[0]
-    for b, i in block_chain(ctx, statement_of(ctx, earlier)):
-        if b is block:
-            return index > i
-    return False
+def _guard_texts(ctx: FileContext, found) -> set[tuple[str, str]]:
+    return {(ctx.code(node.test), branch) for node, branch in found}
 
 
 def exclusive(ctx: FileContext, a: cst.CSTNode, b: cst.CSTNode) -> bool:
-    """``a`` and ``b`` sit in different branches of one ``if`` (``elif`` included): at most
-    one of them runs. Decided at their lowest common ancestor."""
+    """At most one of ``a`` and ``b`` runs: they sit in different branches of one ``if``
+    (``elif`` included), or of two ``if``s with the same condition
+    (``if scaler is not None: ...`` twice), assuming the condition does not change between."""
     a_path = {id(ancestor): child for child, ancestor in _with_children(ctx, a)}
     for child, ancestor in _with_children(ctx, b):
         if id(ancestor) in a_path:
-            if not isinstance(ancestor, cst.If):
-                return False
-            return {_branch(ancestor, a_path[id(ancestor)]), _branch(ancestor, child)} == {"body", "orelse"}
-    return False
+            if isinstance(ancestor, cst.If) and \
+                    {_branch(ancestor, a_path[id(ancestor)]), _branch(ancestor, child)} == {"body", "orelse"}:
+                return True
+            break
+    a_texts = _guard_texts(ctx, guards(ctx, a))
+    return any((text, "orelse" if branch == "body" else "body") in a_texts
+               for text, branch in _guard_texts(ctx, guards(ctx, b)))
+
+
+def runs_with(ctx: FileContext, node: cst.CSTNode, target: cst.CSTNode, cause: cst.CSTNode) -> bool:
+    """``node`` runs whenever both ``cause`` and ``target`` run: each ``if`` around ``node``
+    also guards ``target``, or has the same condition and branch as one around ``cause``."""
+    target_ifs = {(id(n), b) for n, b in guards(ctx, target)}
+    cause_texts = _guard_texts(ctx, guards(ctx, cause))
+    return all((id(n), b) in target_ifs or (ctx.code(n.test), b) in cause_texts
+               for n, b in guards(ctx, node))
 
 
 def _with_children(ctx: FileContext, node: cst.CSTNode):

@@ -12,10 +12,9 @@ from ..engine.semantics import (
     CLIP_GRAD,
     Block,
     calls,
-    dominates,
     enclosing_function,
-    follows_always,
     method_call,
+    runs_with,
     scaled_backward_scaler,
     statement_of,
 )
@@ -28,10 +27,10 @@ class ClipGradWithoutUnscale(Rule):
     spelling or alias) after `S.scale(loss).backward()` with no `S.unscale_(optimizer)` before
     the clip on that path, in the same function.
 
-    An `unscale_` counts when it runs whenever the clip does (earlier in the clip's block or
-    in a block around it, such as `if max_norm: S.unscale_(opt); clip(...)`), or whenever the
-    scaled backward does (after it in its block, as in
-    `if amp: S.scale(loss).backward(); S.unscale_(opt)`).
+    An `unscale_` before the clip counts when it runs whenever the scaled backward and the
+    clip both do: every `if` around it also guards the clip (`if max_norm: S.unscale_(opt);
+    clip(...)`), or has the same condition as one around the backward
+    (`if scaler is not None:` around both, as real trainers write it).
 
     ## Why is this bad?
     After `S.scale(loss).backward()` the gradients are multiplied by the loss scale (65536 at
@@ -104,6 +103,23 @@ if scaler is not None:
 else:
     loss.backward()
 nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+"""),
+        Valid("""
+import torch
+def train_step(scaler, loss, model, optimizer, accumulate, step):
+    if scaler is not None:
+        scaler.scale(loss).backward()
+    else:
+        loss.backward()
+    if step % accumulate == 0:
+        if scaler is not None:
+            scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
 """),
         Valid("""
 import torch
@@ -202,8 +218,7 @@ scaler.update()
             for scaler in dict.fromkeys(s for s, _ in backwards):
                 unscales = [c for k, s, c in events[:i] if k == "unscale_" and s == scaler]
                 mine = [c for s, c in backwards if s == scaler]
-                covered = any(dominates(ctx, u, clip) for u in unscales) or all(
-                    any(follows_always(ctx, b, u) for u in unscales) for b in mine)
+                covered = all(any(runs_with(ctx, u, clip, b) for u in unscales) for b in mine)
                 if not covered:
                     ctx.report(clip, f"gradients are clipped while still scaled by `{scaler}`: "
                                      f"call `{scaler}.unscale_(optimizer)` first",

@@ -15,11 +15,47 @@ _FACTORIES = {
 _KEPT_KEYWORDS = {"requires_grad", "layout", "pin_memory"}
 
 
+# Names of tensors that hold integers or booleans: a float32 tensor made on their device is
+# what the author wants, and `new_zeros` would make it integer.
+_NON_FLOAT_HINTS = ("ids", "idx", "index", "indices", "mask", "len", "label", "target", "count")
+
+
+def _float_tensor(ctx: FileContext, source: cst.BaseExpression, cls: cst.ClassDef | None) -> bool:
+    """Whether ``source`` (the x of ``device=x.device``) is plausibly a floating tensor: a
+    name, subscript or ``self.weight``-like parameter, not a module (``self.model.device``)
+    and not named like an index or a mask."""
+    root = source
+    while isinstance(root, cst.Subscript):
+        root = root.value
+    if isinstance(root, cst.Call) and isinstance(root.func, cst.Name) and root.func.value == "next" \
+            and "parameters" in ctx.code(root):
+        return True  # next(self.parameters()): a parameter
+    if isinstance(root, cst.Name):
+        name = root.value
+    elif isinstance(root, cst.Attribute) and isinstance(root.value, cst.Name) and root.value.value == "self":
+        name = root.attr.value
+        # Parameters and buffers; any other attribute of a module may be a module itself.
+        if not (name in ("weight", "bias") or name.endswith(("_weight", "_bias"))
+                or (cls is not None and f'"{name}"' in ctx.code(cls) and "register_buffer" in ctx.code(cls))):
+            return False
+    else:
+        return False
+    lowered = name.lower()
+    return name not in ("self", "cls") and not any(h in lowered for h in _NON_FLOAT_HINTS)
+
+
 def _chain_without_calls(expr: cst.BaseExpression) -> bool:
     """``x``, ``self.weight``, ``batch["x"]``: evaluating it again (or first) cannot matter."""
     while isinstance(expr, (cst.Attribute, cst.Subscript)):
         expr = expr.value
     return isinstance(expr, cst.Name)
+
+
+def _scalar_literal(expr: cst.BaseExpression) -> bool:
+    if isinstance(expr, cst.UnaryOperation):
+        expr = expr.expression
+    return isinstance(expr, (cst.Integer, cst.Float)) or (
+        isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "float")
 
 
 def _in_module_forward(ctx: FileContext, node: cst.CSTNode) -> bool:
@@ -66,7 +102,11 @@ class TensorFactoryDropsDtype(Rule):
     ## False positives
     A float32 tensor can be intended (an accumulator kept in float32 on purpose): then pass
     `dtype=torch.float32` explicitly, which this rule never reports. Any method named `forward`
-    of a class counts as a module's forward.
+    of a class counts as a module's forward. To stay quiet on correct code the rule skips
+    `x` that may not be a floating tensor: attributes of `self` other than `weight`, `bias`,
+    `*_weight`, `*_bias` and registered buffers (`self.model.device` is a module's), and names
+    that suggest integers or booleans (`input_ids`, `mask`, `lengths`, `labels`, …). It skips
+    `torch.tensor(<number>, device=...)`: a 0-dim tensor does not change other tensors' dtype.
     """
 
     code = "AMP003"
@@ -86,6 +126,16 @@ class Head(nn.Module):
         acc = torch.zeros(x.shape[0], device=x.device, dtype=torch.float32)
         mask = x.new_ones(x.shape[0], 1)
         return acc, mask
+"""),
+        Valid("""
+import torch
+from torch import nn
+class Ranker(nn.Module):
+    def forward(self, input_ids, scores):
+        mask = torch.ones(input_ids.shape, device=input_ids.device)
+        target = torch.full((4,), 0.5, device=self.model.device)
+        zero = torch.tensor(0.0, device=scores.device)
+        return mask, target, zero
 """),
         Valid("""
 import torch
@@ -120,14 +170,14 @@ import torch as th
 class Attn(th.nn.Module):
     def forward(self, q):
         bias = th.full((q.size(1), q.size(1)), float("-inf"), device=q.device, dtype=q.dtype)
-        scale = th.tensor(0.5, device=self.weight.device, requires_grad=False)
+        scale = th.tensor([0.5, 2.0], device=self.weight.device, requires_grad=False)
         return bias, scale
 """, fixed="""
 import torch as th
 class Attn(th.nn.Module):
     def forward(self, q):
         bias = q.new_full((q.size(1), q.size(1)), float("-inf"))
-        scale = self.weight.new_tensor(0.5, requires_grad=False)
+        scale = self.weight.new_tensor([0.5, 2.0], requires_grad=False)
         return bias, scale
 """, count=2),
         Invalid("""
@@ -161,8 +211,11 @@ class M(torch.nn.Module):
                     or device.value.attr.value != "device":
                 continue
             source = device.value.value
-            if isinstance(source, cst.Name) and source.value in ("self", "cls"):
-                continue  # a module's .device, not a tensor's
+            cls = next((a for a in ctx.ancestors(call) if isinstance(a, cst.ClassDef)), None)
+            if not _float_tensor(ctx, source, cls):
+                continue
+            if factory == "torch.tensor" and call.args and _scalar_literal(call.args[0].value):
+                continue  # a 0-dim tensor does not promote the tensors it meets
             dtype = keywords.get("dtype")
             same_dtype = dtype is not None and isinstance(dtype.value, cst.Attribute) \
                 and dtype.value.attr.value == "dtype" and ctx.code(dtype.value.value) == ctx.code(source)

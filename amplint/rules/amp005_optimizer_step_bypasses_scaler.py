@@ -72,6 +72,18 @@ else:
     loss.backward()
     optimizer.step()
 """),
+        Valid("""
+def step(scaler, loss, optimizer):
+    if scaler is not None:
+        scaler.scale(loss).backward()
+    else:
+        loss.backward()
+    if scaler is not None:
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
+"""),
     )
     invalid = (
         Invalid("""

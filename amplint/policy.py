@@ -74,3 +74,16 @@ def load_policy(device: str = "cuda", torch_version: str | None = None) -> Polic
         raise PolicyError(f"no policy table for device {device!r} in torch {version} "
                           f"(have: {', '.join(devices)})")
     return PolicyTable(json.loads(path.read_text(encoding="utf-8")))
+
+
+def loader(device: str = "cuda", torch_version: str | None = None):
+    """What the lint engine asks for tables: ``load(None)`` is the configured device's table
+    (raising PolicyError if there is none), ``load("mps")`` another device's, or None."""
+    def load(requested: str | None = None) -> PolicyTable | None:
+        try:
+            return load_policy(requested or device, torch_version)
+        except PolicyError:
+            if requested is None:
+                raise
+            return None
+    return load

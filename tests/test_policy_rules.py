@@ -10,7 +10,7 @@ import pytest
 from amplint import policy as policy_mod
 from amplint.engine.rule import all_rules
 from amplint.engine.runner import lint_source
-from amplint.policy import load_policy
+from amplint.policy import load_policy, loader
 
 SNIPPET = textwrap.dedent("""\
     import torch
@@ -25,10 +25,9 @@ SNIPPET = textwrap.dedent("""\
 
 
 def _codes(source, device, version=None):
-    def tables(d=None):
-        return load_policy(d or device, version)
     policy_rules = [r for r in all_rules() if r.uses_policy]
-    return sorted({d.code for d in lint_source("t.py", source, policy_rules, policy_loader=tables).diagnostics})
+    result = lint_source("t.py", source, policy_rules, policy_loader=loader(device, version))
+    return sorted({d.code for d in result.diagnostics})
 
 
 def test_policy_rules_are_marked():

@@ -5,7 +5,7 @@ import pytest
 
 from amplint.engine.rule import all_rules
 from amplint.engine.runner import lint_source
-from amplint.policy import load_policy
+from amplint.policy import loader
 
 CASES = [pytest.param(rule, kind, i, example, id=f"{rule.code}-{kind}-{i}")
          for rule in all_rules()
@@ -17,8 +17,7 @@ def _lint(rule, code, **kw):
     return lint_source("example.py", code, [rule], policy_loader=_cuda_tables, **kw)
 
 
-def _cuda_tables(device=None):
-    return load_policy(device or "cuda")
+_cuda_tables = loader("cuda")
 
 
 def test_every_rule_has_examples_and_docs():

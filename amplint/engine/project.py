@@ -8,7 +8,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..policy import PolicyError, load_policy
+from ..policy import PolicyError, loader
 from . import source as source_io
 from .config import Config, ConfigError
 from .diagnostics import Diagnostic, Location
@@ -40,15 +40,7 @@ class Report:
 
 
 def policy_loader(config: Config):
-    """Tables by device, for the configured torch version; None for a device with no table."""
-    def load(device: str | None = None):
-        try:
-            return load_policy(device or config.device, config.torch_version)
-        except PolicyError:
-            if device is None:
-                raise
-            return None
-    return load
+    return loader(config.device, config.torch_version)
 
 
 def check_paths(paths: list[Path], config: Config, rules: list[type[Rule]], options: Options) -> Report:

@@ -23,6 +23,11 @@ def _state_dict_calls(node: cst.CSTNode) -> list[cst.Call]:
     return found
 
 
+def _named_like_optimizer(code: str) -> bool:
+    last = code.split(".")[-1].lower().lstrip("_")
+    return "optim" in last or last == "opt" or last.startswith("opt_") or last.endswith("_opt")
+
+
 class ScalerStateNotCheckpointed(Rule):
     """
     ## What it does
@@ -52,7 +57,9 @@ class ScalerStateNotCheckpointed(Rule):
     No automatic fix: the key name and the loading side are the author's.
 
     ## False positives
-    A scaler saved by another function (a separate `state_dict()` method of a trainer) is not
+    The resume side is only checked where an optimizer (named like one: `optimizer`, `opt`,
+    `optim*`) is restored from a checkpoint; loading model or EMA weights alone is not a
+    resume. A scaler saved by another function (a separate `state_dict()` method of a trainer) is not
     seen when `torch.save` is called elsewhere with `trainer.state_dict()`; that payload has
     no scaler in scope, so it is not reported either.
     """
@@ -127,8 +134,10 @@ class Trainer:
             if receivers & in_scope:
                 continue
             assignments = None
+            # A resume restores an optimizer from a checkpoint (not `opt.load_state_dict(opt.state_dict())`).
             loads = [c for c in state_calls if c.func.attr.value == "load_state_dict"
-                     and ctx.code(c.func.value) not in in_scope]
+                     and _named_like_optimizer(ctx.code(c.func.value)) and c.args
+                     and not _state_dict_calls(c.args[0].value)]
             for call in func_calls:
                 if ctx.resolves_to(call.func, _SAVE) and call.args:
                     payload = call.args[0].value

@@ -7,18 +7,32 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Iterator
 
 import libcst as cst
-from libcst.metadata import (
-    MetadataWrapper,
-    ParentNodeProvider,
-    PositionProvider,
-    QualifiedNameProvider,
-)
+from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider
 
 from .diagnostics import Diagnostic, Edit, Fix, Location
 
 if TYPE_CHECKING:
     from ..policy import PolicyTable
     from .rule import Rule
+
+
+class _Index(cst.CSTVisitor):
+    """Nodes by type and each node's parent, collected in one walk."""
+
+    def __init__(self):
+        self.by_type: dict[type, list] = {}
+        self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
+        self._stack: list[cst.CSTNode] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        self.by_type.setdefault(type(node), []).append(node)
+        if self._stack:
+            self.parents[node] = self._stack[-1]
+        self._stack.append(node)
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        self._stack.pop()
 
 
 class FileContext:
@@ -40,8 +54,18 @@ class FileContext:
         return self.wrapper.resolve(PositionProvider)
 
     @cached_property
+    def _index(self) -> "_Index":
+        index = _Index()
+        self.module.visit(index)
+        return index
+
+    @property
     def _parents(self):
-        return self.wrapper.resolve(ParentNodeProvider)
+        return self._index.parents
+
+    def nodes(self, kind: type[cst.CSTNode]) -> list:
+        """Every node of one type, in source order; one walk of the tree serves all rules."""
+        return self._index.by_type.get(kind, [])
 
     @cached_property
     def _qualified(self):

@@ -187,16 +187,7 @@ def autocast_region(ctx: FileContext, node: cst.CSTNode) -> tuple[AutocastCall, 
 
 def calls(ctx: FileContext) -> list[cst.Call]:
     """Every call in the file, in source order (computed once per file)."""
-    if "_calls" not in ctx.__dict__:
-        found: list[cst.Call] = []
-
-        class Collect(cst.CSTVisitor):
-            def visit_Call(self, node: cst.Call) -> None:
-                found.append(node)
-
-        ctx.module.visit(Collect())
-        ctx.__dict__["_calls"] = found
-    return ctx.__dict__["_calls"]
+    return ctx.nodes(cst.Call)
 
 
 def method_call(call: cst.Call) -> tuple[cst.BaseExpression, str] | None:
@@ -301,21 +292,13 @@ def known_scalers(ctx: FileContext) -> set[str]:
     ``grad_scaler`` or ``amp_scaler``."""
     if "_scalers" not in ctx.__dict__:
         found: set[str] = set()
-
-        class Collect(cst.CSTVisitor):
-            def visit_Assign(self, node: cst.Assign) -> None:
-                if isinstance(node.value, cst.Call) and ctx.resolves_to(node.value.func, GRAD_SCALER):
-                    found.update(ctx.code(t.target) for t in node.targets)
-
-            def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-                if isinstance(node.value, cst.Call) and ctx.resolves_to(node.value.func, GRAD_SCALER):
-                    found.add(ctx.code(node.target))
-
-            def visit_Param(self, node: cst.Param) -> None:
-                if node.name.value in _SCALER_PARAMS:
-                    found.add(node.name.value)
-
-        ctx.module.visit(Collect())
+        for node in ctx.nodes(cst.Assign):
+            if isinstance(node.value, cst.Call) and ctx.resolves_to(node.value.func, GRAD_SCALER):
+                found.update(ctx.code(t.target) for t in node.targets)
+        for node in ctx.nodes(cst.AnnAssign):
+            if isinstance(node.value, cst.Call) and ctx.resolves_to(node.value.func, GRAD_SCALER):
+                found.add(ctx.code(node.target))
+        found.update(p.name.value for p in ctx.nodes(cst.Param) if p.name.value in _SCALER_PARAMS)
         found.update(s for s in map(lambda c: scaled_backward_scaler(ctx, c), calls(ctx)) if s)
         ctx.__dict__["_scalers"] = found
     return ctx.__dict__["_scalers"]

@@ -40,29 +40,18 @@ def _dotted(node: cst.BaseExpression) -> str | None:
     return None
 
 
-class _Collect(cst.CSTVisitor):
-    """References (Name/Attribute, outermost) outside import statements, and the imports."""
+def _subtree(node: cst.CSTNode):
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(current.children)
 
-    def __init__(self):
-        self.references: list[cst.BaseExpression] = []
-        self.imports: list[cst.Import | cst.ImportFrom] = []
 
-    def visit_Import(self, node: cst.Import) -> bool:
-        self.imports.append(node)
-        return False
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-        self.imports.append(node)
-        return False
-
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        self.references.append(node)
-        node.value.visit(self)  # not node.attr: `x.autocast` does not refer to a name `autocast`
-        return False
-
-    def visit_Name(self, node: cst.Name) -> bool:
-        self.references.append(node)
-        return False
+def _is_attr_name(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """`autocast` in `x.autocast` does not refer to a name `autocast`."""
+    parent = ctx.parent(node)
+    return isinstance(parent, cst.Attribute) and parent.attr is node
 
 
 class DeprecatedAmpApi(Rule):
@@ -213,17 +202,20 @@ def make(args, kwargs):
     )
 
     def check(self, ctx: FileContext) -> None:
-        collected = _Collect()
-        ctx.module.visit(collected)
+        imports = ctx.nodes(cst.Import) + ctx.nodes(cst.ImportFrom)
+        in_imports = {id(n) for imp in imports for n in _subtree(imp)}
+        # References outside import statements.
+        references = [n for n in ctx.nodes(cst.Attribute) + ctx.nodes(cst.Name)
+                      if id(n) not in in_imports and not _is_attr_name(ctx, n)]
         uses = []
-        for ref in collected.references:
+        for ref in references:
             parent = ctx.parent(ref)
             if isinstance(parent, cst.Attribute) and parent.value is ref:
                 continue  # a prefix of a longer reference
             target = ctx.resolves_to(ref, _DEPRECATED.keys())
             if target is not None:
                 uses.append((ref, target))
-        bindings = self._import_bindings(collected.imports)
+        bindings = self._import_bindings(imports)
         planned = [(ref, target, self._plan(ctx, ref, target, bindings)) for ref, target in uses]
 
         # An import rewrite is only possible if every use of the names it binds is fixable.
@@ -235,7 +227,7 @@ def make(args, kwargs):
                 broken.add(id(binding[0]))
         for name, (stmt, _) in bindings.items():
             deprecated_refs = {id(r) for r, _, _ in planned}
-            for ref in collected.references:
+            for ref in references:
                 if _root(ref) is not None and _root(ref).value == name and id(ref) not in deprecated_refs \
                         and not (isinstance(ctx.parent(ref), cst.Attribute) and ctx.parent(ref).value is ref):
                     broken.add(id(stmt))

@@ -12,18 +12,15 @@ _WITH_LOGITS = {"binary_cross_entropy": "binary_cross_entropy_with_logits",
                 "BCELoss": "BCEWithLogitsLoss"}
 
 
-class _Constructions(cst.CSTVisitor):
+def _constructions(ctx: FileContext) -> dict[str, set[str]]:
     """``name = torch.nn.SomeLoss(...)`` anywhere: what each target was built from."""
-
-    def __init__(self, ctx: FileContext):
-        self.ctx = ctx
-        self.built: dict[str, set[str]] = {}
-
-    def visit_Assign(self, node: cst.Assign) -> None:
+    built: dict[str, set[str]] = {}
+    for node in ctx.nodes(cst.Assign):
         if isinstance(node.value, cst.Call):
-            names = {n for n in self.ctx.qualified_names(node.value.func) if n.startswith("torch.")}
+            names = {n for n in ctx.qualified_names(node.value.func) if n.startswith("torch.")}
             for target in node.targets:
-                self.built.setdefault(self.ctx.code(target.target), set()).update(names)
+                built.setdefault(ctx.code(target.target), set()).update(names)
+    return built
 
 
 def _is_module_class(spelling: str) -> bool:
@@ -167,9 +164,8 @@ class Trainer:
                 spelling = ctx.resolves_to(call.func.func, banned)
             if spelling is None:
                 if constructions is None:
-                    constructions = _Constructions(ctx)
-                    ctx.module.visit(constructions)
-                spelling = next(iter(constructions.built.get(ctx.code(call.func), set()) & banned), None)
+                    constructions = _constructions(ctx)
+                spelling = next(iter(constructions.get(ctx.code(call.func), set()) & banned), None)
             if spelling is None:
                 continue
             ops = [op for op in table.ops_reached_by(spelling) if table.policy(op) == "banned"]

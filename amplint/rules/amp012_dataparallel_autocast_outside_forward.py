@@ -167,14 +167,7 @@ with torch.autocast("cuda"):
 
 
 def _classes(ctx: FileContext) -> dict[str, cst.ClassDef]:
-    found: dict[str, cst.ClassDef] = {}
-
-    class Collect(cst.CSTVisitor):
-        def visit_ClassDef(self, node: cst.ClassDef) -> None:
-            found[node.name.value] = node
-
-    ctx.module.visit(Collect())
-    return found
+    return {node.name.value: node for node in ctx.nodes(cst.ClassDef)}
 
 
 def _values_of(ctx: FileContext, expr: cst.BaseExpression) -> list[cst.BaseExpression]:

@@ -107,28 +107,16 @@ with torch.autocast("cuda"):
     def check(self, ctx: FileContext) -> None:
         if not autocast_calls(ctx):
             return
-        for node in ctx.module.body:
-            for cls in self._classes(node):
-                if not any(ctx.resolves_to(b.value, _FUNCTION) for b in cls.bases):
-                    continue
-                for stmt in cls.body.body:
-                    if isinstance(stmt, cst.FunctionDef) and stmt.name.value in _CUSTOM:
-                        wanted = _CUSTOM[stmt.name.value]
-                        decorated = any(ctx.resolves_to(d.decorator.func if isinstance(d.decorator, cst.Call)
-                                                        else d.decorator, wanted) for d in stmt.decorators)
-                        if not decorated:
-                            which = "custom_fwd" if stmt.name.value == "forward" else "custom_bwd"
-                            ctx.report(stmt.name, f"`{cls.name.value}.{stmt.name.value}` has no "
-                                       f"`@torch.amp.{which}(device_type=...)`: autocast does not "
-                                       "know its dtypes")
-
-    @staticmethod
-    def _classes(node):
-        found = []
-
-        class Collect(cst.CSTVisitor):
-            def visit_ClassDef(self, cls: cst.ClassDef) -> None:
-                found.append(cls)
-
-        node.visit(Collect())
-        return found
+        for cls in ctx.nodes(cst.ClassDef):
+            if not any(ctx.resolves_to(b.value, _FUNCTION) for b in cls.bases):
+                continue
+            for stmt in cls.body.body:
+                if isinstance(stmt, cst.FunctionDef) and stmt.name.value in _CUSTOM:
+                    wanted = _CUSTOM[stmt.name.value]
+                    decorated = any(ctx.resolves_to(d.decorator.func if isinstance(d.decorator, cst.Call)
+                                                    else d.decorator, wanted) for d in stmt.decorators)
+                    if not decorated:
+                        which = "custom_fwd" if stmt.name.value == "forward" else "custom_bwd"
+                        ctx.report(stmt.name, f"`{cls.name.value}.{stmt.name.value}` has no "
+                                   f"`@torch.amp.{which}(device_type=...)`: autocast does not "
+                                   "know its dtypes")

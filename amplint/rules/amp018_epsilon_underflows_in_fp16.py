@@ -94,18 +94,13 @@ with torch.autocast("cuda"):
     )
 
     def check(self, ctx: FileContext) -> None:
-        class Visit(cst.CSTVisitor):
-            def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
-                for literal, other in ((node.right, node.left), (node.left, node.right)):
-                    if _tiny(literal) is not None:
-                        rule._check_operand(ctx, literal, other)
-
-            def visit_Arg(self, node: cst.Arg) -> None:
-                if node.keyword is not None and node.keyword.value in _EPS_KEYWORDS and _tiny(node.value):
-                    rule._check_keyword(ctx, node)
-
-        rule = self
-        ctx.module.visit(Visit())
+        for node in ctx.nodes(cst.BinaryOperation):
+            for literal, other in ((node.right, node.left), (node.left, node.right)):
+                if _tiny(literal) is not None:
+                    self._check_operand(ctx, literal, other)
+        for node in ctx.nodes(cst.Arg):
+            if node.keyword is not None and node.keyword.value in _EPS_KEYWORDS and _tiny(node.value):
+                self._check_keyword(ctx, node)
 
     @staticmethod
     def _fp16_table(ctx: FileContext, node: cst.CSTNode):

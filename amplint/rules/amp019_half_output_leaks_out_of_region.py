@@ -116,12 +116,9 @@ out = h @ proj
             if spelling is not None:
                 candidates.append((call, spelling, [a.value for a in call.args if a.keyword is None]))
 
-        class Matmuls(cst.CSTVisitor):
-            def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
-                if isinstance(node.operator, cst.MatrixMultiply):
-                    candidates.append((node, "torch.Tensor.__matmul__", [node.left, node.right]))
-
-        ctx.module.visit(Matmuls())
+        candidates.extend((node, "torch.Tensor.__matmul__", [node.left, node.right])
+                          for node in ctx.nodes(cst.BinaryOperation)
+                          if isinstance(node.operator, cst.MatrixMultiply))
         table = ctx.policy()
         for node, spelling, args in candidates:
             if not any(_base(op) in _EQUAL_DTYPE_OPS for op in table.ops_reached_by(spelling)):

@@ -1,0 +1,148 @@
+"""How fast is `amplint check`? Medians over several runs, as ratios against baselines measured
+in the same run, on a pinned corpus of real PyTorch projects.
+
+    python benchmarks/lint_speed.py                 # the whole corpus (slow: minutes per run)
+    python benchmarks/lint_speed.py --files 400     # the first 400 files, for a quick look
+    python benchmarks/lint_speed.py --verify        # also: same findings with/without prefilter and jobs
+
+The corpus is installed with `pip install --no-deps --target .corpus/site`; ruff, flake8 and
+TorchFix go into their own virtual environment in .corpus/tools. Prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / ".corpus"
+PACKAGES = ["diffusers==0.42.1", "composer==0.32.1", "fastai==2.8.12", "super-gradients==3.7.1",
+            "kornia==0.9.0", "peft==0.21.2", "trl==1.16.0", "sentence-transformers==6.2.0",
+            "torchtune==0.6.1", "colossalai==0.5.0", "espnet==202511",
+            "pytorch-metric-learning==2.9.0", "anomalib==2.7.0"]
+TOOLS = ["ruff", "flake8", "torchfix"]
+
+
+def install_corpus() -> Path:
+    site = CORPUS / "site"
+    if not site.is_dir():
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile",
+                        "--target", str(site), *PACKAGES], check=True)
+    return site
+
+
+def install_tools() -> Path:
+    venv = CORPUS / "tools"
+    if not (venv / "bin" / "ruff").exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", *TOOLS], check=True)
+    return venv / "bin"
+
+
+def subset(site: Path, count: int | None) -> Path:
+    if count is None:
+        return site
+    target = CORPUS / f"subset-{count}"
+    if not target.is_dir():
+        for path in sorted(site.rglob("*.py"))[:count]:
+            dest = target / path.relative_to(site)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, dest)
+    return target
+
+
+def timed(cmd: list[str], runs: int, cwd: Path | None = None) -> float:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+PARSE_FLOOR = """
+import sys, pathlib, libcst
+for p in sorted(pathlib.Path(sys.argv[1]).rglob("*.py")):
+    try:
+        libcst.parse_module(p.read_text(encoding="utf-8", errors="replace"))
+    except Exception:
+        pass
+"""
+
+
+def verify(corpus: Path) -> str:
+    """Same findings with and without the prefilter, with one job and with several."""
+    from amplint.engine.rule import all_rules
+    from amplint.engine.runner import lint_source
+    from amplint.policy import loader
+
+    rules, load = list(all_rules()), loader("cuda")
+    for path in sorted(corpus.rglob("*.py")):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        a = lint_source(str(path), text, rules, policy_loader=load)
+        b = lint_source(str(path), text, rules, policy_loader=load, use_prefilter=False)
+        if [(d.code, d.location) for d in a.diagnostics] != [(d.code, d.location) for d in b.diagnostics]:
+            return f"prefilter changed the findings of {path}"
+    outputs = [subprocess.run([sys.executable, "-m", "amplint", "check", "--exit-zero", "--output-format",
+                               "json", "--jobs", str(j), str(corpus)], capture_output=True, text=True).stdout
+               for j in (1, os.cpu_count() or 2)]
+    if json.loads(outputs[0]) != json.loads(outputs[1]):
+        return "--jobs changed the findings"
+    return "identical with and without the prefilter, and with --jobs 1 and --jobs N"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--files", type=int, default=None, help="only the first N files")
+    parser.add_argument("--verify", action="store_true")
+    args = parser.parse_args()
+
+    corpus = subset(install_corpus(), args.files)
+    tools = install_tools()
+    files = list(corpus.rglob("*.py"))
+    lines = sum(p.read_bytes().count(b"\n") for p in files)
+    amplint = [sys.executable, "-m", "amplint", "check", "--exit-zero"]
+    one_file = str(ROOT / "fixtures" / "faulty" / "train_amp.py")
+
+    rows = {
+        "ruff (default rules, --no-cache)": timed([str(tools / "ruff"), "check", "--no-cache", "--exit-zero",
+                                                   str(corpus)], args.runs),
+        "amplint, --jobs 1": timed([*amplint, "--jobs", "1", str(corpus)], args.runs),
+        "amplint, default jobs": timed([*amplint, str(corpus)], args.runs),
+        "libcst parse only (1 process)": timed([sys.executable, "-c", PARSE_FLOOR, str(corpus)], 1),
+        "flake8 (default rules)": timed([str(tools / "flake8"), "--exit-zero", str(corpus)], 1),
+        "TorchFix": timed([str(tools / "torchfix"), str(corpus)], 1),
+    }
+    single = {
+        "python -c pass": timed([sys.executable, "-c", "pass"], args.runs * 3),
+        "python -c 'import libcst'": timed([sys.executable, "-c", "import libcst"], args.runs * 3),
+        "amplint check one file": timed([*amplint, one_file], args.runs * 3),
+    }
+    base = rows["ruff (default rules, --no-cache)"]
+    print(f"Corpus: {len(files)} files, {lines:,} lines ({'first %d files' % args.files if args.files else 'all'}); "
+          f"{date.today()}, {platform.machine()}, {os.cpu_count()} cores, median of {args.runs} runs "
+          "(single runs for the parse floor, flake8 and TorchFix).\n")
+    print("| command | seconds | × ruff |\n|---|---|---|")
+    for name, seconds in rows.items():
+        print(f"| {name} | {seconds:.2f} | {seconds / base:.1f} |")
+    pass_time = single["python -c pass"]
+    print("\n| single file (pre-commit) | seconds | × `python -c pass` |\n|---|---|---|")
+    for name, seconds in single.items():
+        print(f"| {name} | {seconds:.3f} | {seconds / pass_time:.1f} |")
+    print("\nCache (warm rerun): not implemented yet, so not measured.")
+    if args.verify:
+        print("\nFindings:", verify(corpus))
+
+
+if __name__ == "__main__":
+    main()

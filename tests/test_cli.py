@@ -218,3 +218,27 @@ def test_jobs_give_the_same_output_in_the_same_order(run_amplint, tmp_path):
     two = run_amplint("check", "--jobs", "2", ".", cwd=tmp_path)
     assert one.returncode == two.returncode == 1
     assert one.stdout == two.stdout and one.stdout.count("\n") == 140
+
+
+def test_read_only_file_is_reported_and_the_others_fixed(run_amplint, tmp_path):
+    legacy = "import torch\nscaler = torch.cuda.amp.GradScaler()\n"
+    (tmp_path / "a.py").write_text(legacy)
+    (tmp_path / "b.py").write_text(legacy)
+    (tmp_path / "b.py").chmod(0o444)
+    result = run_amplint("check", "--fix", tmp_path)
+    assert result.returncode == 2
+    assert "cannot write fixes to" in result.stdout and "b.py is read-only" in result.stdout
+    assert 'GradScaler("cuda")' in (tmp_path / "a.py").read_text()
+    assert (tmp_path / "b.py").read_text() == legacy
+
+
+def test_empty_file_dangling_symlink_and_symlink_loop(run_amplint, tmp_path):
+    (tmp_path / "empty.py").write_text("")
+    (tmp_path / "gone.py").symlink_to(tmp_path / "missing.py")
+    (tmp_path / "loop").symlink_to(tmp_path, target_is_directory=True)
+    (tmp_path / "train.py").write_text(FAULTY)
+    result = run_amplint("check", tmp_path)
+    assert result.returncode == 2  # the dangling link could not be read
+    assert "gone.py" in result.stdout and "cannot read" in result.stdout
+    assert "train.py:6:9: AMP001" in result.stdout
+    assert result.stdout.count("train.py:6:9: AMP001") == 1  # the loop is not followed

@@ -5,6 +5,7 @@ from __future__ import annotations
 import codecs
 import io
 import os
+import stat
 import tempfile
 import tokenize
 from dataclasses import dataclass
@@ -52,8 +53,11 @@ def read(path: Path) -> SourceText:
 
 
 def write_atomically(path: Path, data: bytes) -> None:
-    """Replace ``path`` in one step, keeping its permission bits; a reader never sees half a file."""
+    """Replace ``path`` in one step, keeping its permission bits; a reader never sees half a file.
+    A file without write permission is left alone (renaming over it would succeed)."""
     mode = path.stat().st_mode
+    if not mode & stat.S_IWUSR:
+        raise PermissionError(f"{path} is read-only")
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".amplint")
     try:
         with os.fdopen(fd, "wb") as handle:

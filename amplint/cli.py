@@ -10,6 +10,7 @@ import click
 
 from . import __version__
 from .engine import config as config_mod
+from .engine.cache import clean as cache_clean
 from .engine.discovery import PathError
 from .engine.project import Options, check_paths
 from .engine.rule import all_rules, rule_by_code
@@ -41,9 +42,10 @@ def main():
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings remain.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
               help="Processes to use (default: the machine's cores).")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write .amplint_cache/.")
 @click.option("-v", "--verbose", is_flag=True, help="Show tracebacks of internal errors.")
 def check(paths, fix, unsafe_fixes, diff, select, ignore, extend_select, output_format,
-          show_statistics, exit_zero, jobs, verbose):
+          show_statistics, exit_zero, jobs, no_cache, verbose):
     """Check Python files for AMP mistakes (default: the current folder)."""
     paths = list(paths) or [Path(".")]
     try:
@@ -54,7 +56,7 @@ def check(paths, fix, unsafe_fixes, diff, select, ignore, extend_select, output_
             extend_select=config_mod.validate_codes(_codes(extend_select) or [], "--extend-select"))
         report = check_paths(paths, config, rules,
                              Options(fix=fix, unsafe_fixes=unsafe_fixes, diff=diff,
-                                     jobs=jobs or os.cpu_count() or 1))
+                                     jobs=jobs or os.cpu_count() or 1, cache=not no_cache))
     except (config_mod.ConfigError, PathError) as exc:
         click.echo(f"amplint: error: {exc}", err=True)
         sys.exit(2)
@@ -98,6 +100,19 @@ def _summary(report, fix: bool, diff: bool) -> str:
     elif not parts:
         parts.append(f"All checks passed ({report.files_checked} file{'s' * (report.files_checked != 1)}).")
     return "\n".join(parts)
+
+
+@main.command()
+@click.argument("path", required=False, type=click.Path(path_type=Path))
+def clean(path):
+    """Remove the result cache (.amplint_cache/) of the project at PATH (default: here)."""
+    try:
+        root = config_mod.load(path or Path.cwd()).root
+    except config_mod.ConfigError as exc:
+        click.echo(f"amplint: error: {exc}", err=True)
+        sys.exit(2)
+    removed = cache_clean(root)
+    click.echo(f"removed {root / '.amplint_cache'}" if removed else "no cache to remove", err=True)
 
 
 @main.command("rule")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..policy import PolicyError, loader
 from . import source as source_io
+from .cache import Cache
 from .config import Config, ConfigError
 from .diagnostics import Diagnostic, Location
 from .discovery import python_files
@@ -23,6 +24,7 @@ class Options:
     diff: bool = False
     use_prefilter: bool = True
     jobs: int = 1
+    cache: bool = True
 
 
 # Below this many files a process pool costs more than it saves (the pre-commit case).
@@ -56,10 +58,16 @@ def check_paths(paths: list[Path], config: Config, rules: list[type[Rule]], opti
     for path in python_files(paths, config):
         ignored = config.ignored_for(path)
         tasks.append((path, [r for r in rules if not any(r.code.startswith(i) for i in ignored)]))
+    # Fixing writes files; only plain checks are cached.
+    cache = None
+    if options.cache and not (options.fix or options.diff):
+        cache = Cache(config.root, [r.code for r in rules],
+                      {"device": config.device, "torch_version": config.torch_version,
+                       "prefilter": options.use_prefilter})
     if options.jobs > 1 and len(tasks) >= _POOL_MIN_FILES:
-        results = _in_pool(tasks, options, config)
+        results = _in_pool(tasks, options, config, cache)
     else:
-        results = (check_file(path, file_rules, options, load) for path, file_rules in tasks)
+        results = (check_file(path, file_rules, options, load, cache) for path, file_rules in tasks)
     for result in results:
         report.files_checked += 1
         report.diagnostics.extend(result.diagnostics)
@@ -72,43 +80,57 @@ def check_paths(paths: list[Path], config: Config, rules: list[type[Rule]], opti
     return report
 
 
-def _in_pool(tasks, options: Options, config: Config) -> list[FileResult]:
+def _in_pool(tasks, options: Options, config: Config, cache) -> list[FileResult]:
     """Files spread over processes in chunks; results come back in the order of ``tasks``."""
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     chunk = max(1, len(tasks) // (options.jobs * 8))
     with ProcessPoolExecutor(options.jobs, mp_context=multiprocessing.get_context(method),
-                             initializer=_init_worker, initargs=(config,)) as pool:
+                             initializer=_init_worker, initargs=(config, cache)) as pool:
         return list(pool.map(_check_in_worker, tasks, [options] * len(tasks), chunksize=chunk))
 
 
-_worker_loader = None
+_worker_state: tuple = (None, None)
 
 
-def _init_worker(config: Config) -> None:
-    global _worker_loader
-    _worker_loader = policy_loader(config)
+def _init_worker(config: Config, cache) -> None:
+    global _worker_state
+    _worker_state = (policy_loader(config), cache)
 
 
 def _check_in_worker(task, options: Options) -> FileResult:
     path, rules = task
-    return check_file(path, rules, options, _worker_loader)
+    return check_file(path, rules, options, *_worker_state)
+
+
+def _unreadable(display: str, why: str) -> FileResult:
+    result = FileResult(display, [_io_diagnostic(display, f"cannot check {display}: {why}")])
+    result.internal_errors = 1
+    return result
 
 
 def _io_diagnostic(path: str, message: str) -> Diagnostic:
     return Diagnostic(INTERNAL_ERROR[0], "io-error", message, path, Location(1, 1), Location(1, 1))
 
 
-def check_file(path: Path, rules: list[type[Rule]], options: Options, load) -> FileResult:
+def check_file(path: Path, rules: list[type[Rule]], options: Options, load, cache=None) -> FileResult:
     display = str(path)
     try:
-        text = source_io.read(path)
+        data = path.read_bytes()
+        text = source_io.decode(data)
+    except OSError as exc:
+        return _unreadable(display, f"cannot read: {exc.strerror or exc}")
     except source_io.SourceError as exc:
-        result = FileResult(display, [_io_diagnostic(display, f"cannot check {display}: {exc}")])
-        result.internal_errors = 1
-        return result
+        return _unreadable(display, str(exc))
+    codes = [r.code for r in rules]
+    if cache is not None:
+        cached = cache.get(data, codes, display)
+        if cached is not None:
+            return FileResult(display, cached, source=text.text)
     fixing = options.fix or options.diff
     result = lint_source(display, text.text, rules, fix=fixing, unsafe=options.unsafe_fixes,
                          policy_loader=load, use_prefilter=options.use_prefilter)
+    if cache is not None and not result.internal_errors:
+        cache.put(data, codes, result.diagnostics)
     if fixing and result.source is not None and result.source != text.text:
         if options.diff:
             result.diff = "".join(difflib.unified_diff(

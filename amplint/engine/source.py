@@ -44,14 +44,6 @@ def decode(data: bytes) -> SourceText:
     return SourceText(text, encoding, bom)
 
 
-def read(path: Path) -> SourceText:
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise SourceError(f"cannot read: {exc.strerror or exc}") from None
-    return decode(data)
-
-
 def write_atomically(path: Path, data: bytes) -> None:
     """Replace ``path`` in one step, keeping its permission bits; a reader never sees half a file.
     A file without write permission is left alone (renaming over it would succeed)."""

@@ -1,0 +1,83 @@
+"""Per-file results, keyed by everything that decides them, in .amplint_cache/ at the project
+root. Entries are written atomically, so concurrent runs are safe; an entry that does not
+load is ignored (and rewritten), never trusted."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
+from .. import __version__
+from .diagnostics import Diagnostic, Edit, Fix, Location
+
+DIRNAME = ".amplint_cache"
+
+
+def _tables_digest() -> str:
+    from ..policy import policy_dir
+
+    digest = hashlib.sha256()
+    for path in sorted(policy_dir().rglob("*.json")):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+class Cache:
+    def __init__(self, root: Path, rule_codes: list[str], settings: dict):
+        self.folder = root / DIRNAME / __version__
+        salt = json.dumps({"rules": sorted(rule_codes), "settings": settings,
+                           "tables": _tables_digest()}, sort_keys=True)
+        self.salt = hashlib.sha256(salt.encode()).hexdigest()
+
+    def _path(self, data: bytes, rule_codes: list[str]) -> Path:
+        key = hashlib.sha256(self.salt.encode() + ",".join(rule_codes).encode() + b"\0" + data).hexdigest()
+        return self.folder / key[:2] / f"{key}.json"
+
+    def get(self, data: bytes, rule_codes: list[str], display: str) -> list[Diagnostic] | None:
+        try:
+            raw = json.loads(self._path(data, rule_codes).read_text(encoding="utf-8"))
+            return [_load(d, display) for d in raw]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def put(self, data: bytes, rule_codes: list[str], diagnostics: list[Diagnostic]) -> None:
+        path = self._path(data, rule_codes)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump([_dump(d) for d in diagnostics], handle)
+            os.replace(tmp, path)
+        except OSError:
+            pass  # a cache that cannot be written only costs speed
+
+
+def _dump(d: Diagnostic) -> dict:
+    out = asdict(d)
+    out.pop("path")  # the same content may live under another name
+    return out
+
+
+def _load(raw: dict, display: str) -> Diagnostic:
+    fix = raw["fix"]
+    if fix is not None:
+        fix = Fix(fix["message"], tuple(Edit(**e) for e in fix["edits"]), fix["applicability"], fix["group"])
+    return Diagnostic(
+        code=raw["code"], name=raw["name"], message=raw["message"], path=display,
+        location=Location(**raw["location"]), end_location=Location(**raw["end_location"]),
+        fix=fix, url=raw["url"], detail=raw["detail"],
+        edit_locations=[(Location(**a), Location(**b), c) for a, b, c in raw["edit_locations"]])
+
+
+def clean(root: Path) -> bool:
+    folder = root / DIRNAME
+    if folder.is_dir():
+        shutil.rmtree(folder)
+        return True
+    return False

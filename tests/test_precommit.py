@@ -1,0 +1,80 @@
+"""The hooks in .pre-commit-hooks.yaml, run by the real pre-commit in a temporary git repo."""
+
+import shutil
+import subprocess
+import textwrap
+
+import pytest
+
+from conftest import ROOT
+
+pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+
+FAULTY = textwrap.dedent("""\
+    import torch
+    scaler = torch.cuda.amp.GradScaler()
+""")
+
+
+def _git(*args, cwd):
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                   env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                        "GIT_COMMITTER_EMAIL": "t@t", "HOME": str(cwd), "PATH": "/usr/bin:/bin"})
+
+
+@pytest.fixture(scope="module")
+def hook_repo(tmp_path_factory):
+    """A snapshot of this checkout as a git repo, which pre-commit can install hooks from."""
+    repo = tmp_path_factory.mktemp("amplint-hooks")
+    for name in ("pyproject.toml", "README.md", ".pre-commit-hooks.yaml"):
+        shutil.copy2(ROOT / name, repo / name)
+    shutil.copytree(ROOT / "amplint", repo / "amplint", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "policies", repo / "policies")
+    _git("init", "-q", cwd=repo)
+    _git("add", ".", cwd=repo)
+    _git("commit", "-qm", "snapshot", cwd=repo)
+    rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    return repo, rev
+
+
+def _pre_commit(project, *args):
+    import sys
+    return subprocess.run([sys.executable, "-m", "pre_commit", *args], cwd=project,
+                          capture_output=True, text=True,
+                          env={"HOME": str(project), "PATH": "/usr/bin:/bin",
+                               "PRE_COMMIT_HOME": str(project / ".pre-commit-cache")})
+
+
+def test_hooks_fail_fix_and_pass(tmp_path, hook_repo):
+    pytest.importorskip("pre_commit")
+    repo, rev = hook_repo
+    project = tmp_path / "project"
+    project.mkdir()
+    _git("init", "-q", cwd=project)
+    (project / ".pre-commit-config.yaml").write_text(textwrap.dedent(f"""\
+        repos:
+          - repo: {repo}
+            rev: {rev}
+            hooks:
+              - id: amplint
+              - id: amplint-fix
+                stages: [manual]
+    """))
+    (project / "train.py").write_text(FAULTY)
+    (project / "clean.py").write_text("x = 1\n")
+    _git("add", ".", cwd=project)
+
+    checked = _pre_commit(project, "run", "amplint", "--all-files")
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert "AMP004" in checked.stdout
+
+    fixed = _pre_commit(project, "run", "amplint-fix", "--all-files", "--hook-stage", "manual")
+    assert fixed.returncode == 1  # pre-commit fails a hook that changed files
+    assert 'torch.amp.GradScaler("cuda")' in (project / "train.py").read_text()
+
+    _git("add", ".", cwd=project)
+    again = _pre_commit(project, "run", "amplint", "--all-files")
+    assert again.returncode == 0, again.stdout + again.stderr
+
+    only_clean = _pre_commit(project, "run", "amplint", "--files", "clean.py")
+    assert only_clean.returncode == 0

@@ -23,6 +23,10 @@ def _state_dict_calls(node: cst.CSTNode) -> list[cst.Call]:
     return found
 
 
+def _is_scaler(code: str, in_scope: set[str]) -> bool:
+    return code in in_scope or "scaler" in code.split(".")[-1].lower()
+
+
 def _named_like_optimizer(code: str) -> bool:
     last = code.split(".")[-1].lower().lstrip("_")
     return "optim" in last or last == "opt" or last.startswith("opt_") or last.endswith("_opt")
@@ -57,7 +61,8 @@ class ScalerStateNotCheckpointed(Rule):
     No automatic fix: the key name and the loading side are the author's.
 
     ## False positives
-    The resume side is only checked where an optimizer (named like one: `optimizer`, `opt`,
+    A scaler state saved or restored anywhere in the same class (a separate resume helper), or
+    through any attribute named like a scaler, counts. The resume side is only checked where an optimizer (named like one: `optimizer`, `opt`,
     `optim*`) is restored from a checkpoint; loading model or EMA weights alone is not a
     resume. A scaler saved by another function (a separate `state_dict()` method of a trainer) is not
     seen when `torch.save` is called elsewhere with `trainer.state_dict()`; that payload has
@@ -86,6 +91,21 @@ def load(model, optimizer, scaler, path):
 import torch
 def save(model, optimizer, path):
     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
+"""),
+    )
+    valid = valid + (
+        Valid("""
+import torch
+class Trainer:
+    def __init__(self):
+        self.scaler = torch.amp.GradScaler("cuda")
+
+    def resume(self, ckpt):
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        self._restore_amp(ckpt)
+
+    def _restore_amp(self, ckpt):
+        self.scaler.load_state_dict(ckpt["scaler"])
 """),
     )
     invalid = (
@@ -130,8 +150,10 @@ class Trainer:
             if not in_scope:
                 continue
             state_calls = _state_dict_calls(func)
-            receivers = {ctx.code(c.func.value) for c in state_calls}
-            if receivers & in_scope:
+            # The scaler's state may be handled elsewhere in the class (a resume helper).
+            cls = next((a for a in ctx.ancestors(func) if isinstance(a, cst.ClassDef)), None)
+            handled = _state_dict_calls(cls) if cls is not None else state_calls
+            if any(_is_scaler(ctx.code(c.func.value), in_scope) for c in handled):
                 continue
             assignments = None
             # A resume restores an optimizer from a checkpoint (not `opt.load_state_dict(opt.state_dict())`).

@@ -11,16 +11,13 @@ from ..engine.semantics import calls, enclosing_function, known_scalers
 _SAVE = frozenset({"torch.save"})
 
 
-def _state_dict_calls(node: cst.CSTNode) -> list[cst.Call]:
-    found = []
-
-    class Collect(cst.CSTVisitor):
-        def visit_Call(self, call: cst.Call) -> None:
-            if isinstance(call.func, cst.Attribute) and call.func.attr.value in ("state_dict", "load_state_dict"):
-                found.append(call)
-
-    node.visit(Collect())
-    return found
+def _state_dict_calls(ctx: FileContext, node: cst.CSTNode) -> list[cst.Call]:
+    """``x.state_dict()`` / ``x.load_state_dict(...)`` calls inside ``node`` (by position:
+    walking each function's subtree again is slow on large trainers)."""
+    start, end = ctx.offsets(node)
+    return [c for c in calls(ctx) if isinstance(c.func, cst.Attribute)
+            and c.func.attr.value in ("state_dict", "load_state_dict")
+            and start <= ctx.offsets(c)[0] < end]
 
 
 def _is_scaler(code: str, in_scope: set[str]) -> bool:
@@ -149,17 +146,17 @@ class Trainer:
             in_scope = self._scalers_in_scope(ctx, func, scalers)
             if not in_scope:
                 continue
-            state_calls = _state_dict_calls(func)
+            state_calls = _state_dict_calls(ctx, func)
             # The scaler's state may be handled elsewhere in the class (a resume helper).
             cls = next((a for a in ctx.ancestors(func) if isinstance(a, cst.ClassDef)), None)
-            handled = _state_dict_calls(cls) if cls is not None else state_calls
+            handled = _state_dict_calls(ctx, cls) if cls is not None else state_calls
             if any(_is_scaler(ctx.code(c.func.value), in_scope) for c in handled):
                 continue
             assignments = None
             # A resume restores an optimizer from a checkpoint (not `opt.load_state_dict(opt.state_dict())`).
             loads = [c for c in state_calls if c.func.attr.value == "load_state_dict"
                      and _named_like_optimizer(ctx.code(c.func.value)) and c.args
-                     and not _state_dict_calls(c.args[0].value)]
+                     and not _state_dict_calls(ctx, c.args[0].value)]
             for call in func_calls:
                 if ctx.resolves_to(call.func, _SAVE) and call.args:
                     payload = call.args[0].value
@@ -167,7 +164,7 @@ class Trainer:
                         if assignments is None:
                             assignments = self._assignments(ctx, func)
                         payload = assignments.get(payload.value, payload)
-                    if any(c.func.attr.value == "state_dict" for c in _state_dict_calls(payload)):
+                    if any(c.func.attr.value == "state_dict" for c in _state_dict_calls(ctx, payload)):
                         ctx.report(call, f"checkpoint without `{sorted(in_scope)[0]}.state_dict()`: a "
                                          "resumed run restarts the loss scale")
             if loads:

@@ -35,7 +35,7 @@ def _seen(report):
 
 def test_warm_run_parses_nothing_and_answers_the_same(tree, monkeypatch):
     cold = _run(tree)
-    assert (tree / ".amplint_cache").is_dir()
+    assert (tree / ".amplint_cache" / ".gitignore").read_text() == "*\n"
 
     def no_linting(*args, **kwargs):
         raise AssertionError("an unchanged file was linted again")

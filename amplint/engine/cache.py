@@ -49,7 +49,12 @@ class Cache:
     def put(self, data: bytes, rule_codes: list[str], diagnostics: list[Diagnostic]) -> None:
         path = self._path(data, rule_codes)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            if not path.parent.is_dir():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                # Like .ruff_cache: the folder keeps itself out of version control.
+                ignore = self.folder.parent / ".gitignore"
+                if not ignore.exists():
+                    ignore.write_text("*\n", encoding="utf-8")
             fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 json.dump([_dump(d) for d in diagnostics], handle)

@@ -46,6 +46,9 @@ class OptimizerStepBypassesScaler(Rule):
     it already calls `S.step(...)` too, the direct call is a second step: reported without a fix.
 
     ## False positives
+    A GradScaler is recognised as: a name or attribute assigned `torch.amp.GradScaler(...)` /
+    `torch.cuda.amp.GradScaler(...)` anywhere in the file, the receiver `S` of
+    `S.scale(loss).backward()`, or a parameter named `scaler`, `grad_scaler` or `amp_scaler`.
     The optimizer is recognised by name (`optimizer`, `optim`, `opt`, `opt_*`, `*_opt`), so a
     step on something else named like an optimizer would be reported; schedulers are excluded.
     """

@@ -40,6 +40,9 @@ class ScalerStepWithoutUpdate(Rule):
     No automatic fix: where the update belongs depends on the loop's structure.
 
     ## False positives
+    A GradScaler is recognised as: a name or attribute assigned `torch.amp.GradScaler(...)` /
+    `torch.cuda.amp.GradScaler(...)` anywhere in the file, the receiver `S` of
+    `S.scale(loss).backward()`, or a parameter named `scaler`, `grad_scaler` or `amp_scaler`.
     Only functions that contain both the scaled backward and the step are checked, so a
     `step()` helper whose caller updates is not reported. Updates in different branches of an
     `if` count as one.

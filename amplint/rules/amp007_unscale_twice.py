@@ -31,6 +31,9 @@ class UnscaleTwice(Rule):
     No automatic fix.
 
     ## False positives
+    A GradScaler is recognised as: a name or attribute assigned `torch.amp.GradScaler(...)` /
+    `torch.cuda.amp.GradScaler(...)` anywhere in the file, the receiver `S` of
+    `S.scale(loss).backward()`, or a parameter named `scaler`, `grad_scaler` or `amp_scaler`.
     Calls in different branches of an `if` are not counted together. Only calls in one
     function, in source order up to the next `S.update()` or scaled backward, are compared.
     """

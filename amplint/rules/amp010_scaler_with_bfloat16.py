@@ -35,6 +35,9 @@ class ScalerWithBfloat16(Rule):
     No automatic fix (the scaler's step, update and checkpoint go too).
 
     ## False positives
+    A GradScaler is recognised as: a name or attribute assigned `torch.amp.GradScaler(...)` /
+    `torch.cuda.amp.GradScaler(...)` anywhere in the file, the receiver `S` of
+    `S.scale(loss).backward()`, or a parameter named `scaler`, `grad_scaler` or `amp_scaler`.
     A function whose regions use float16 or an expression for the dtype is not reported:
     code that switches dtypes at run time keeps its scaler.
     """

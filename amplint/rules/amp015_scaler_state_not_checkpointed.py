@@ -58,6 +58,9 @@ class ScalerStateNotCheckpointed(Rule):
     No automatic fix: the key name and the loading side are the author's.
 
     ## False positives
+    A GradScaler is recognised as: a name or attribute assigned `torch.amp.GradScaler(...)` /
+    `torch.cuda.amp.GradScaler(...)` anywhere in the file, the receiver `S` of
+    `S.scale(loss).backward()`, or a parameter named `scaler`, `grad_scaler` or `amp_scaler`.
     A scaler state saved or restored anywhere in the same class (a separate resume helper), or
     through any attribute named like a scaler, counts. The resume side is only checked where an optimizer (named like one: `optimizer`, `opt`,
     `optim*`) is restored from a checkpoint; loading model or EMA weights alone is not a

@@ -60,6 +60,9 @@ class GradAccumulationScalerUpdate(Rule):
     No automatic fix.
 
     ## False positives
+    A GradScaler is recognised as: a name or attribute assigned `torch.amp.GradScaler(...)` /
+    `torch.cuda.amp.GradScaler(...)` anywhere in the file, the receiver `S` of
+    `S.scale(loss).backward()`, or a parameter named `scaler`, `grad_scaler` or `amp_scaler`.
     None known: only an update in the same loop as the conditional step is reported.
     """
 

@@ -113,7 +113,7 @@ def main() -> None:
     lines = sum(p.read_bytes().count(b"\n") for p in files)
     amplint = [sys.executable, "-m", "amplint", "check", "--exit-zero", "--no-cache"]
     warm = [sys.executable, "-m", "amplint", "check", "--exit-zero", str(corpus)]
-    subprocess.run(warm, stdout=subprocess.DEVNULL, cwd=CORPUS)  # fill the cache
+    subprocess.run(warm, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=CORPUS)  # fill the cache
     one_file = str(ROOT / "fixtures" / "faulty" / "train_amp.py")
 
     rows = {

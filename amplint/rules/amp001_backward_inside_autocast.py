@@ -193,6 +193,20 @@ def step(model, x):
     loss = model(x).mean()
     loss.backward()
 """),
+        # Found by fuzzing: two backward passes in one block get one fix that moves both.
+        Invalid("""
+import torch
+with torch.autocast("cuda"):
+    out = model(x)
+    scaler.scale(loss_a).backward()
+    scaler.scale(loss_b).backward()
+""", fixed="""
+import torch
+with torch.autocast("cuda"):
+    out = model(x)
+scaler.scale(loss_a).backward()
+scaler.scale(loss_b).backward()
+""", count=2),
         Invalid("""
 import torch
 with torch.autocast("cuda", enabled=use_amp):
@@ -205,6 +219,7 @@ with torch.autocast("cuda", enabled=use_amp):
     )
 
     def check(self, ctx: FileContext) -> None:
+        fixed_blocks: set[int] = set()
         for call in calls(ctx):
             mc = method_call(call)
             is_backward = (mc is not None and mc[1] == "backward") or \
@@ -215,8 +230,12 @@ with torch.autocast("cuda", enabled=use_amp):
             if region is None:
                 continue
             what = ctx.code(call.func) + "()" if mc is None else "backward()"
+            # One fix per block: the first backward's fix moves every later one out with it.
+            fix = None if id(region[1]) in fixed_blocks else self._fix(ctx, call, region[1])
+            if fix is not None:
+                fixed_blocks.add(id(region[1]))
             ctx.report(call, f"`{what}` inside an autocast region: run the backward pass "
-                             "after the `with` block", self._fix(ctx, call, region[1]))
+                             "after the `with` block", fix)
 
     def _fix(self, ctx: FileContext, call: cst.Call, region: cst.CSTNode) -> Fix | None:
         if not isinstance(region, cst.With) or len(region.items) != 1 \

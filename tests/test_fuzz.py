@@ -1,0 +1,89 @@
+"""Property tests: training loops assembled from random correct and faulty snippets. Whatever
+the combination, the engine does not crash, --fix output parses, a second --fix changes
+nothing, and no fixable finding is left. AMPLINT_FUZZ_EXAMPLES=2000 runs longer."""
+
+import os
+import textwrap
+
+import libcst as cst
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from amplint.engine.rule import all_rules
+from amplint.engine.runner import INTERNAL_ERROR, lint_source
+from amplint.policy import loader
+
+IMPORTS = [
+    "import torch",
+    "import torch as th\nimport torch",
+    "import torch\nfrom torch.cuda.amp import autocast, GradScaler",
+    "import torch\nfrom torch.cuda import amp",
+    "import torch\nimport torch.nn.functional as F\nfrom torch import nn",
+]
+REGIONS = [
+    'with torch.autocast("cuda"):',
+    'with torch.autocast("cuda", dtype=torch.bfloat16):',
+    "with torch.cuda.amp.autocast():",
+    'with torch.autocast("cuda", enabled=False):',
+    'with torch.autocast("cpu", dtype=torch.float64):',
+]
+INSIDE = [
+    "out = model(x)",
+    "loss = loss_fn(out, y)",
+    "loss = torch.nn.functional.binary_cross_entropy(torch.sigmoid(out), y)",
+    "logp = torch.log(torch.softmax(out, dim=-1))",
+    "pad = torch.zeros(out.shape[0], 1, device=out.device)",
+    "loss = out.mean() / (out.abs().amax() + 1e-8)",
+    "scaler.scale(loss).backward()",
+    "loss.backward()",
+]
+AFTER = [
+    "scaler.scale(loss).backward()",
+    "loss.backward()",
+    "scaler.unscale_(optimizer)",
+    "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)",
+    "scaler.step(optimizer)",
+    "optimizer.step()",
+    "scaler.update()",
+    "optimizer.zero_grad()",
+    "if max_norm:\n    scaler.unscale_(optimizer)\n    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)",
+    'torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)',
+]
+SETUP = [
+    "scaler = torch.cuda.amp.GradScaler()",
+    'scaler = torch.amp.GradScaler("cuda", init_scale=1024.0)',
+    "scaler = torch.cuda.amp.GradScaler(2.0**14, enabled=True)",
+]
+
+
+@st.composite
+def training_loops(draw):
+    body = [draw(st.sampled_from(REGIONS))]
+    body += ["    " + line for line in draw(st.lists(st.sampled_from(INSIDE), min_size=1, max_size=5))]
+    body += draw(st.lists(st.sampled_from(AFTER), max_size=7))
+    loop = "\n".join(body)
+    wrapped = draw(st.sampled_from(["loop", "function", "module"]))
+    if wrapped == "loop":
+        loop = "for x, y in loader:\n" + textwrap.indent(loop, "    ")
+    elif wrapped == "function":
+        loop = "def train_step(model, x, y, optimizer, scaler, max_norm, path):\n" + textwrap.indent(loop, "    ")
+    return f"{draw(st.sampled_from(IMPORTS))}\n{draw(st.sampled_from(SETUP))}\n{loop}\n"
+
+
+RULES = list(all_rules())
+LOAD = loader("cuda")
+
+
+@settings(max_examples=int(os.environ.get("AMPLINT_FUZZ_EXAMPLES", "40")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(training_loops())
+def test_fixes_are_trustworthy(code):
+    checked = lint_source("loop.py", code, RULES, policy_loader=LOAD)
+    assert not [d for d in checked.diagnostics if d.code == INTERNAL_ERROR[0]], code
+    fixed = lint_source("loop.py", code, RULES, policy_loader=LOAD, fix=True, unsafe=True)
+    assert not [d for d in fixed.diagnostics if d.code == INTERNAL_ERROR[0]], (code, fixed.diagnostics)
+    cst.parse_module(fixed.source)
+    compile(fixed.source, "loop.py", "exec")
+    again = lint_source("loop.py", fixed.source, RULES, policy_loader=LOAD, fix=True, unsafe=True)
+    assert again.source == fixed.source, (code, fixed.source)
+    assert not [d for d in again.diagnostics if d.fix is not None], (fixed.source, again.diagnostics)

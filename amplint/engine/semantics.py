@@ -304,6 +304,13 @@ def known_scalers(ctx: FileContext) -> set[str]:
     return ctx.__dict__["_scalers"]
 
 
+def named_like_optimizer(code: str) -> bool:
+    """``optimizer``, ``self.opt``, ``opt_g``, ``self._optimizer``: named like one, not a scheduler."""
+    last = code.split(".")[-1].lower().lstrip("_")
+    return ("optim" in last or last == "opt" or last.startswith("opt_") or last.endswith("_opt")) \
+        and "sched" not in last
+
+
 @dataclass(frozen=True)
 class ScalerEvent:
     kind: str  # "backward" (S.scale(x).backward()), "step", "update", "unscale_"

@@ -1,18 +1,18 @@
 from __future__ import annotations
 
-import libcst as cst
 
 from ..engine.context import FileContext
 from ..engine.diagnostics import Fix
 from ..engine.rule import Invalid, Rule, Valid
-from ..engine.semantics import calls, enclosing_function, exclusive, method_call, offset, scaler_events
-
-
-def _looks_like_optimizer(ctx: FileContext, receiver: cst.BaseExpression) -> bool:
-    """``optimizer``, ``self.opt``, ``opt_g``: named like one, and not a scheduler."""
-    last = ctx.code(receiver).split(".")[-1].lower()
-    return ("optim" in last or last == "opt" or last.startswith("opt_") or last.endswith("_opt")) \
-        and "sched" not in last
+from ..engine.semantics import (
+    calls,
+    enclosing_function,
+    exclusive,
+    method_call,
+    named_like_optimizer,
+    offset,
+    scaler_events,
+)
 
 
 class OptimizerStepBypassesScaler(Rule):
@@ -114,7 +114,7 @@ self.scaler.update()
         events = scaler_events(ctx)
         for call in calls(ctx):
             mc = method_call(call)
-            if mc is None or mc[1] != "step" or call.args or not _looks_like_optimizer(ctx, mc[0]):
+            if mc is None or mc[1] != "step" or call.args or not named_like_optimizer(ctx.code(mc[0])):
                 continue
             scope = events.get(id(enclosing_function(ctx, call)), [])
             if ctx.code(mc[0]) in {e.scaler for e in scope}:

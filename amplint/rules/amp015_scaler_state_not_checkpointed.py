@@ -6,7 +6,7 @@ import libcst as cst
 
 from ..engine.context import FileContext
 from ..engine.rule import Invalid, Rule, Valid
-from ..engine.semantics import calls, enclosing_function, known_scalers
+from ..engine.semantics import calls, enclosing_function, known_scalers, named_like_optimizer
 
 _SAVE = frozenset({"torch.save"})
 
@@ -22,11 +22,6 @@ def _state_dict_calls(ctx: FileContext, node: cst.CSTNode) -> list[cst.Call]:
 
 def _is_scaler(code: str, in_scope: set[str]) -> bool:
     return code in in_scope or "scaler" in code.split(".")[-1].lower()
-
-
-def _named_like_optimizer(code: str) -> bool:
-    last = code.split(".")[-1].lower().lstrip("_")
-    return "optim" in last or last == "opt" or last.startswith("opt_") or last.endswith("_opt")
 
 
 class ScalerStateNotCheckpointed(Rule):
@@ -158,7 +153,7 @@ class Trainer:
             assignments = None
             # A resume restores an optimizer from a checkpoint (not `opt.load_state_dict(opt.state_dict())`).
             loads = [c for c in state_calls if c.func.attr.value == "load_state_dict"
-                     and _named_like_optimizer(ctx.code(c.func.value)) and c.args
+                     and named_like_optimizer(ctx.code(c.func.value)) and c.args
                      and not _state_dict_calls(ctx, c.args[0].value)]
             for call in func_calls:
                 if ctx.resolves_to(call.func, _SAVE) and call.args:

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-
 from ..engine.context import FileContext
 from ..engine.diagnostics import Fix
 from ..engine.rule import Invalid, Rule, Valid

@@ -1,10 +1,12 @@
 """Every rule's own examples: valid code is silent, invalid code reports, fixes are as shown."""
 
+import json
+
 import libcst as cst
 import pytest
 
 from amplint.engine.rule import all_rules
-from amplint.engine.runner import lint_source
+from amplint.engine.runner import Prefilter, lint_source
 from amplint.policy import loader
 
 CASES = [pytest.param(rule, kind, i, example, id=f"{rule.code}-{kind}-{i}")
@@ -65,3 +67,31 @@ def test_prefilter_never_drops_a_finding(rule, kind, index, example):
                           use_prefilter=False)
     assert [(d.code, d.location) for d in with_filter.diagnostics] == \
         [(d.code, d.location) for d in without.diagnostics]
+
+
+@pytest.mark.parametrize("rule,kind,index,example", [c for c in CASES if c.values[1] == "invalid"])
+def test_own_fragments_let_every_invalid_example_through(rule, kind, index, example):
+    assert Prefilter([rule]).search(example.code), f"{rule.code}'s fragments miss its own example"
+
+
+def test_banned_op_fragment_covers_every_table():
+    from amplint.policy import PolicyTable, policy_dir
+    amp008 = next(r for r in all_rules() if r.code == "AMP008")
+    paths = sorted(policy_dir().glob("*/*.json"))
+    assert paths
+    for path in paths:
+        for spelling in PolicyTable(json.loads(path.read_text())).spellings_with("banned"):
+            code = f"with torch.autocast('cuda'):\n    {spelling}(x)\n"
+            assert Prefilter([amp008]).search(code), (path.name, spelling)
+
+
+@pytest.mark.parametrize("code,found", [
+    ("torch.zeros(3, device=x.device)", True),
+    ("torch.zeros(\n    (b, len(x)),  # (batch, tokens)\n    device=h[:, 0].device,\n)", True),
+    ("torch.ones(n, device=next(self.parameters()).device)", True),
+    ("torch.zeros(f(device=x.device))", False),  # the keyword of another call
+    ("torch.zeros(n).to(device=x.device)", False),
+])
+def test_call_fragment_reads_the_call_own_arguments(code, found):
+    amp003 = next(r for r in all_rules() if r.code == "AMP003")
+    assert Prefilter([amp003]).search("def forward(self, x):\n    " + code) is found

@@ -7,9 +7,10 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Iterator
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider
+from libcst.metadata import MetadataWrapper, PositionProvider
 
 from .diagnostics import Diagnostic, Edit, Fix, Location
+from .names import ImportResolver
 
 if TYPE_CHECKING:
     from ..policy import PolicyTable
@@ -17,22 +18,28 @@ if TYPE_CHECKING:
 
 
 class _Index(cst.CSTVisitor):
-    """Nodes by type and each node's parent, collected in one walk."""
+    """Nodes by type, each node's parent, and each node's span in walk order (source order):
+    collected in one walk."""
 
     def __init__(self):
         self.by_type: dict[type, list] = {}
         self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
+        self.spans: dict[cst.CSTNode, list[int]] = {}  # [first, last] walk numbers of the subtree
         self._stack: list[cst.CSTNode] = []
+        self._count = 0
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         self.by_type.setdefault(type(node), []).append(node)
         if self._stack:
             self.parents[node] = self._stack[-1]
         self._stack.append(node)
+        self.spans[node] = [self._count, self._count]
+        self._count += 1
         return True
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
         self._stack.pop()
+        self.spans[original_node][1] = self._count - 1
 
 
 class FileContext:
@@ -68,8 +75,8 @@ class FileContext:
         return self._index.by_type.get(kind, [])
 
     @cached_property
-    def _qualified(self):
-        return self.wrapper.resolve(QualifiedNameProvider)
+    def _imports(self) -> ImportResolver:
+        return ImportResolver(self.nodes, self.parent)
 
     @cached_property
     def _line_starts(self) -> list[int]:
@@ -89,21 +96,29 @@ class FileContext:
             current = self._parents.get(current)
 
     def qualified_names(self, node: cst.CSTNode) -> set[str]:
-        value = self._qualified.get(node, ())
-        if callable(value):  # libcst computes some metadata lazily (LazyValue)
-            value = value()
-        return {q.name for q in value}
+        """What an imported name or attribute refers to: ``{"torch.nn.functional.softmax"}``
+        for ``F.softmax``; empty for anything not reached through an import."""
+        return self._imports.qualified_names(node)
 
     def resolves_to(self, node: cst.CSTNode, names: frozenset[str] | set[str]) -> str | None:
         """The first qualified name of ``node`` that is in ``names``."""
         return next((n for n in self.qualified_names(node) if n in names), None)
 
     def code(self, node: cst.CSTNode) -> str:
-        """The node's source text (a slice of the file: rendering it again is slow)."""
-        if node in self._positions:
-            start, end = self.offsets(node)
-            return self.source[start:end]
-        return self.module.code_for_node(node)
+        """The node's source text. Rendered from the tree: positions cost a pass over the whole
+        file, which only files with findings pay."""
+        cache = self.__dict__.setdefault("_code", {})
+        if node not in cache:
+            cache[node] = self.module.code_for_node(node)
+        return cache[node]
+
+    def order(self, node: cst.CSTNode) -> int:
+        """The node's rank in source order (``a`` before ``b`` iff ``order(a) < order(b)``)."""
+        return self._index.spans[node][0]
+
+    def contains(self, outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
+        first, last = self._index.spans[outer]
+        return first <= self._index.spans[inner][0] <= last
 
     # -- positions and offsets -----------------------------------------------------------
 

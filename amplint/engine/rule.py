@@ -17,6 +17,23 @@ if TYPE_CHECKING:
 CODE_PATTERN = re.compile(r"^AMP\d{3}$")
 
 
+def _parenthesized(depth: int) -> str:
+    inner = r"[^()]" if depth == 0 else rf"(?:[^()]|{_parenthesized(depth - 1)})"
+    return rf"\({inner}*\)"
+
+
+# For fragments: a parenthesized group, parentheses nested up to four deep.
+PARENTHESIZED = _parenthesized(3)
+
+
+def call_with(callee: str, argument: str) -> str:
+    """A fragment for a call of ``callee`` (a suffix of the callee's name) whose own arguments (not a nested call's) contain
+    ``argument``, over any number of lines. Parentheses nest up to four deep; a string or a
+    comment with an unbalanced parenthesis inside the call makes the fragment miss, which the
+    prefilter's soundness tests would show."""
+    return rf"(?:{callee})\s*\((?:[^()]|{PARENTHESIZED})*?{argument}"
+
+
 @dataclass(frozen=True)
 class Valid:
     """Code on which the rule must stay silent."""
@@ -48,8 +65,10 @@ class Rule:
     name: ClassVar[str]
     summary: ClassVar[str]
     fixable: ClassVar[bool] = False
-    # Regular expressions without which the rule cannot fire (a tuple inside: all of them):
-    # files that contain none of any selected rule's fragments are never parsed.
+    # Regular expressions without which the rule cannot fire (a tuple inside: all of them, in
+    # order): files that contain none of any selected rule's fragments are never parsed. Start
+    # a file-wide search with a literal: the regex engine finds literal prefixes fast, while a
+    # leading `\b`, class or alternation makes it try every position.
     fragments: ClassVar[tuple[str | tuple[str, ...], ...]]
     # Whether the rule reads the op-policy tables in policies/.
     uses_policy: ClassVar[bool] = False

@@ -33,17 +33,27 @@ class FileResult:
 class Prefilter:
     """Whether any selected rule can fire on a text, from the rules' fragments alone.
 
-    A fragment is a regular expression, or a tuple of them that must all match. Each is
-    searched on its own: one big alternation defeats the regex engine's literal scan and is
-    many times slower.
+    A fragment is a regular expression, or a tuple of them that must all match, tried in
+    order. Each pattern is searched on its own (one big alternation defeats the regex
+    engine's literal scan and is many times slower) and at most once per text, however many
+    rules share it.
     """
 
     def __init__(self, rules: Sequence[type[Rule]]):
-        self.groups = [tuple(re.compile(p) for p in (f if isinstance(f, tuple) else (f,)))
+        compiled: dict[str, re.Pattern] = {}
+        self.groups = [tuple(compiled.setdefault(p, re.compile(p))
+                             for p in (f if isinstance(f, tuple) else (f,)))
                        for r in rules for f in r.fragments]
 
     def search(self, text: str) -> bool:
-        return any(all(p.search(text) for p in group) for group in self.groups)
+        seen: dict[re.Pattern, bool] = {}
+
+        def found(pattern: re.Pattern) -> bool:
+            if pattern not in seen:
+                seen[pattern] = pattern.search(text) is not None
+            return seen[pattern]
+
+        return any(all(found(p) for p in group) for group in self.groups)
 
 
 def prefilter(rules: Sequence[type[Rule]]) -> Prefilter:

@@ -342,8 +342,6 @@ def scaler_events(ctx: FileContext) -> dict[int, list[ScalerEvent]]:
     return ctx.__dict__["_scaler_events"]
 
 
-def offset(ctx: FileContext, node: cst.CSTNode) -> int:
-    return ctx.offsets(node)[0]
 
 
 # -- policy tables ------------------------------------------------------------------------
@@ -416,9 +414,9 @@ def assigned_before(ctx: FileContext, name: cst.Name) -> cst.BaseExpression | No
         for node in _walk_same_scope(scope):
             if isinstance(node, cst.Assign) and len(node.targets) == 1 \
                     and isinstance(node.targets[0].target, cst.Name):
-                found.append((offset(ctx, node), node.targets[0].target.value, node.value))
+                found.append((ctx.order(node), node.targets[0].target.value, node.value))
         cache[id(scope)] = sorted(found, key=lambda t: t[0])
-    at = offset(ctx, name)
+    at = ctx.order(name)
     value = None
     for pos, target, expr in cache[id(scope)]:
         if pos >= at:

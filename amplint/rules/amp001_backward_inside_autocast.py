@@ -104,7 +104,7 @@ class BackwardInsideAutocast(Rule):
     name = "backward-inside-autocast"
     summary = "Backward pass inside an autocast region"
     fixable = True
-    fragments = (r"autocast",)  # it only fires inside a region
+    fragments = ((r"autocast", r"backward|autograd"),)  # a backward pass inside a region
 
     valid = (
         Valid("""

@@ -4,7 +4,7 @@ import libcst as cst
 
 from ..engine.context import FileContext
 from ..engine.diagnostics import Fix
-from ..engine.rule import Invalid, Rule, Valid
+from ..engine.rule import PARENTHESIZED, Invalid, Rule, Valid, call_with
 from ..engine.semantics import autocast_region, calls, enclosing_function, has_star_args
 
 _FACTORIES = {
@@ -113,9 +113,11 @@ class TensorFactoryDropsDtype(Rule):
     name = "tensor-factory-drops-dtype"
     summary = "Tensor factory takes a tensor's device but not its dtype"
     fixable = True
-    # The keyword and the attribute it reads sit on one line, even in a multi-line call;
-    # the factory's name is somewhere in the file.
-    fragments = ((r"device\s*=[^\n]*\.device\b", r"\b(?:zeros|ones|empty|full|tensor)\("),)
+    # A forward method or an autocast region, and a factory call with `device=<...>.device`
+    # among its own arguments (the literal `.device` first: it is the cheap test).
+    fragments = ((r"\.device", r"def\s+forward\b|autocast",
+                  call_with(r"zeros|ones|empty|full|tensor",
+                            rf"\bdevice\s*=\s*(?:[^()]|{PARENTHESIZED})*?\.device\b")),)
 
     valid = (
         Valid("""

@@ -100,7 +100,7 @@ class DeprecatedAmpApi(Rule):
     name = "deprecated-amp-api"
     summary = "Deprecated torch.cuda.amp / torch.cpu.amp API"
     fixable = True
-    fragments = (r"\b(?:cuda|cpu)\.amp\b", r"from\s+torch\.(?:cuda|cpu)\s+import[^\n]*\bamp\b")
+    fragments = (r"(?:cuda|cpu)\.amp\b", r"from\s+torch\.(?:cuda|cpu)\s+import[^\n]*\bamp\b")
 
     valid = (
         Valid("""

@@ -9,7 +9,6 @@ from ..engine.semantics import (
     exclusive,
     method_call,
     named_like_optimizer,
-    offset,
     scaler_events,
 )
 
@@ -118,7 +117,7 @@ self.scaler.update()
             scope = events.get(id(enclosing_function(ctx, call)), [])
             if ctx.code(mc[0]) in {e.scaler for e in scope}:
                 continue
-            before = [e for e in scope if e.kind == "backward" and offset(ctx, e.call) < offset(ctx, call)
+            before = [e for e in scope if e.kind == "backward" and ctx.order(e.call) < ctx.order(call)
                       and not exclusive(ctx, e.call, call)]
             if not before:
                 continue

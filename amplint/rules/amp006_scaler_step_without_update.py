@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from ..engine.context import FileContext
 from ..engine.rule import Invalid, Rule, Valid
-from ..engine.semantics import exclusive, offset, scaler_events
+from ..engine.semantics import exclusive, scaler_events
 
 
 class ScalerStepWithoutUpdate(Rule):
@@ -105,7 +105,7 @@ scaler.update()
                 if not steps:
                     continue
                 last_step = steps[-1]
-                after = [u for u in updates if offset(ctx, u.call) > offset(ctx, last_step.call)]
+                after = [u for u in updates if ctx.order(u.call) > ctx.order(last_step.call)]
                 if not after:
                     if updates:
                         ctx.report(updates[0].call, f"`{scaler}.update()` runs before "

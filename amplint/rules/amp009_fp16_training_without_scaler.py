@@ -58,7 +58,7 @@ class Fp16TrainingWithoutScaler(Rule):
     name = "fp16-training-without-scaler"
     summary = "float16 autocast training with no GradScaler"
     uses_policy = True
-    fragments = (r"autocast",)
+    fragments = ((r"autocast", r"backward|autograd"),)  # a region and a backward pass
 
     valid = (
         Valid("""

@@ -82,7 +82,7 @@ class DataParallelAutocastOutsideForward(Rule):
     code = "AMP012"
     name = "dataparallel-autocast-outside-forward"
     summary = "DataParallel model run in an autocast region that its worker threads do not see"
-    fragments = (r"DataParallel",)
+    fragments = ((r"DataParallel", r"autocast"),)
 
     valid = (
         Valid("""

@@ -45,7 +45,7 @@ class LogOfSoftmax(Rule):
     name = "log-of-softmax"
     summary = "log(softmax(x)) instead of log_softmax(x)"
     fixable = True
-    fragments = (r"softmax\([^\n]*\.log\(\)|log\([^\n]*softmax",)
+    fragments = ((r"softmax", r"softmax\([^\n]*\.log\(\)|log\([^\n]*softmax"),)
 
     valid = (
         Valid("""

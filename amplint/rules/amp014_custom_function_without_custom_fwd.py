@@ -61,7 +61,7 @@ class CustomFunctionWithoutCustomFwd(Rule):
     code = "AMP014"
     name = "custom-function-without-custom-fwd"
     summary = "autograd.Function without custom_fwd/custom_bwd in code that uses autocast"
-    fragments = (r"autocast",)  # only files that use autocast are checked
+    fragments = ((r"autocast", r"Function"),)  # only files that use autocast are checked
 
     valid = (
         Valid("""

@@ -12,12 +12,10 @@ _SAVE = frozenset({"torch.save"})
 
 
 def _state_dict_calls(ctx: FileContext, node: cst.CSTNode) -> list[cst.Call]:
-    """``x.state_dict()`` / ``x.load_state_dict(...)`` calls inside ``node`` (by position:
+    """``x.state_dict()`` / ``x.load_state_dict(...)`` calls inside ``node`` (by walk order:
     walking each function's subtree again is slow on large trainers)."""
-    start, end = ctx.offsets(node)
     return [c for c in calls(ctx) if isinstance(c.func, cst.Attribute)
-            and c.func.attr.value in ("state_dict", "load_state_dict")
-            and start <= ctx.offsets(c)[0] < end]
+            and c.func.attr.value in ("state_dict", "load_state_dict") and ctx.contains(node, c)]
 
 
 def _is_scaler(code: str, in_scope: set[str]) -> bool:
@@ -67,7 +65,7 @@ class ScalerStateNotCheckpointed(Rule):
     code = "AMP015"
     name = "scaler-state-not-checkpointed"
     summary = "Checkpoint saved or loaded without the GradScaler's state"
-    fragments = (r"GradScaler|\.scale\(|\b(?:grad_|amp_)?scaler\b",)  # needs a scaler in sight
+    fragments = ((r"scaler|Scaler|\.scale\(", r"save|state_dict"),)  # a scaler, a checkpoint
 
     valid = (
         Valid("""

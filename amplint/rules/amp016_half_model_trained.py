@@ -60,7 +60,7 @@ class HalfModelTrained(Rule):
     code = "AMP016"
     name = "half-model-trained"
     summary = "Model converted to float16 and then trained (no float32 master weights)"
-    fragments = (r"\.half\(\)|\.to\([^\n]*(?:float16|torch\.half)",)
+    fragments = ((r"\.half\(\)|\.to\([^\n]*(?:float16|torch\.half)", r"optim"),)  # a half model, an optimizer
 
     valid = (
         Valid("""

@@ -69,7 +69,8 @@ class GradAccumulationScalerUpdate(Rule):
     code = "AMP017"
     name = "grad-accumulation-scaler-update"
     summary = "scaler.update() outside the gradient-accumulation condition of scaler.step()"
-    fragments = (r"GradScaler|\.scale\(|\b(?:grad_|amp_)?scaler\b",)  # needs a scaler in sight
+    # A scaler, and `.step` and `.update` calls.
+    fragments = ((r"scaler|Scaler|\.scale\(", r"\.\s*step\b", r"\.\s*update\b"),)
 
     valid = (
         Valid("""

@@ -65,7 +65,8 @@ class EpsilonUnderflowsInFp16(Rule):
     name = "epsilon-underflows-in-fp16"
     summary = "Epsilon below float16's smallest value inside a float16 region"
     uses_policy = True
-    fragments = (r"autocast",)  # it only fires inside a region
+    # A region and a float literal below 5.96e-8 (an exponent, or seven zeros after the point).
+    fragments = ((r"autocast", r"[\d.][eE]-\d|\.(?:0_?){7}"),)
 
     valid = (
         Valid("""

@@ -67,7 +67,8 @@ class HalfOutputLeaksOutOfRegion(Rule):
     name = "half-output-leaks-out-of-region"
     summary = "Half-precision output of an autocast region mixed with float32 after the region"
     uses_policy = True
-    fragments = (r"autocast",)
+    # A region, and a float32 value made outside one (a factory or `.float()`).
+    fragments = ((r"autocast", r"\.float\(|\b(?:randn|rand|zeros|ones|empty|full|linspace|eye)\b"),)
 
     valid = (
         Valid("""

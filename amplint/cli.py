@@ -14,8 +14,9 @@ from .engine.cache import clean as cache_clean
 from .engine.discovery import PathError
 from .engine.project import Options, check_paths
 from .engine.rule import all_rules, rule_by_code
-from .output import FORMATS
+from .output import FORMATS, TERMINAL_FORMATS
 from .output.text import statistics
+from .terminal import progress_bar, use_color
 from .probe.command import probe
 
 
@@ -37,14 +38,17 @@ def main():
 @click.option("--select", help="Comma-separated codes or prefixes to enable (replaces the config's).")
 @click.option("--ignore", help="Comma-separated codes or prefixes to disable.")
 @click.option("--extend-select", help="Comma-separated codes or prefixes to enable in addition.")
-@click.option("--output-format", type=click.Choice(list(FORMATS)), default="text", show_default=True)
+@click.option("--output-format", type=click.Choice(list(FORMATS)), default="full", show_default=True,
+              help="full: each finding with its source and a caret; concise: one line each.")
+@click.option("--color", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True,
+              help="Colour terminal output (auto: when stdout is a terminal and NO_COLOR is unset).")
 @click.option("--statistics", "show_statistics", is_flag=True, help="Count findings per rule.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings remain.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
               help="Processes to use (default: the machine's cores).")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write .amplint_cache/.")
 @click.option("-v", "--verbose", is_flag=True, help="Show tracebacks of internal errors.")
-def check(paths, fix, unsafe_fixes, diff, select, ignore, extend_select, output_format,
+def check(paths, fix, unsafe_fixes, diff, select, ignore, extend_select, output_format, color,
           show_statistics, exit_zero, jobs, no_cache, verbose):
     """Check Python files for AMP mistakes (default: the current folder)."""
     paths = list(paths) or [Path(".")]
@@ -54,9 +58,11 @@ def check(paths, fix, unsafe_fixes, diff, select, ignore, extend_select, output_
             select=config_mod.validate_codes(_codes(select), "--select") if select is not None else None,
             ignore=config_mod.validate_codes(_codes(ignore) or [], "--ignore"),
             extend_select=config_mod.validate_codes(_codes(extend_select) or [], "--extend-select"))
-        report = check_paths(paths, config, rules,
-                             Options(fix=fix, unsafe_fixes=unsafe_fixes, diff=diff,
-                                     jobs=jobs or os.cpu_count() or 1, cache=not no_cache))
+        with progress_bar("checking", unit="files") as progress:
+            report = check_paths(paths, config, rules,
+                                 Options(fix=fix, unsafe_fixes=unsafe_fixes, diff=diff,
+                                         jobs=jobs or os.cpu_count() or 1, cache=not no_cache,
+                                         progress=progress))
     except (config_mod.ConfigError, PathError) as exc:
         click.echo(f"amplint: error: {exc}", err=True)
         sys.exit(2)
@@ -65,13 +71,18 @@ def check(paths, fix, unsafe_fixes, diff, select, ignore, extend_select, output_
         click.echo("".join(report.diffs), nl=False)
     if show_statistics:
         click.echo(statistics(report.diagnostics), nl=False)
+    elif output_format in TERMINAL_FORMATS:
+        colored = use_color(color, sys.stdout)
+        # click strips ANSI codes when stdout is not a terminal unless told otherwise.
+        click.echo(FORMATS[output_format](report.diagnostics, sources=report.sources, color=colored),
+                   nl=False, color=colored)
     else:
         click.echo(FORMATS[output_format](report.diagnostics), nl=False)
     if verbose:
         for d in report.diagnostics:
             if d.detail:
                 click.echo(f"{d.path}: {d.detail}", err=True)
-    if output_format == "text":
+    if output_format in TERMINAL_FORMATS:
         click.echo(_summary(report, fix, diff), err=True)
     if report.internal_errors:
         sys.exit(2)

@@ -33,8 +33,8 @@ def project(tmp_path):
     return tmp_path
 
 
-def test_text_output_is_sorted_with_1_based_columns(run_amplint, project):
-    result = run_amplint("check", "pkg", cwd=project)
+def test_concise_output_is_sorted_with_1_based_columns(run_amplint, project):
+    result = run_amplint("check", "--output-format", "concise", "pkg", cwd=project)
     assert result.returncode == 1
     lines = result.stdout.splitlines()
     assert lines[0].startswith(os.path.join("pkg", "train.py") + ":6:9: AMP001 ")
@@ -142,7 +142,7 @@ def test_default_excludes(run_amplint, project):
     for folder in (".venv", "build", "site-packages", "node_modules", "__pycache__"):
         (project / folder).mkdir()
         (project / folder / "x.py").write_text(FAULTY)
-    result = run_amplint("check", ".", cwd=project)
+    result = run_amplint("check", "--output-format", "concise", ".", cwd=project)
     assert {line.split(":")[0] for line in result.stdout.splitlines()} == {os.path.join("pkg", "train.py")}
 
 
@@ -214,8 +214,8 @@ def test_check_never_imports_torch(project):
 def test_jobs_give_the_same_output_in_the_same_order(run_amplint, tmp_path):
     for i in range(70):  # enough files for the process pool to be used
         (tmp_path / f"step{i:02d}.py").write_text(FAULTY)
-    one = run_amplint("check", "--jobs", "1", ".", cwd=tmp_path)
-    two = run_amplint("check", "--jobs", "2", ".", cwd=tmp_path)
+    one = run_amplint("check", "--output-format", "concise", "--jobs", "1", ".", cwd=tmp_path)
+    two = run_amplint("check", "--output-format", "concise", "--jobs", "2", ".", cwd=tmp_path)
     assert one.returncode == two.returncode == 1
     assert one.stdout == two.stdout and one.stdout.count("\n") == 140
 

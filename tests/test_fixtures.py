@@ -26,7 +26,7 @@ def test_correct_code_is_silent(run_amplint):
 
 def test_faulty_code_has_a_scenario_for_every_rule(run_amplint):
     from amplint.engine.rule import all_rules
-    result = run_amplint("check", FIXTURES / "faulty")
+    result = run_amplint("check", "--output-format", "concise", FIXTURES / "faulty")
     assert result.returncode == 1
     reported = {line.split()[1] for line in result.stdout.splitlines()}
     assert reported == {r.code for r in all_rules()}

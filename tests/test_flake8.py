@@ -19,7 +19,8 @@ def test_flake8_select_amp_reports_amplint_findings():
     # The same positions amplint prints (flake8 shows columns from 1 too).
     assert f"{path}:34:13: AMP001 `backward()` inside an autocast region" in out.stdout
     assert all(" AMP0" in line for line in lines)
-    ours = subprocess.run([sys.executable, "-m", "amplint", "check", "--no-cache", str(path)],
+    ours = subprocess.run([sys.executable, "-m", "amplint", "check", "--no-cache", "--output-format", "concise",
+                           str(path)],
                           capture_output=True, text=True).stdout
     assert sorted(line.split(" ", 2)[:2] for line in lines) == \
         sorted(line.split(" ", 2)[:2] for line in ours.splitlines())

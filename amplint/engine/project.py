@@ -7,6 +7,7 @@ import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Iterator
 
 from ..policy import PolicyError, loader
 from . import source as source_io
@@ -25,6 +26,7 @@ class Options:
     use_prefilter: bool = True
     jobs: int = 1
     cache: bool = True
+    progress: Callable[[int, int], None] | None = None  # (files done, files in all)
 
 
 # Below this many files a process pool costs more than it saves (the pre-commit case).
@@ -39,6 +41,7 @@ class Report:
     fixes_applied: int = 0
     internal_errors: int = 0
     diffs: list[str] = field(default_factory=list)
+    sources: dict[str, str] = field(default_factory=dict)  # the text findings point into
 
 
 def policy_loader(config: Config):
@@ -70,7 +73,11 @@ def check_paths(paths: list[Path], config: Config, rules: list[type[Rule]], opti
         results = (check_file(path, file_rules, options, load, cache) for path, file_rules in tasks)
     for result in results:
         report.files_checked += 1
+        if options.progress is not None:
+            options.progress(report.files_checked, len(tasks))
         report.diagnostics.extend(result.diagnostics)
+        if result.diagnostics:
+            report.sources[result.path] = result.source
         report.internal_errors += result.internal_errors
         report.fixes_applied += result.fixes_applied
         report.files_fixed += bool(result.fixes_applied)
@@ -80,13 +87,14 @@ def check_paths(paths: list[Path], config: Config, rules: list[type[Rule]], opti
     return report
 
 
-def _in_pool(tasks, options: Options, config: Config, cache) -> list[FileResult]:
+def _in_pool(tasks, options: Options, config: Config, cache) -> Iterator[FileResult]:
     """Files spread over processes in chunks; results come back in the order of ``tasks``."""
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     chunk = max(1, len(tasks) // (options.jobs * 8))
+    worker_options = Options(**{**options.__dict__, "progress": None})  # a callback stays here
     with ProcessPoolExecutor(options.jobs, mp_context=multiprocessing.get_context(method),
                              initializer=_init_worker, initargs=(config, cache)) as pool:
-        return list(pool.map(_check_in_worker, tasks, [options] * len(tasks), chunksize=chunk))
+        yield from pool.map(_check_in_worker, tasks, [worker_options] * len(tasks), chunksize=chunk)
 
 
 _worker_state: tuple = (None, None)
@@ -125,7 +133,7 @@ def check_file(path: Path, rules: list[type[Rule]], options: Options, load, cach
     if cache is not None:
         cached = cache.get(data, codes, display)
         if cached is not None:
-            return FileResult(display, cached, source=text.text)
+            return FileResult(display, cached, source=text.text if cached else None)
     fixing = options.fix or options.diff
     result = lint_source(display, text.text, rules, fix=fixing, unsafe=options.unsafe_fixes,
                          policy_loader=load, use_prefilter=options.use_prefilter)
@@ -142,4 +150,6 @@ def check_file(path: Path, rules: list[type[Rule]], options: Options, load, cach
             except (OSError, UnicodeEncodeError) as exc:
                 result.diagnostics.append(_io_diagnostic(display, f"cannot write fixes to {display}: {exc}"))
                 result.internal_errors += 1
+    # The text the findings point into goes back with them (and only with them).
+    result.source = (result.source or text.text) if result.diagnostics else None
     return result

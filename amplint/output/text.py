@@ -1,21 +1,109 @@
-"""``path:line:col: CODE message``, as ruff's concise format prints it."""
+"""Terminal formats: ``concise`` (``path:line:col: CODE message``, one line per finding) and
+``full`` (the same line, then the source with a caret under the finding and the fix)."""
 
 from __future__ import annotations
 
 from collections import Counter
+from typing import Mapping
 
 from ..engine.diagnostics import Diagnostic
 
+_CONTEXT = 1  # source lines shown before and after the finding
+_TAB = "    "
 
-def render(diagnostics: list[Diagnostic]) -> str:
+
+class Style:
+    """ANSI colours, or nothing at all."""
+
+    def __init__(self, color: bool):
+        self.color = color
+
+    def _wrap(self, code: str, text: str) -> str:
+        return f"\x1b[{code}m{text}\x1b[0m" if self.color and text else text
+
+    def bold(self, text: str) -> str:
+        return self._wrap("1", text)
+
+    def code(self, text: str) -> str:
+        return self._wrap("1;31", text)
+
+    def caret(self, text: str) -> str:
+        return self._wrap("1;31", text)
+
+    def gutter(self, text: str) -> str:
+        return self._wrap("1;34", text)
+
+    def fix(self, text: str) -> str:
+        return self._wrap("1;36", text)
+
+    def dim(self, text: str) -> str:
+        return self._wrap("2", text)
+
+
+def _fix_marker(d: Diagnostic) -> str:
+    return "[*]" if d.fix.applicability == "safe" else "[unsafe fix]"
+
+
+def _headline(d: Diagnostic, style: Style) -> str:
+    where = f"{style.bold(d.path)}:{d.location.row}:{d.location.column}:"
+    return f"{where} {style.code(d.code)} {d.message}"
+
+
+def concise(diagnostics: list[Diagnostic], *, sources: Mapping[str, str] | None = None,
+            color: bool = False) -> str:
+    style = Style(color)
     lines = []
     for d in diagnostics:
-        line = f"{d.path}:{d.location.row}:{d.location.column}: {d.code} {d.message}"
+        line = _headline(d, style)
         if d.fix is not None:
-            marker = "[*]" if d.fix.applicability == "safe" else "[unsafe fix]"
-            line += f" {marker} {d.fix.message}"
+            line += f" {style.fix(_fix_marker(d))} {d.fix.message}"
         lines.append(line)
     return "".join(line + "\n" for line in lines)
+
+
+def _display(line: str, column: int) -> tuple[str, int]:
+    """The line with tabs expanded, and where 1-based ``column`` lands in it (0-based)."""
+    before = line[: column - 1].replace("\t", _TAB)
+    return line.replace("\t", _TAB), len(before)
+
+
+def _snippet(d: Diagnostic, lines: list[str], style: Style) -> list[str]:
+    first = max(1, d.location.row - _CONTEXT)
+    last = min(len(lines), max(d.end_location.row, d.location.row) + _CONTEXT)
+    width = len(str(last))
+    bar = style.gutter(" " * width + " |")
+    out = [bar]
+    for row in range(first, last + 1):
+        text = lines[row - 1]
+        shown, start = _display(text, d.location.column if row == d.location.row else 1)
+        out.append(f"{style.gutter(str(row).rjust(width) + ' |')} {shown}".rstrip())
+        if row == d.location.row:
+            if d.end_location.row == row:
+                end = _display(text, d.end_location.column)[1]
+            else:  # a multi-line finding: underline to the end of its first line
+                end = len(shown.rstrip())
+            carets = "^" * max(1, end - start)
+            out.append(f"{bar} {' ' * start}{style.caret(carets)} {style.code(d.code)}")
+    out.append(bar)
+    return out
+
+
+def full(diagnostics: list[Diagnostic], *, sources: Mapping[str, str] | None = None,
+         color: bool = False) -> str:
+    style = Style(color)
+    blocks = []
+    for d in diagnostics:
+        block = [_headline(d, style)]
+        text = (sources or {}).get(d.path)
+        lines = text.splitlines() if text is not None else []
+        if 1 <= d.location.row <= len(lines):
+            block.extend(_snippet(d, lines, style))
+        if d.fix is not None:
+            pad = " " * (len(str(min(len(lines), d.end_location.row + _CONTEXT))) + 1)
+            block.append(f"{pad}{style.gutter('=')} {style.bold('help')}: {d.fix.message} "
+                         f"{style.fix(_fix_marker(d))}")
+        blocks.append("\n".join(block) + "\n")
+    return "\n".join(blocks)
 
 
 def statistics(diagnostics: list[Diagnostic]) -> str:

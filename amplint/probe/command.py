@@ -9,7 +9,8 @@ from pathlib import Path
 import click
 
 from . import docs
-from .render import FORMATS, diff, markdown_table, render, render_diff
+from ..terminal import progress_bar
+from .render import DIFF_FORMATS, FORMATS, markdown_table, render, render_diff
 
 _INSTALL_HINT = "amplint probe needs PyTorch: pip install 'amplint[probe]' (or pip install torch)"
 
@@ -33,7 +34,7 @@ def _load_probe():
 def write_directory(tables: list[dict], out: Path, fmt: str) -> list[Path]:
     """One file per device, plus a README.md that shows every table in markdown."""
     out.mkdir(parents=True, exist_ok=True)
-    suffix = {"json": "json", "markdown": "md", "csv": "csv", "table": "txt"}[fmt]
+    suffix = {"json": "json", "markdown": "md", "csv": "csv", "table": "txt", "html": "html"}[fmt]
     written = []
     for table in tables:
         path = out / f"{table['device']}.{suffix}"
@@ -92,10 +93,12 @@ class ProbeGroup(click.Group):
 @click.option("--ops", "op_patterns", multiple=True, help="Glob on op names, e.g. 'conv*' (repeatable).")
 @click.option("--import", "imports", multiple=True, help="Import this module first (extension ops).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@click.option("--output", "-o", "output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write to this file instead of stdout.")
 @click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write one file per device (and README.md) here instead of stdout.")
 @click.pass_context
-def probe(ctx, device, dtype, mode, op_patterns, imports, fmt, output_dir):
+def probe(ctx, device, dtype, mode, op_patterns, imports, fmt, output, output_dir):
     """Ask the installed PyTorch which ops autocast changes on a device, and how."""
     if ctx.invoked_subcommand is not None:
         return
@@ -103,14 +106,17 @@ def probe(ctx, device, dtype, mode, op_patterns, imports, fmt, output_dir):
     try:
         tables_mod.import_extensions(imports)
         devices = tables_mod.resolve_devices(device)
-        tables = tables_mod.probe(devices, dtype, mode, tuple(op_patterns))
+        with progress_bar("probing", unit="steps") as progress:
+            tables = tables_mod.probe(devices, dtype, mode, tuple(op_patterns), progress)
     except tables_mod.ProbeUsageError as exc:
         raise click.UsageError(str(exc)) from None
+    if output is not None and output_dir is not None:
+        raise click.UsageError("--output and --output-dir exclude each other")
     if output_dir is not None:
         for path in write_directory(tables, output_dir, fmt):
             click.echo(f"wrote {path}", err=True)
     else:
-        click.echo(render(tables, fmt), nl=False)
+        _emit(render(tables, fmt), output)
     unclassified = sum(t["counts"]["unclassified"] for t in tables)
     if unclassified:
         click.echo(f"{unclassified} op(s) could not be classified; see their 'reason'", err=True)
@@ -119,8 +125,10 @@ def probe(ctx, device, dtype, mode, op_patterns, imports, fmt, output_dir):
 @probe.command("diff")
 @click.argument("a", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.argument("b", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def probe_diff(a: Path, b: Path, fmt: str):
+@click.option("--format", "fmt", type=click.Choice(DIFF_FORMATS), default="table", show_default=True)
+@click.option("--output", "-o", "output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write to this file instead of stdout.")
+def probe_diff(a: Path, b: Path, fmt: str, output: Path | None):
     """Ops added, removed and changed in policy between two tables (devices or torch versions)."""
     loaded = []
     for path in (a, b):
@@ -128,4 +136,15 @@ def probe_diff(a: Path, b: Path, fmt: str):
             loaded.append(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, ValueError) as exc:
             raise click.UsageError(f"{path}: not a policy table: {exc}") from None
-    sys.stdout.write(render_diff(diff(*loaded), fmt))
+    _emit(render_diff(*loaded, fmt), output)
+
+
+def _emit(text: str, output: Path | None) -> None:
+    if output is None:
+        sys.stdout.write(text)
+        return
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise click.FileError(str(output), hint=exc.strerror or str(exc)) from None
+    click.echo(f"wrote {output}", err=True)

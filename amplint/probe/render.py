@@ -6,7 +6,9 @@ import csv
 import io
 import json
 
-FORMATS = ("table", "json", "markdown", "csv")
+from . import html_page
+
+FORMATS = ("table", "json", "markdown", "csv", "html")
 
 
 def _python(entry: dict, limit: int = 4) -> str:
@@ -50,6 +52,8 @@ def render(tables: list[dict], fmt: str) -> str:
         return buf.getvalue()
     if fmt == "markdown":
         return "\n".join(markdown_table(t) for t in tables)
+    if fmt == "html":
+        return html_page.tables_page(tables, _detail)
     return "\n".join(text_table(t) for t in tables)
 
 
@@ -89,9 +93,15 @@ def diff(a: dict, b: dict) -> dict:
     }
 
 
-def render_diff(d: dict, fmt: str) -> str:
+DIFF_FORMATS = ("table", "json", "html")
+
+
+def render_diff(a: dict, b: dict, fmt: str) -> str:
+    d = diff(a, b)
     if fmt == "json":
         return json.dumps(d, indent=1) + "\n"
+    if fmt == "html":
+        return html_page.diff_page(a, b, d, _detail, _label)
     lines = [f"A: {d['a']}", f"B: {d['b']}",
              f"{len(d['added'])} added, {len(d['removed'])} removed, {len(d['changed'])} changed", ""]
     for e in d["added"]:

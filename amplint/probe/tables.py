@@ -92,7 +92,7 @@ def _probe_one(op, device, lowp, simulated: bool, executed: bool) -> dict:
 
 
 def build_table(device: str, lowp: torch.dtype, mode: str, patterns: tuple[str, ...],
-                traces: dict, progress: Callable[[str], None] | None = None) -> dict:
+                traces: dict) -> dict:
     """``auto`` simulates every op and, where the device is present, also executes each one
     and records any disagreement; ``execute`` only executes; ``simulate`` only simulates."""
     present = device_present(device)
@@ -104,8 +104,6 @@ def build_table(device: str, lowp: torch.dtype, mode: str, patterns: tuple[str, 
     spellings = spellings_for(traces, {op.full for op in ops})
     entries = []
     for op in ops:
-        if progress:
-            progress(op.full)
         try:
             entry = _probe_one(op, device, lowp, simulated, executed)
         except Exception as exc:  # one op that breaks the interception must not end the run
@@ -140,8 +138,17 @@ def build_table(device: str, lowp: torch.dtype, mode: str, patterns: tuple[str, 
 
 
 def probe(devices: list[str], dtype: str | None, mode: str, patterns: tuple[str, ...],
-          progress: Callable[[str], None] | None = None) -> list[dict]:
+          progress: Callable[[int, int], None] | None = None) -> list[dict]:
+    """One table per device. ``progress(done, total)`` counts the public-API trace and each
+    device as one step."""
+    total = len(devices) + 1
     # Which public calls reach which ops does not depend on the device: trace once.
     traces = trace_public_api("cpu")
-    return [build_table(d, resolve_dtype(d, dtype), mode, patterns, traces, progress)
-            for d in devices]
+    tables = []
+    for device in devices:
+        if progress:
+            progress(len(tables) + 1, total)
+        tables.append(build_table(device, resolve_dtype(device, dtype), mode, patterns, traces))
+    if progress:
+        progress(total, total)
+    return tables

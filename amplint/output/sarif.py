@@ -13,11 +13,25 @@ SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 
 
 def _rule_descriptor(rule) -> dict:
+    doc = rule.documentation()
     return {"id": rule.code, "name": rule.name,
             "shortDescription": {"text": rule.summary},
-            "fullDescription": {"text": rule.documentation()},
+            "fullDescription": {"text": rule.summary},
+            "help": {"text": doc, "markdown": doc},  # what code scanning shows under "Show more"
             "helpUri": rule.url(),
             "properties": {"fixable": rule.fixable}}
+
+
+def _region(start, end) -> dict:
+    return {"startLine": start.row, "startColumn": start.column,
+            "endLine": end.row, "endColumn": end.column}
+
+
+def _fix(d: Diagnostic, uri: str) -> dict:
+    return {"description": {"text": f"{d.fix.message} ({d.fix.applicability} fix)"},
+            "artifactChanges": [{"artifactLocation": {"uri": uri}, "replacements": [
+                {"deletedRegion": _region(start, end), "insertedContent": {"text": content}}
+                for start, end, content in d.edit_locations]}]}
 
 
 def render(diagnostics: list[Diagnostic]) -> str:
@@ -25,18 +39,20 @@ def render(diagnostics: list[Diagnostic]) -> str:
     index = {r.code: i for i, r in enumerate(rules)}
     results = []
     for d in diagnostics:
+        uri = Path(d.path).as_posix()
         result = {
             "ruleId": d.code,
             "level": "error" if d.code in ("AMP000", "AMP999") else "warning",
             "message": {"text": d.message},
             "locations": [{"physicalLocation": {
-                "artifactLocation": {"uri": Path(d.path).as_posix()},
-                "region": {"startLine": d.location.row, "startColumn": d.location.column,
-                           "endLine": d.end_location.row, "endColumn": d.end_location.column},
+                "artifactLocation": {"uri": uri},
+                "region": _region(d.location, d.end_location),
             }}],
         }
         if d.code in index:
             result["ruleIndex"] = index[d.code]
+        if d.fix is not None and d.edit_locations:
+            result["fixes"] = [_fix(d, uri)]
         results.append(result)
     log = {
         "$schema": SCHEMA,

@@ -1,12 +1,14 @@
-"""Property tests: training loops assembled from random correct and faulty snippets. Whatever
+"""Property tests. Training loops assembled from random correct and faulty snippets: whatever
 the combination, the engine does not crash, --fix output parses, a second --fix changes
-nothing, and no fixable finding is left. AMPLINT_FUZZ_EXAMPLES=2000 runs longer."""
+nothing, and no fixable finding is left. Random valid Python (hypothesmith): no crash.
+AMPLINT_FUZZ_EXAMPLES=2000 runs longer."""
 
 import os
 import textwrap
 
+import hypothesmith
 import libcst as cst
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from amplint.engine.rule import all_rules
@@ -87,3 +89,33 @@ def test_fixes_are_trustworthy(code):
     again = lint_source("loop.py", fixed.source, RULES, policy_loader=LOAD, fix=True, unsafe=True)
     assert again.source == fixed.source, (code, fixed.source)
     assert not [d for d in again.diagnostics if d.fix is not None], (fixed.source, again.diagnostics)
+
+
+def _in_region(code: str) -> str:
+    return "import torch\nwith torch.autocast('cuda'):\n" + textwrap.indent(code or "pass\n", "    ")
+
+
+@settings(max_examples=int(os.environ.get("AMPLINT_FUZZ_EXAMPLES", "40")) // 2, deadline=None,
+          suppress_health_check=list(HealthCheck))
+@given(st.one_of(hypothesmith.from_grammar(), hypothesmith.from_node()), st.booleans())
+def test_random_valid_python_never_crashes_the_engine(code, in_region):
+    """Any valid Python (hypothesmith), with every rule run (no prefilter), alone and inside an
+    autocast region: no internal error, and whatever --fix writes still parses."""
+    if in_region:
+        code = _in_region(code)
+        assume(_compiles(code))  # indenting can break code with line continuations in strings
+    for fix in (False, True):
+        result = lint_source("random.py", code, RULES, policy_loader=LOAD, fix=fix, unsafe=True,
+                             use_prefilter=False)
+        crashed = [d for d in result.diagnostics if d.code == INTERNAL_ERROR[0]]
+        assert not crashed, (code, crashed[0].detail)
+        if fix:
+            compile(result.source, "random.py", "exec")
+
+
+def _compiles(code: str) -> bool:
+    try:
+        compile(code, "random.py", "exec")
+    except (SyntaxError, ValueError):
+        return False
+    return True

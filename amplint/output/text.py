@@ -13,31 +13,18 @@ _TAB = "    "
 
 
 class Style:
-    """ANSI colours, or nothing at all."""
+    """ANSI colours by role (``style.code("AMP001")``), or nothing at all."""
+
+    _ROLES = {"bold": "1", "code": "1;31", "caret": "1;31", "gutter": "1;34", "fix": "1;36"}
 
     def __init__(self, color: bool):
         self.color = color
 
-    def _wrap(self, code: str, text: str) -> str:
-        return f"\x1b[{code}m{text}\x1b[0m" if self.color and text else text
-
-    def bold(self, text: str) -> str:
-        return self._wrap("1", text)
-
-    def code(self, text: str) -> str:
-        return self._wrap("1;31", text)
-
-    def caret(self, text: str) -> str:
-        return self._wrap("1;31", text)
-
-    def gutter(self, text: str) -> str:
-        return self._wrap("1;34", text)
-
-    def fix(self, text: str) -> str:
-        return self._wrap("1;36", text)
-
-    def dim(self, text: str) -> str:
-        return self._wrap("2", text)
+    def __getattr__(self, role: str):
+        sgr = self._ROLES.get(role)
+        if sgr is None:
+            raise AttributeError(role)
+        return lambda text: f"\x1b[{sgr}m{text}\x1b[0m" if self.color and text else text
 
 
 def _fix_marker(d: Diagnostic) -> str:

@@ -70,8 +70,10 @@ def test_prefilter_never_drops_a_finding(rule, kind, index, example):
 
 
 @pytest.mark.parametrize("rule,kind,index,example", [c for c in CASES if c.values[1] == "invalid"])
-def test_own_fragments_let_every_invalid_example_through(rule, kind, index, example):
-    assert Prefilter([rule]).search(example.code), f"{rule.code}'s fragments miss its own example"
+def test_own_prefilter_lets_every_invalid_example_through(rule, kind, index, example):
+    prefilter = Prefilter([rule])
+    assert prefilter.matching(example.code), f"{rule.code}'s fragments miss its own example"
+    assert prefilter.search(example.code), f"{rule.code}'s may_fire misses its own example"
 
 
 def test_banned_op_fragment_covers_every_table():
@@ -82,7 +84,7 @@ def test_banned_op_fragment_covers_every_table():
     for path in paths:
         for spelling in PolicyTable(json.loads(path.read_text())).spellings_with("banned"):
             code = f"with torch.autocast('cuda'):\n    {spelling}(x)\n"
-            assert Prefilter([amp008]).search(code), (path.name, spelling)
+            assert Prefilter([amp008]).matching(code), (path.name, spelling)
 
 
 @pytest.mark.parametrize("code,found", [
@@ -94,4 +96,22 @@ def test_banned_op_fragment_covers_every_table():
 ])
 def test_call_fragment_reads_the_call_own_arguments(code, found):
     amp003 = next(r for r in all_rules() if r.code == "AMP003")
-    assert Prefilter([amp003]).search("def forward(self, x):\n    " + code) is found
+    assert bool(Prefilter([amp003]).matching("def forward(self, x):\n    " + code)) is found
+
+
+@pytest.mark.parametrize("code,fires", [
+    # A factory with device=x.device in a module's forward: AMP003 may fire.
+    ("import torch\nclass M:\n    def forward(self, x):\n        return torch.zeros(3, device=x.device)\n", True),
+    # The same call outside forward and outside any autocast region: it may not.
+    ("import torch\ndef helper(x):\n    return torch.zeros(3, device=x.device)\n", False),
+    ("import torch\ndef f(x):\n    with torch.autocast('cuda'):\n        return torch.zeros(3, device=x.device)\n", True),
+    # Another dtype is asked for: the rule stays quiet, so does its outline test.
+    ("import torch\nclass M:\n    def forward(self, x):\n        return torch.zeros(3, device=x.device, dtype=torch.long)\n", False),
+    # `autocast` in a comment or a string is no region.
+    ("import torch\n# torch.autocast would be nice\nx = 'autocast'\ntorch.zeros(3, device=x.device)\n", False),
+    # An alias, imported inside a function, still counts.
+    ("def f(x):\n    from torch import autocast as ac, zeros\n    with ac('cuda'):\n        return zeros(3, device=x.device)\n", True),
+])
+def test_may_fire_reads_the_ast(code, fires):
+    amp003 = next(r for r in all_rules() if r.code == "AMP003")
+    assert Prefilter([amp003]).search(code) is fires

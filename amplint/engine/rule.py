@@ -9,10 +9,11 @@ import re
 import textwrap
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, ClassVar, Iterator
+from typing import TYPE_CHECKING, Callable, ClassVar, Iterator
 
 if TYPE_CHECKING:
     from .context import FileContext
+    from .outline import Outline
 
 CODE_PATTERN = re.compile(r"^AMP\d{3}$")
 
@@ -70,6 +71,10 @@ class Rule:
     # a file-wide search with a literal: the regex engine finds literal prefixes fast, while a
     # leading `\b`, class or alternation makes it try every position.
     fragments: ClassVar[tuple[str | tuple[str, ...], ...]]
+    # Optionally, a cheaper test on Python's `ast` of a file whose fragments match: the file is
+    # parsed with libcst for this rule only if it passes. It must hold wherever `check` could
+    # report (the prefilter tests compare findings with and without it).
+    may_fire: ClassVar[Callable[["Outline"], bool] | None] = None
     # Whether the rule reads the op-policy tables in policies/.
     uses_policy: ClassVar[bool] = False
     valid: ClassVar[tuple[Valid, ...]] = ()

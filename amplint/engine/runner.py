@@ -6,6 +6,7 @@ import ast
 import re
 import traceback
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Callable, Sequence
 
 import libcst as cst
@@ -13,6 +14,7 @@ import libcst as cst
 from . import noqa
 from .context import FileContext
 from .diagnostics import Diagnostic, Edit, Fix, Location
+from .outline import Outline
 from .rule import Rule
 
 SYNTAX_ERROR = ("AMP000", "syntax-error")
@@ -31,7 +33,8 @@ class FileResult:
 
 
 class Prefilter:
-    """Whether any selected rule can fire on a text, from the rules' fragments alone.
+    """Which selected rules can fire on a text, from the rules' fragments, then (for rules
+    that have one) their ``may_fire`` test on the file's ``ast``.
 
     A fragment is a regular expression, or a tuple of them that must all match, tried in
     order. Each pattern is searched on its own (one big alternation defeats the regex
@@ -41,11 +44,13 @@ class Prefilter:
 
     def __init__(self, rules: Sequence[type[Rule]]):
         compiled: dict[str, re.Pattern] = {}
-        self.groups = [tuple(compiled.setdefault(p, re.compile(p))
-                             for p in (f if isinstance(f, tuple) else (f,)))
-                       for r in rules for f in r.fragments]
+        self.rules = [(rule, [tuple(compiled.setdefault(p, re.compile(p))
+                                    for p in (f if isinstance(f, tuple) else (f,)))
+                              for f in rule.fragments])
+                      for rule in rules]
 
-    def search(self, text: str) -> bool:
+    def matching(self, text: str) -> list[type[Rule]]:
+        """The rules whose fragments the text contains."""
         seen: dict[re.Pattern, bool] = {}
 
         def found(pattern: re.Pattern) -> bool:
@@ -53,10 +58,25 @@ class Prefilter:
                 seen[pattern] = pattern.search(text) is not None
             return seen[pattern]
 
-        return any(all(found(p) for p in group) for group in self.groups)
+        return [rule for rule, groups in self.rules if any(all(found(p) for p in g) for g in groups)]
+
+    def select(self, text: str) -> list[type[Rule]]:
+        """The rules worth running on the text: fragments found and ``may_fire`` passed. When
+        Python cannot parse the text, every rule whose fragments match (libcst reports why)."""
+        candidates = self.matching(text)
+        if all(rule.may_fire is None for rule in candidates):
+            return candidates
+        outline = Outline.parse(text)
+        return [rule for rule in candidates
+                if rule.may_fire is None or outline is None or rule.may_fire(outline)]
+
+    def search(self, text: str) -> bool:
+        """Whether the text is worth parsing with libcst for any of the rules."""
+        return bool(self.select(text))
 
 
-def prefilter(rules: Sequence[type[Rule]]) -> Prefilter:
+@lru_cache(maxsize=64)
+def prefilter(rules: tuple[type[Rule], ...]) -> Prefilter:
     return Prefilter(rules)
 
 
@@ -139,12 +159,15 @@ def lint_source(path: str, source: str, rules: Sequence[type[Rule]], *,
                 fix: bool = False, unsafe: bool = False, policy_loader: Callable | None = None,
                 use_prefilter: bool = True) -> FileResult:
     result = FileResult(path)
-    if not rules or (use_prefilter and not prefilter(rules).search(source)):
-        result.source = source
-        return result
     text = source
     for _ in range(MAX_FIX_ROUNDS if fix else 1):
-        diagnostics = run_rules(path, text, rules, policy_loader)
+        # Rules that cannot fire on this text are not run; a fix can change that, so again
+        # each round.
+        selected = prefilter(tuple(rules)).select(text) if use_prefilter else rules
+        if not selected:
+            result.diagnostics = []  # nothing left to find in this text
+            break
+        diagnostics = run_rules(path, text, selected, policy_loader)
         suppressions = noqa.parse(text)
         kept = [d for d in diagnostics
                 if d.code in (SYNTAX_ERROR[0], INTERNAL_ERROR[0])

@@ -9,6 +9,7 @@ from typing import Iterator, Sequence
 import libcst as cst
 
 from .context import FileContext
+from .outline import Outline
 
 # torch.autocast and torch.amp.autocast take the device first; the per-device classes do not.
 AUTOCAST_GENERIC = frozenset({"torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast"})
@@ -93,6 +94,11 @@ class AutocastCall:
     @property
     def deprecated_api(self) -> bool:
         return self.api in AUTOCAST_DEVICE
+
+
+def calls_autocast(outline: Outline) -> bool:
+    """The ``may_fire`` of rules about autocast regions: the file calls autocast somewhere."""
+    return bool(outline.calls_to(AUTOCAST))
 
 
 def autocast_call(ctx: FileContext, expr: cst.BaseExpression) -> AutocastCall | None:

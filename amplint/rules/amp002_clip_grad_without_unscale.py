@@ -9,8 +9,8 @@ from ..engine.diagnostics import Fix
 from ..engine.edits import edit_from_tree
 from ..engine.rule import Invalid, Rule, Valid
 from ..engine.semantics import (
-    CLIP_GRAD,
     Block,
+    CLIP_GRAD,
     calls,
     enclosing_function,
     method_call,

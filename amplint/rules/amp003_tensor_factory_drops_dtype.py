@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
 from ..engine.context import FileContext
 from ..engine.diagnostics import Fix
 from ..engine.rule import PARENTHESIZED, Invalid, Rule, Valid, call_with
-from ..engine.semantics import autocast_region, calls, enclosing_function, has_star_args
+from ..engine.outline import Outline
+from ..engine.semantics import autocast_region, calls, calls_autocast, enclosing_function, has_star_args
 
 _FACTORIES = {
     "torch.zeros": "new_zeros", "torch.ones": "new_ones", "torch.empty": "new_empty",
@@ -42,6 +45,22 @@ def _float_tensor(ctx: FileContext, source: cst.BaseExpression, cls: cst.ClassDe
         return False
     lowered = name.lower()
     return name not in ("self", "cls") and not any(h in lowered for h in _NON_FLOAT_HINTS)
+
+
+def _candidate(call: ast.Call) -> bool:
+    """``device=<x>.device`` and no dtype other than ``<y>.dtype``: what check() looks for."""
+    keywords = {k.arg: k.value for k in call.keywords}
+    device, dtype = keywords.get("device"), keywords.get("dtype", None)
+    return isinstance(device, ast.Attribute) and device.attr == "device" and \
+        (dtype is None or (isinstance(dtype, ast.Attribute) and dtype.attr == "dtype"))
+
+
+def _may_fire(outline: Outline) -> bool:
+    candidates = [c for c in outline.calls_to(_FACTORIES.keys()) if _candidate(c)]
+    if not candidates:
+        return False
+    in_forward = outline.calls_in_methods("forward")
+    return any(id(c) in in_forward for c in candidates) or calls_autocast(outline)
 
 
 def _chain_without_calls(expr: cst.BaseExpression) -> bool:
@@ -118,6 +137,9 @@ class TensorFactoryDropsDtype(Rule):
     fragments = ((r"\.device", r"def\s+forward\b|autocast",
                   call_with(r"zeros|ones|empty|full|tensor",
                             rf"\bdevice\s*=\s*(?:[^()]|{PARENTHESIZED})*?\.device\b")),)
+    # On the ast: such a call to a torch factory, in a method named forward or in a file
+    # that calls autocast.
+    may_fire = staticmethod(_may_fire)
 
     valid = (
         Valid("""

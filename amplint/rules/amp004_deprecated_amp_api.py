@@ -225,12 +225,15 @@ def make(args, kwargs):
             binding = bindings.get(root.value) if root is not None else None
             if binding is not None and (plan is None or plan[1] is None):
                 broken.add(id(binding[0]))
-        for name, (stmt, _) in bindings.items():
-            deprecated_refs = {id(r) for r, _, _ in planned}
-            for ref in references:
-                if _root(ref) is not None and _root(ref).value == name and id(ref) not in deprecated_refs \
-                        and not (isinstance(ctx.parent(ref), cst.Attribute) and ctx.parent(ref).value is ref):
-                    broken.add(id(stmt))
+        # So is one whose names are also used for something else.
+        deprecated_refs = {id(r) for r, _, _ in planned}
+        for ref in references:
+            root = _root(ref)
+            if root is None or root.value not in bindings or id(ref) in deprecated_refs:
+                continue
+            parent = ctx.parent(ref)
+            if not (isinstance(parent, cst.Attribute) and parent.value is ref):
+                broken.add(id(bindings[root.value][0]))
 
         for ref, target, plan in planned:
             new_name, device = _DEPRECATED[target]

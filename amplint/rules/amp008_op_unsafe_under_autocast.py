@@ -5,7 +5,7 @@ import libcst as cst
 from ..engine.context import FileContext
 from ..engine.diagnostics import Fix
 from ..engine.rule import Invalid, Rule, Valid
-from ..engine.semantics import autocast_region, calls, method_call, region_table
+from ..engine.semantics import autocast_region, calls, calls_autocast, method_call, region_table
 
 _SIGMOID = frozenset({"torch.sigmoid", "torch.nn.functional.sigmoid", "torch.special.expit"})
 _WITH_LOGITS = {"binary_cross_entropy": "binary_cross_entropy_with_logits",
@@ -84,6 +84,7 @@ class OpUnsafeUnderAutocast(Rule):
     uses_policy = True
     # The banned ops' spellings in every committed table (a test keeps this true).
     fragments = ((r"autocast", r"binary_cross_entropy|BCELoss"),)
+    may_fire = staticmethod(calls_autocast)  # every region comes from an autocast call
 
     valid = (
         Valid("""

@@ -5,6 +5,7 @@ from ..engine.rule import Invalid, Rule, Valid
 from ..engine.semantics import (
     autocast_calls,
     calls,
+    calls_autocast,
     enclosing_function,
     is_backward,
     known_scalers,
@@ -59,6 +60,7 @@ class Fp16TrainingWithoutScaler(Rule):
     summary = "float16 autocast training with no GradScaler"
     uses_policy = True
     fragments = ((r"autocast", r"backward|autograd"),)  # a region and a backward pass
+    may_fire = staticmethod(calls_autocast)  # every region comes from an autocast call
 
     valid = (
         Valid("""

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from ..engine.context import FileContext
 from ..engine.rule import Invalid, Rule, Valid
-from ..engine.semantics import autocast_calls, region_table
+from ..engine.semantics import autocast_calls, calls_autocast, region_table
 
 
 class AutocastSilentlyDisabled(Rule):
@@ -44,6 +44,7 @@ class AutocastSilentlyDisabled(Rule):
     summary = "Autocast region with a dtype or device string autocast does not accept"
     uses_policy = True
     fragments = (r"autocast",)
+    may_fire = staticmethod(calls_autocast)  # every region comes from an autocast call
 
     valid = (
         Valid("""

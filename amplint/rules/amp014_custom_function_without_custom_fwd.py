@@ -4,7 +4,7 @@ import libcst as cst
 
 from ..engine.context import FileContext
 from ..engine.rule import Invalid, Rule, Valid
-from ..engine.semantics import autocast_calls
+from ..engine.semantics import autocast_calls, calls_autocast
 
 _FUNCTION = frozenset({"torch.autograd.Function", "torch.autograd.function.Function"})
 _CUSTOM = {
@@ -62,6 +62,7 @@ class CustomFunctionWithoutCustomFwd(Rule):
     name = "custom-function-without-custom-fwd"
     summary = "autograd.Function without custom_fwd/custom_bwd in code that uses autocast"
     fragments = ((r"autocast", r"Function"),)  # only files that use autocast are checked
+    may_fire = staticmethod(calls_autocast)  # every region comes from an autocast call
 
     valid = (
         Valid("""

@@ -8,6 +8,7 @@ from ..engine.semantics import (
     FP32_FAMILY,
     autocast_region,
     call_spelling,
+    calls_autocast,
     inferred_dtype,
     policies_of,
     region_dtype,
@@ -67,6 +68,7 @@ class EpsilonUnderflowsInFp16(Rule):
     uses_policy = True
     # A region and a float literal below 5.96e-8 (an exponent, or seven zeros after the point).
     fragments = ((r"autocast", r"[\d.][eE]-\d|\.(?:0_?){7}"),)
+    may_fire = staticmethod(calls_autocast)  # every region comes from an autocast call
 
     valid = (
         Valid("""

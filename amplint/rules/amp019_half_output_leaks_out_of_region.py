@@ -9,6 +9,7 @@ from ..engine.semantics import (
     autocast_region,
     call_spelling,
     calls,
+    calls_autocast,
     float32_outside_autocast,
     inferred_dtype,
     region_table,
@@ -69,6 +70,7 @@ class HalfOutputLeaksOutOfRegion(Rule):
     uses_policy = True
     # A region, and a float32 value made outside one (a factory or `.float()`).
     fragments = ((r"autocast", r"\.float\(|\b(?:randn|rand|zeros|ones|empty|full|linspace|eye)\b"),)
+    may_fire = staticmethod(calls_autocast)  # every region comes from an autocast call
 
     valid = (
         Valid("""

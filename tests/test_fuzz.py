@@ -1,6 +1,6 @@
 """Property tests. Training loops assembled from random correct and faulty snippets: whatever
-the combination, the engine does not crash, --fix output parses, a second --fix changes
-nothing, and no fixable finding is left. Random valid Python (hypothesmith): no crash.
+the combination, the engine does not crash, the prefilter drops no finding, --fix output
+parses, a second --fix changes nothing, and no fixable finding is left. Random valid Python (hypothesmith): no crash.
 AMPLINT_FUZZ_EXAMPLES=2000 runs longer."""
 
 import os
@@ -82,6 +82,9 @@ LOAD = loader("cuda")
 def test_fixes_are_trustworthy(code):
     checked = lint_source("loop.py", code, RULES, policy_loader=LOAD)
     assert not [d for d in checked.diagnostics if d.code == INTERNAL_ERROR[0]], code
+    unfiltered = lint_source("loop.py", code, RULES, policy_loader=LOAD, use_prefilter=False)
+    assert [(d.code, d.location) for d in checked.diagnostics] == \
+        [(d.code, d.location) for d in unfiltered.diagnostics], "the prefilter dropped a finding"
     fixed = lint_source("loop.py", code, RULES, policy_loader=LOAD, fix=True, unsafe=True)
     assert not [d for d in fixed.diagnostics if d.code == INTERNAL_ERROR[0]], (code, fixed.diagnostics)
     cst.parse_module(fixed.source)

@@ -99,19 +99,29 @@ def test_call_fragment_reads_the_call_own_arguments(code, found):
     assert bool(Prefilter([amp003]).matching("def forward(self, x):\n    " + code)) is found
 
 
-@pytest.mark.parametrize("code,fires", [
+@pytest.mark.parametrize("rule_code,code,fires", [
     # A factory with device=x.device in a module's forward: AMP003 may fire.
-    ("import torch\nclass M:\n    def forward(self, x):\n        return torch.zeros(3, device=x.device)\n", True),
+    ("AMP003", "import torch\nclass M:\n    def forward(self, x):\n        return torch.zeros(3, device=x.device)\n", True),
     # The same call outside forward and outside any autocast region: it may not.
-    ("import torch\ndef helper(x):\n    return torch.zeros(3, device=x.device)\n", False),
-    ("import torch\ndef f(x):\n    with torch.autocast('cuda'):\n        return torch.zeros(3, device=x.device)\n", True),
+    ("AMP003", "import torch\ndef helper(x):\n    return torch.zeros(3, device=x.device)\n", False),
+    ("AMP003", "import torch\ndef f(x):\n    with torch.autocast('cuda'):\n        return torch.zeros(3, device=x.device)\n", True),
     # Another dtype is asked for: the rule stays quiet, so does its outline test.
-    ("import torch\nclass M:\n    def forward(self, x):\n        return torch.zeros(3, device=x.device, dtype=torch.long)\n", False),
+    ("AMP003", "import torch\nclass M:\n    def forward(self, x):\n        return torch.zeros(3, device=x.device, dtype=torch.long)\n", False),
     # `autocast` in a comment or a string is no region.
-    ("import torch\n# torch.autocast would be nice\nx = 'autocast'\ntorch.zeros(3, device=x.device)\n", False),
+    ("AMP003", "import torch\n# torch.autocast would be nice\nx = 'autocast'\ntorch.zeros(3, device=x.device)\n", False),
     # An alias, imported inside a function, still counts.
-    ("def f(x):\n    from torch import autocast as ac, zeros\n    with ac('cuda'):\n        return zeros(3, device=x.device)\n", True),
+    ("AMP003", "def f(x):\n    from torch import autocast as ac, zeros\n    with ac('cuda'):\n        return zeros(3, device=x.device)\n", True),
+    # AMP004: a use, not a docstring mentioning torch.cuda.amp.
+    ("AMP004", '"""Unlike torch.cuda.amp.autocast, this works on CPU."""\nimport torch\n', False),
+    ("AMP004", "from torch.cuda import amp\nwith amp.autocast():\n    pass\n", True),
+    # AMP015: a checkpoint written or restored.
+    ("AMP015", "import torch\nscaler = torch.amp.GradScaler()\nstate = model.state_dict()\n", False),
+    ("AMP015", "from torch import save\nscaler = GradScaler()\nsave(model.state_dict(), p)\n", True),
+    # AMP016: a torch.optim optimizer and a backward pass.
+    ("AMP016", "import torch\nmodel.half()\nopt = torch.optim.SGD(model.parameters())\n", False),
+    ("AMP016", "import torch.optim as optim\nmodel.half()\nopt = optim.SGD(model.parameters())\n"
+               "loss.backward()\n", True),
 ])
-def test_may_fire_reads_the_ast(code, fires):
-    amp003 = next(r for r in all_rules() if r.code == "AMP003")
-    assert Prefilter([amp003]).search(code) is fires
+def test_may_fire_reads_the_ast(rule_code, code, fires):
+    rule = next(r for r in all_rules() if r.code == rule_code)
+    assert Prefilter([rule]).search(code) is fires

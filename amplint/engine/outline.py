@@ -63,13 +63,24 @@ class Outline:
     def calls_to(self, names: frozenset[str] | set[str]) -> list[ast.Call]:
         return [c for c in self.calls if not self.qualified_names(c.func).isdisjoint(names)]
 
+    def calls_under(self, prefix: str) -> bool:
+        """Whether something under ``prefix`` (e.g. ``torch.optim.``) is called."""
+        return any(q.startswith(prefix) for c in self.calls for q in self.qualified_names(c.func))
+
+    def method_calls(self, name: str) -> list[ast.Call]:
+        """``<anything>.name(...)`` calls."""
+        return [c for c in self.calls if isinstance(c.func, ast.Attribute) and c.func.attr == name]
+
+    def refers_to(self, names: frozenset[str] | set[str]) -> bool:
+        """Whether a name or attribute outside the imports refers to one of ``names``."""
+        return any(isinstance(node, (ast.Name, ast.Attribute))
+                   and not self.qualified_names(node).isdisjoint(names) for node in ast.walk(self.tree))
+
     def calls_in_methods(self, name: str) -> set[int]:
         """ids of the calls anywhere inside a method called ``name`` of some class."""
         cache = self.__dict__.setdefault("_in_methods", {})
         if name not in cache:
-            cache[name] = {id(node)
-                           for cls in ast.walk(self.tree) if isinstance(cls, ast.ClassDef)
-                           for method in cls.body
-                           if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) and method.name == name
-                           for node in ast.walk(method) if isinstance(node, ast.Call)}
+            methods = [m for cls in ast.walk(self.tree) if isinstance(cls, ast.ClassDef) for m in cls.body
+                       if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and m.name == name]
+            cache[name] = {id(node) for m in methods for node in ast.walk(m) if isinstance(node, ast.Call)}
         return cache[name]

@@ -101,6 +101,8 @@ class DeprecatedAmpApi(Rule):
     summary = "Deprecated torch.cuda.amp / torch.cpu.amp API"
     fixable = True
     fragments = (r"(?:cuda|cpu)\.amp\b", r"from\s+torch\.(?:cuda|cpu)\s+import[^\n]*\bamp\b")
+    # A use, not a mention in a comment or a docstring.
+    may_fire = staticmethod(lambda outline: outline.refers_to(_DEPRECATED.keys()))
 
     valid = (
         Valid("""

@@ -66,6 +66,9 @@ class ScalerStateNotCheckpointed(Rule):
     name = "scaler-state-not-checkpointed"
     summary = "Checkpoint saved or loaded without the GradScaler's state"
     fragments = ((r"scaler|Scaler|\.scale\(", r"save|state_dict"),)  # a scaler, a checkpoint
+    # What it reports: a torch.save call, or a load_state_dict call.
+    may_fire = staticmethod(lambda outline: bool(outline.calls_to(_SAVE)
+                                                 or outline.method_calls("load_state_dict")))
 
     valid = (
         Valid("""

@@ -61,6 +61,9 @@ class HalfModelTrained(Rule):
     name = "half-model-trained"
     summary = "Model converted to float16 and then trained (no float32 master weights)"
     fragments = ((r"\.half\(\)|\.to\([^\n]*(?:float16|torch\.half)", r"optim"),)  # a half model, an optimizer
+    # A torch.optim optimizer and a backward pass.
+    may_fire = staticmethod(lambda outline: outline.calls_under("torch.optim.") and bool(
+        outline.method_calls("backward") or outline.calls_to({"torch.autograd.backward"})))
 
     valid = (
         Valid("""

@@ -19,27 +19,27 @@ if TYPE_CHECKING:
 
 class _Index(cst.CSTVisitor):
     """Nodes by type, each node's parent, and each node's span in walk order (source order):
-    collected in one walk."""
+    collected in one walk. Keyed by ``id``: a libcst node's own hash is a Python-level call."""
 
     def __init__(self):
         self.by_type: dict[type, list] = {}
-        self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
-        self.spans: dict[cst.CSTNode, list[int]] = {}  # [first, last] walk numbers of the subtree
+        self.parents: dict[int, cst.CSTNode] = {}
+        self.spans: dict[int, list[int]] = {}  # [first, last] walk numbers of the subtree
         self._stack: list[cst.CSTNode] = []
         self._count = 0
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         self.by_type.setdefault(type(node), []).append(node)
         if self._stack:
-            self.parents[node] = self._stack[-1]
+            self.parents[id(node)] = self._stack[-1]
         self._stack.append(node)
-        self.spans[node] = [self._count, self._count]
+        self.spans[id(node)] = [self._count, self._count]
         self._count += 1
         return True
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
         self._stack.pop()
-        self.spans[original_node][1] = self._count - 1
+        self.spans[id(original_node)][1] = self._count - 1
 
 
 class FileContext:
@@ -87,13 +87,13 @@ class FileContext:
         return starts
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
-        return self._parents.get(node)
+        return self._parents.get(id(node))
 
     def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-        current = self._parents.get(node)
+        current = self._parents.get(id(node))
         while current is not None:
             yield current
-            current = self._parents.get(current)
+            current = self._parents.get(id(current))
 
     def qualified_names(self, node: cst.CSTNode) -> set[str]:
         """What an imported name or attribute refers to: ``{"torch.nn.functional.softmax"}``
@@ -108,17 +108,18 @@ class FileContext:
         """The node's source text. Rendered from the tree: positions cost a pass over the whole
         file, which only files with findings pay."""
         cache = self.__dict__.setdefault("_code", {})
-        if node not in cache:
-            cache[node] = self.module.code_for_node(node)
-        return cache[node]
+        hit = cache.get(id(node))
+        if hit is None or hit[0] is not node:  # an id is unique only while its node lives
+            hit = cache[id(node)] = (node, self.module.code_for_node(node))
+        return hit[1]
 
     def order(self, node: cst.CSTNode) -> int:
         """The node's rank in source order (``a`` before ``b`` iff ``order(a) < order(b)``)."""
-        return self._index.spans[node][0]
+        return self._index.spans[id(node)][0]
 
     def contains(self, outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
-        first, last = self._index.spans[outer]
-        return first <= self._index.spans[inner][0] <= last
+        first, last = self._index.spans[id(outer)]
+        return first <= self._index.spans[id(inner)][0] <= last
 
     # -- positions and offsets -----------------------------------------------------------
 

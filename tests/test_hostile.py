@@ -76,3 +76,20 @@ def test_two_fix_runs_at_once_leave_no_torn_file(tmp_path):
         text = path.read_text()
         cst.parse_module(text)
         assert text == FIXED, path.name
+
+
+def test_form_feeds_and_unicode_separators_do_not_shift_lines(run_amplint, tmp_path):
+    # Python and libcst end lines only at \r\n, \r and \n; str.splitlines also splits at \f,
+    # \v, \x1c-\x1e, \x85 and \u2028/\u2029, which once moved every position after them.
+    source = ("import torch\n\x0c\n# a note\x0b with\x1c separators\u2028inside\n"
+              "label = 'x\x85y'\nscaler = torch.cuda.amp.GradScaler()\n")
+    path = tmp_path / "ff.py"
+    path.write_text(source, encoding="utf-8")
+    result = run_amplint("check", "--no-cache", "ff.py", cwd=tmp_path)
+    assert result.stdout.startswith("ff.py:5:10: AMP004 ")
+    assert "5 | scaler = torch.cuda.amp.GradScaler()\n  |          ^^^^^^^^^^^^^^^^^^^^^^^^^ AMP004" \
+        in result.stdout
+    fixed = run_amplint("check", "--no-cache", "--fix", "ff.py", cwd=tmp_path)
+    assert fixed.returncode == 0, fixed.stdout
+    assert path.read_text(encoding="utf-8") == source.replace("torch.cuda.amp.GradScaler()",
+                                                              'torch.amp.GradScaler("cuda")')

@@ -11,6 +11,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from .diagnostics import Diagnostic, Edit, Fix, Location
 from .names import ImportResolver
+from .source import split_lines
 
 if TYPE_CHECKING:
     from ..policy import PolicyTable
@@ -81,7 +82,7 @@ class FileContext:
     @cached_property
     def _line_starts(self) -> list[int]:
         starts, offset = [0], 0
-        for line in self.source.splitlines(keepends=True):
+        for line in split_lines(self.source, keepends=True):
             offset += len(line)
             starts.append(offset)
         return starts

@@ -142,7 +142,8 @@ def check_file(path: Path, rules: list[type[Rule]], options: Options, load, cach
     if fixing and result.source is not None and result.source != text.text:
         if options.diff:
             result.diff = "".join(difflib.unified_diff(
-                text.text.splitlines(keepends=True), result.source.splitlines(keepends=True),
+                source_io.split_lines(text.text, keepends=True),
+                source_io.split_lines(result.source, keepends=True),
                 fromfile=f"a/{display}", tofile=f"b/{display}"))
         else:
             try:

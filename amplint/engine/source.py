@@ -5,6 +5,7 @@ from __future__ import annotations
 import codecs
 import io
 import os
+import re
 import stat
 import tempfile
 import tokenize
@@ -25,6 +26,22 @@ class SourceText:
     def encode(self, text: str) -> bytes:
         data = text.encode(self.encoding)
         return codecs.BOM_UTF8 + data if self.bom else data
+
+
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+def split_lines(text: str, keepends: bool = False) -> list[str]:
+    """Lines as Python and libcst count them: only \\r\\n, \\r and \\n end one.
+    (``str.splitlines`` also splits at form feeds and other separators, which would shift
+    every line number after them.)"""
+    lines, start = [], 0
+    for end in _LINE_END.finditer(text):
+        lines.append(text[start:end.end() if keepends else end.start()])
+        start = end.end()
+    if start < len(text):
+        lines.append(text[start:])
+    return lines
 
 
 def decode(data: bytes) -> SourceText:

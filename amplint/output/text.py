@@ -7,6 +7,7 @@ from collections import Counter
 from typing import Mapping
 
 from ..engine.diagnostics import Diagnostic
+from ..engine.source import split_lines
 
 _CONTEXT = 1  # source lines shown before and after the finding
 _TAB = "    "
@@ -82,7 +83,7 @@ def full(diagnostics: list[Diagnostic], *, sources: Mapping[str, str] | None = N
     for d in diagnostics:
         block = [_headline(d, style)]
         text = (sources or {}).get(d.path)
-        lines = text.splitlines() if text is not None else []
+        lines = split_lines(text) if text is not None else []
         if 1 <= d.location.row <= len(lines):
             block.extend(_snippet(d, lines, style))
         if d.fix is not None:

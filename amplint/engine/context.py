@@ -50,7 +50,6 @@ class FileContext:
         self.path = path
         self.source = source
         self.module = module
-        self.wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
         self.diagnostics: list[Diagnostic] = []
         self._policy_loader = policy_loader
         self._rule: type[Rule] | None = None
@@ -58,8 +57,35 @@ class FileContext:
     # -- metadata, resolved lazily -------------------------------------------------------
 
     @cached_property
-    def _positions(self):
-        return self.wrapper.resolve(PositionProvider)
+    def _statement_starts(self) -> dict[int, int]:
+        """Where each top-level statement starts in the source. The module's code is its
+        header, then its statements' code one after another; rendering them is several times
+        cheaper than libcst's positions for the whole file."""
+        offset = sum(len(self.module.code_for_node(line)) for line in self.module.header)
+        starts = {}
+        for statement in self.module.body:
+            starts[id(statement)] = offset
+            offset += len(self.code(statement))
+        return starts
+
+    def _statement_positions(self, statement: cst.CSTNode):
+        """Positions inside one top-level statement (relative to its start), and its line starts."""
+        cache = self.__dict__.setdefault("_positions_by_statement", {})
+        if id(statement) not in cache:
+            alone = self.module.with_changes(header=(), body=(statement,), footer=(), has_trailing_newline=True)
+            positions = MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider)
+            starts, offset = [0], 0
+            for line in split_lines(self.code(statement), keepends=True):
+                offset += len(line)
+                starts.append(offset)
+            cache[id(statement)] = (statement, positions, starts)
+        return cache[id(statement)]
+
+    def _top_level_statement(self, node: cst.CSTNode) -> cst.CSTNode:
+        for candidate in (node, *self.ancestors(node)):
+            if self.parent(candidate) is self.module:
+                return candidate
+        raise ValueError("the module itself, or its header or footer, has no statement")
 
     @cached_property
     def _index(self) -> "_Index":
@@ -125,13 +151,19 @@ class FileContext:
     # -- positions and offsets -----------------------------------------------------------
 
     def offsets(self, node: cst.CSTNode) -> tuple[int, int]:
-        rng = self._positions[node]
-        return (self._line_starts[rng.start.line - 1] + rng.start.column,
-                self._line_starts[rng.end.line - 1] + rng.end.column)
+        """Where ``node`` starts and ends in the source, as character offsets."""
+        statement = self._top_level_statement(node)
+        _, positions, starts = self._statement_positions(statement)
+        rng, base = positions[node], self._statement_starts[id(statement)]
+        return (base + starts[rng.start.line - 1] + rng.start.column,
+                base + starts[rng.end.line - 1] + rng.end.column)
 
     def line_start(self, node: cst.CSTNode) -> int:
-        """Offset of the first character of the line where ``node`` starts."""
-        return self._line_starts[self._positions[node].start.line - 1]
+        """Offset of the first character of the line where ``node`` starts (a top-level
+        statement always starts a line)."""
+        statement = self._top_level_statement(node)
+        _, positions, starts = self._statement_positions(statement)
+        return self._statement_starts[id(statement)] + starts[positions[node].start.line - 1]
 
     def indentation_of(self, node: cst.CSTNode) -> str:
         start = self.line_start(node)

@@ -1,0 +1,49 @@
+"""Positions are computed per top-level statement (cheaper than libcst's pass over the whole
+file); they must equal libcst's own, for every node, on varied real code."""
+
+import sysconfig
+from pathlib import Path
+
+import libcst as cst
+import pytest
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from amplint.engine.context import FileContext
+from amplint.engine.source import split_lines
+from conftest import ROOT
+
+STDLIB = Path(sysconfig.get_paths()["stdlib"])
+FILES = sorted((ROOT / "fixtures").rglob("*.py")) + [
+    STDLIB / name for name in ("argparse.py", "dataclasses.py", "typing.py", "inspect.py", "tarfile.py",
+                               "asyncio/base_events.py", "json/decoder.py", "unittest/mock.py")]
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_offsets_equal_libcsts_positions(path):
+    source = path.read_text(encoding="utf-8")
+    module = cst.parse_module(source)
+    ctx = FileContext(str(path), source, module)
+    expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    starts, offset = [0], 0
+    for line in split_lines(source, keepends=True):
+        offset += len(line)
+        starts.append(offset)
+    checked = 0
+    for kind in (cst.Call, cst.Name, cst.Attribute, cst.Arg, cst.FunctionDef, cst.ClassDef, cst.With,
+                 cst.SimpleStatementLine, cst.If, cst.Float, cst.SimpleString, cst.Decorator, cst.Param):
+        for node in ctx.nodes(kind):
+            rng = expected[node]
+            want = (starts[rng.start.line - 1] + rng.start.column, starts[rng.end.line - 1] + rng.end.column)
+            assert ctx.offsets(node) == want, (path.name, kind.__name__, rng)
+            assert ctx.line_start(node) == starts[rng.start.line - 1]
+            checked += 1
+    assert checked > 50
+
+
+def test_crlf_comments_and_a_header_before_the_first_statement():
+    source = "#!/usr/bin/env python\r\n# header\r\n\r\nimport torch\r\nx = torch.zeros(\r\n    3)\r\n"
+    module = cst.parse_module(source)
+    ctx = FileContext("t.py", source, module)
+    call = ctx.nodes(cst.Call)[0]
+    start, end = ctx.offsets(call)
+    assert source[start:end] == "torch.zeros(\r\n    3)"

@@ -93,3 +93,15 @@ def test_form_feeds_and_unicode_separators_do_not_shift_lines(run_amplint, tmp_p
     assert fixed.returncode == 0, fixed.stdout
     assert path.read_text(encoding="utf-8") == source.replace("torch.cuda.amp.GradScaler()",
                                                               'torch.amp.GradScaler("cuda")')
+
+
+def test_lone_carriage_returns_keep_noqa_and_line_endings(run_amplint, tmp_path):
+    source = ("import torch\rscaler = torch.cuda.amp.GradScaler()  # noqa: AMP004\r"
+              "other = torch.cuda.amp.GradScaler()\r")
+    path = tmp_path / "mac.py"
+    path.write_bytes(source.encode())
+    result = run_amplint("check", "--no-cache", "--output-format", "concise", "mac.py", cwd=tmp_path)
+    assert [line.split(" ")[0] for line in result.stdout.splitlines()] == ["mac.py:3:9:"]
+    run_amplint("check", "--no-cache", "--fix", "mac.py", cwd=tmp_path)
+    assert path.read_bytes() == source.replace("other = torch.cuda.amp.GradScaler()",
+                                               'other = torch.amp.GradScaler("cuda")').encode()

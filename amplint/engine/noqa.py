@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import io
 import re
 import tokenize
 from dataclasses import dataclass, field
+
+from .source import split_lines
 
 _LINE = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
 _FILE = re.compile(r"#\s*amplint\s*:\s*noqa\b", re.IGNORECASE)
@@ -26,8 +27,11 @@ class Suppressions:
 
 
 def _comments(source: str):
+    # Each line ended by "\n" whatever its ending was: tokenize (through StringIO) would take
+    # a file with lone "\r" endings for one long line.
+    lines = iter([line + "\n" for line in split_lines(source)])
     try:
-        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        for tok in tokenize.generate_tokens(lambda: next(lines, "")):
             if tok.type == tokenize.COMMENT:
                 yield tok.start[0], tok.string
     except (tokenize.TokenError, IndentationError, SyntaxError):

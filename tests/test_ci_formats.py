@@ -24,6 +24,7 @@ def test_sarif_of_every_rule_validates_against_the_official_schema(run_amplint):
     result = run_amplint("check", "--output-format", "sarif", "--no-cache", ROOT / "fixtures" / "faulty")
     log = json.loads(result.stdout)
     _validate(log)
+    assert log["runs"][0]["columnKind"] == "unicodeCodePoints"  # the columns amplint prints
     results = log["runs"][0]["results"]
     assert len({r["ruleId"] for r in results}) == 19
     fixed = [r for r in results if "fixes" in r]

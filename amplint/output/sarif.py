@@ -62,6 +62,8 @@ def render(diagnostics: list[Diagnostic]) -> str:
                                 "informationUri": "https://github.com/amplint/amplint",
                                 "rules": [_rule_descriptor(r) for r in rules]}},
             "results": results,
+            # Columns count characters (code points); SARIF's default would be UTF-16 units.
+            "columnKind": "unicodeCodePoints",
         }],
     }
     return json.dumps(log, indent=2) + "\n"

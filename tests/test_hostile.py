@@ -1,9 +1,11 @@
 """Input a linter meets in the wild and must survive: a rule that crashes, a huge file, two
 `--fix` runs racing on one tree."""
 
+import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import libcst as cst
 
@@ -105,3 +107,14 @@ def test_lone_carriage_returns_keep_noqa_and_line_endings(run_amplint, tmp_path)
     run_amplint("check", "--no-cache", "--fix", "mac.py", cwd=tmp_path)
     assert path.read_bytes() == source.replace("other = torch.cuda.amp.GradScaler()",
                                                'other = torch.amp.GradScaler("cuda")').encode()
+
+
+def test_fix_through_a_symlink_fixes_its_target_and_keeps_the_link(run_amplint, tmp_path):
+    (tmp_path / "real").mkdir()
+    target = tmp_path / "real" / "train.py"
+    target.write_text(FAULTY)
+    link = tmp_path / "train.py"
+    link.symlink_to(Path("real") / "train.py")
+    run_amplint("check", "--no-cache", "--fix", "train.py", cwd=tmp_path)
+    assert link.is_symlink() and os.readlink(link) == os.path.join("real", "train.py")
+    assert target.read_text() == FIXED

@@ -63,7 +63,9 @@ def decode(data: bytes) -> SourceText:
 
 def write_atomically(path: Path, data: bytes) -> None:
     """Replace ``path`` in one step, keeping its permission bits; a reader never sees half a file.
-    A file without write permission is left alone (renaming over it would succeed)."""
+    A file without write permission is left alone (renaming over it would succeed). A symlink
+    stays a symlink: the file it points to is the one replaced."""
+    path = Path(os.path.realpath(path))
     mode = path.stat().st_mode
     if not mode & stat.S_IWUSR:
         raise PermissionError(f"{path} is read-only")

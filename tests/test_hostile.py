@@ -118,3 +118,19 @@ def test_fix_through_a_symlink_fixes_its_target_and_keeps_the_link(run_amplint, 
     run_amplint("check", "--no-cache", "--fix", "train.py", cwd=tmp_path)
     assert link.is_symlink() and os.readlink(link) == os.path.join("real", "train.py")
     assert target.read_text() == FIXED
+
+
+def test_fix_does_not_overwrite_a_file_changed_meanwhile(tmp_path):
+    from amplint.engine.source import ChangedOnDisk, write_atomically
+    path = tmp_path / "train.py"
+    path.write_text("edited by the user\n")
+    try:
+        write_atomically(path, b"fixed\n", expected=FAULTY.encode())
+    except ChangedOnDisk as exc:
+        assert "changed on disk" in str(exc)
+    else:
+        raise AssertionError("the user's edit was overwritten")
+    assert path.read_text() == "edited by the user\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["train.py"]  # no temporary file left
+    write_atomically(path, b"fixed\n", expected=b"edited by the user\n")
+    assert path.read_text() == "fixed\n"

@@ -147,7 +147,7 @@ def check_file(path: Path, rules: list[type[Rule]], options: Options, load, cach
                 fromfile=f"a/{display}", tofile=f"b/{display}"))
         else:
             try:
-                source_io.write_atomically(path, text.encode(result.source))
+                source_io.write_atomically(path, text.encode(result.source), expected=data)
             except (OSError, UnicodeEncodeError) as exc:
                 result.diagnostics.append(_io_diagnostic(display, f"cannot write fixes to {display}: {exc}"))
                 result.internal_errors += 1

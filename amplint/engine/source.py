@@ -61,10 +61,15 @@ def decode(data: bytes) -> SourceText:
     return SourceText(text, encoding, bom)
 
 
-def write_atomically(path: Path, data: bytes) -> None:
+class ChangedOnDisk(OSError):
+    """The file no longer holds what was checked: someone else wrote it meanwhile."""
+
+
+def write_atomically(path: Path, data: bytes, expected: bytes | None = None) -> None:
     """Replace ``path`` in one step, keeping its permission bits; a reader never sees half a file.
     A file without write permission is left alone (renaming over it would succeed). A symlink
-    stays a symlink: the file it points to is the one replaced."""
+    stays a symlink: the file it points to is the one replaced. With ``expected``, the file
+    is replaced only if it still holds exactly that (or already holds ``data``)."""
     path = Path(os.path.realpath(path))
     mode = path.stat().st_mode
     if not mode & stat.S_IWUSR:
@@ -74,6 +79,13 @@ def write_atomically(path: Path, data: bytes) -> None:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
         os.chmod(tmp, mode & 0o7777)
+        if expected is not None:
+            current = path.read_bytes()
+            if current == data:  # another run wrote the same fixes first
+                os.unlink(tmp)
+                return
+            if current != expected:
+                raise ChangedOnDisk(f"{path} changed on disk while amplint ran; fixes not written")
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -242,3 +242,18 @@ def test_empty_file_dangling_symlink_and_symlink_loop(run_amplint, tmp_path):
     assert "gone.py" in result.stdout and "cannot read" in result.stdout
     assert "train.py:6:9: AMP001" in result.stdout
     assert result.stdout.count("train.py:6:9: AMP001") == 1  # the loop is not followed
+
+
+def test_files_git_ignores_are_skipped_unless_named(run_amplint, tmp_path):
+    legacy = "import torch\nscaler = torch.cuda.amp.GradScaler()\n"
+    for name in ("generated/a.py", "src/b.py", "src/c_pb2.py"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(legacy)
+    outside = run_amplint("check", "--output-format", "concise", ".", cwd=tmp_path)
+    assert len(outside.stdout.splitlines()) == 3  # no git repository: every file
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / ".gitignore").write_text("generated/\n*_pb2.py\n")
+    inside = run_amplint("check", "--output-format", "concise", ".", cwd=tmp_path)
+    assert [line.split(":")[0] for line in inside.stdout.splitlines()] == [os.path.join("src", "b.py")]
+    named = run_amplint("check", "--output-format", "concise", "src/c_pb2.py", cwd=tmp_path)
+    assert named.stdout.startswith("src/c_pb2.py:2:10: AMP004")

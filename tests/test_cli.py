@@ -257,3 +257,5 @@ def test_files_git_ignores_are_skipped_unless_named(run_amplint, tmp_path):
     assert [line.split(":")[0] for line in inside.stdout.splitlines()] == [os.path.join("src", "b.py")]
     named = run_amplint("check", "--output-format", "concise", "src/c_pb2.py", cwd=tmp_path)
     assert named.stdout.startswith("src/c_pb2.py:2:10: AMP004")
+    ignored_folder = run_amplint("check", "--output-format", "concise", "generated", cwd=tmp_path)
+    assert ignored_folder.stdout.startswith(os.path.join("generated", "a.py") + ":2:10: AMP004")

@@ -16,10 +16,11 @@ class PathError(Exception):
 
 def _ignored_by_git(folder: Path, files: list[Path]) -> set[Path]:
     """The files git ignores (.gitignore files, .git/info/exclude, the global excludes), asked
-    of git itself; none outside a git work tree or without git."""
+    of git itself; none outside a git work tree or without git, and none when the folder
+    itself is ignored: a folder named on the command line is checked, as ruff does."""
     if not files:
         return set()
-    listing = "".join(os.path.abspath(f) + "\0" for f in files)
+    listing = "".join(os.path.abspath(f) + "\0" for f in [folder, *files])
     try:
         answer = subprocess.run(["git", "check-ignore", "-z", "--stdin"], cwd=folder, input=listing.encode(),
                                 capture_output=True, timeout=60)
@@ -28,6 +29,8 @@ def _ignored_by_git(folder: Path, files: list[Path]) -> set[Path]:
     if answer.returncode not in (0, 1):  # 1: nothing ignored; 128: not a repository
         return set()
     ignored = {Path(p) for p in answer.stdout.decode(errors="surrogateescape").split("\0") if p}
+    if Path(os.path.abspath(folder)) in ignored:
+        return set()
     return {f for f in files if Path(os.path.abspath(f)) in ignored}
 
 

@@ -7,40 +7,15 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Iterator
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from .diagnostics import Diagnostic, Edit, Fix, Location
 from .names import ImportResolver
 from .source import split_lines
+from .tree import Index, offsets
 
 if TYPE_CHECKING:
     from ..policy import PolicyTable
     from .rule import Rule
-
-
-class _Index(cst.CSTVisitor):
-    """Nodes by type, each node's parent, and each node's span in walk order (source order):
-    collected in one walk. Keyed by ``id``: a libcst node's own hash is a Python-level call."""
-
-    def __init__(self):
-        self.by_type: dict[type, list] = {}
-        self.parents: dict[int, cst.CSTNode] = {}
-        self.spans: dict[int, list[int]] = {}  # [first, last] walk numbers of the subtree
-        self._stack: list[cst.CSTNode] = []
-        self._count = 0
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        self.by_type.setdefault(type(node), []).append(node)
-        if self._stack:
-            self.parents[id(node)] = self._stack[-1]
-        self._stack.append(node)
-        self.spans[id(node)] = [self._count, self._count]
-        self._count += 1
-        return True
-
-    def on_leave(self, original_node: cst.CSTNode) -> None:
-        self._stack.pop()
-        self.spans[id(original_node)][1] = self._count - 1
 
 
 class FileContext:
@@ -57,41 +32,13 @@ class FileContext:
     # -- metadata, resolved lazily -------------------------------------------------------
 
     @cached_property
-    def _statement_starts(self) -> dict[int, int]:
-        """Where each top-level statement starts in the source. The module's code is its
-        header, then its statements' code one after another; rendering them is several times
-        cheaper than libcst's positions for the whole file."""
-        offset = sum(len(self.module.code_for_node(line)) for line in self.module.header)
-        starts = {}
-        for statement in self.module.body:
-            starts[id(statement)] = offset
-            offset += len(self.code(statement))
-        return starts
-
-    def _statement_positions(self, statement: cst.CSTNode):
-        """Positions inside one top-level statement (relative to its start), and its line starts."""
-        cache = self.__dict__.setdefault("_positions_by_statement", {})
-        if id(statement) not in cache:
-            alone = self.module.with_changes(header=(), body=(statement,), footer=(), has_trailing_newline=True)
-            positions = MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider)
-            starts, offset = [0], 0
-            for line in split_lines(self.code(statement), keepends=True):
-                offset += len(line)
-                starts.append(offset)
-            cache[id(statement)] = (statement, positions, starts)
-        return cache[id(statement)]
-
-    def _top_level_statement(self, node: cst.CSTNode) -> cst.CSTNode:
-        for candidate in (node, *self.ancestors(node)):
-            if self.parent(candidate) is self.module:
-                return candidate
-        raise ValueError("the module itself, or its header or footer, has no statement")
+    def _index(self) -> Index:
+        return Index(self.module)
 
     @cached_property
-    def _index(self) -> "_Index":
-        index = _Index()
-        self.module.visit(index)
-        return index
+    def _offsets(self) -> dict[int, tuple[int, int]]:
+        """Computed only for files with findings: a pass over the whole module."""
+        return offsets(self.module)
 
     @property
     def _parents(self):
@@ -152,18 +99,12 @@ class FileContext:
 
     def offsets(self, node: cst.CSTNode) -> tuple[int, int]:
         """Where ``node`` starts and ends in the source, as character offsets."""
-        statement = self._top_level_statement(node)
-        _, positions, starts = self._statement_positions(statement)
-        rng, base = positions[node], self._statement_starts[id(statement)]
-        return (base + starts[rng.start.line - 1] + rng.start.column,
-                base + starts[rng.end.line - 1] + rng.end.column)
+        return self._offsets[id(node)]
 
     def line_start(self, node: cst.CSTNode) -> int:
-        """Offset of the first character of the line where ``node`` starts (a top-level
-        statement always starts a line)."""
-        statement = self._top_level_statement(node)
-        _, positions, starts = self._statement_positions(statement)
-        return self._statement_starts[id(statement)] + starts[positions[node].start.line - 1]
+        """Offset of the first character of the line where ``node`` starts."""
+        start = self._offsets[id(node)][0]
+        return self._line_starts[bisect.bisect_right(self._line_starts, start) - 1]
 
     def indentation_of(self, node: cst.CSTNode) -> str:
         start = self.line_start(node)

@@ -1,0 +1,143 @@
+"""Two passes over a libcst tree, cheaper than libcst's own: the node index the rules query, and
+the offsets where nodes start and end.
+
+libcst's visitor rebuilds every node it leaves and visits whitespace, commas and parentheses
+as nodes of their own: over half the parse's objects, and more time than the parse itself.
+The index here walks the nodes that hold code (expressions, statements and their parts) and
+skips syntax tokens and whitespace, which no rule asks for. libcst's positions record line and
+column for every token; the offsets here only count characters while the module is rendered.
+Both are checked against libcst's own visitor and PositionProvider (tests/test_tree.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from contextlib import contextmanager
+from typing import Iterator
+
+import libcst as cst
+from libcst._nodes.internal import CodegenState  # the hook libcst's own position providers use
+
+# Fields that hold only whitespace, comments or syntax tokens (or plain strings).
+_SYNTAX_FIELDS = frozenset({
+    "asynchronous", "colon", "comma", "comment", "default_indent", "default_newline", "dot",
+    "empty_lines", "encoding", "end", "equal", "first_colon", "first_line", "footer",
+    "has_trailing_newline", "header", "indent", "last_line", "lbrace", "lbracket",
+    "leading_lines", "leading_whitespace", "lines_after_decorators", "lpar", "newline", "operator",
+    "posonly_ind", "rbrace", "rbracket", "relative", "rpar", "second_colon", "semicolon",
+    "separator", "start", "star", "trailing_comma", "trailing_whitespace", "conversion",
+})
+
+# Where a node's children come in another order in the source than its dataclass declares them
+# (only the fields walked matter). A test derives every class's order from libcst's visitor.
+_SOURCE_ORDER = {
+    "Arg": ("keyword", "value"),
+    "ClassDef": ("decorators", "name", "type_parameters", "bases", "keywords", "body"),
+    "FunctionDef": ("decorators", "name", "type_parameters", "params", "returns", "body"),
+    "ExceptHandler": ("type", "name", "body"),
+    "ExceptStarHandler": ("type", "name", "body"),
+    "IfExp": ("body", "test", "orelse"),
+    "MatchCase": ("pattern", "guard", "body"),
+    "Parameters": ("posonly_params", "params", "star_arg", "kwonly_params", "star_kwarg"),
+    "TypeAlias": ("name", "type_parameters", "value"),
+}
+
+_fields_cache: dict[type, tuple[str, ...]] = {}
+
+
+def child_fields(kind: type) -> tuple[str, ...]:
+    """The fields of a node class that the index walks, in source order."""
+    found = _fields_cache.get(kind)
+    if found is None:
+        declared = [f.name for f in dataclasses.fields(kind)
+                    if f.name not in _SYNTAX_FIELDS and not f.name.startswith("whitespace")]
+        found = _SOURCE_ORDER.get(kind.__name__, tuple(declared))
+        if sorted(found) != sorted(declared):  # a libcst release added or renamed a field
+            raise RuntimeError(f"amplint does not know the order of {kind.__name__}'s fields {declared}")
+        _fields_cache[kind] = found
+    return found
+
+
+class Index:
+    """Nodes by type, each node's parent, and each node's [first, last] rank in source order
+    (its own and its last descendant's): built in one walk, keyed by ``id`` (a libcst node's
+    hash is a Python-level call)."""
+
+    def __init__(self, module: cst.Module):
+        self.by_type: dict[type, list] = {}
+        self.parents: dict[int, cst.CSTNode] = {}
+        self.spans: dict[int, list[int]] = {}
+        self._count = 0
+        self._visit(module, None)
+
+    def _visit(self, node: cst.CSTNode, parent: cst.CSTNode | None) -> None:
+        kind = type(node)
+        nodes = self.by_type.get(kind)
+        if nodes is None:
+            nodes = self.by_type[kind] = []
+        nodes.append(node)
+        if parent is not None:
+            self.parents[id(node)] = parent
+        span = self.spans[id(node)] = [self._count, 0]
+        self._count += 1
+        for name in _fields_cache.get(kind) or child_fields(kind):
+            value = getattr(node, name)
+            if isinstance(value, cst.CSTNode):
+                self._visit(value, node)
+            elif isinstance(value, (tuple, list)):
+                for item in value:
+                    if isinstance(item, cst.CSTNode):
+                        self._visit(item, node)
+        span[1] = self._count - 1
+
+
+class _OffsetState(CodegenState):
+    """Renders nothing: counts characters, and records where each node starts and ends, with
+    libcst's syntactic bounds (a statement without its leading blank lines and indentation,
+    an expression with its parentheses only where libcst's PositionProvider has them)."""
+
+    def __init__(self, module: cst.Module):
+        super().__init__(default_indent=module.default_indent, default_newline=module.default_newline)
+        self.offset = 0
+        self.spans: dict[int, tuple[int, int]] = {}
+        self._open: list[int] = []
+
+    def add_token(self, value: str) -> None:
+        self.tokens.append(value)
+        self.offset += len(value)
+
+    def add_indent_tokens(self) -> None:
+        for token in self.indent_tokens:
+            self.add_token(token)
+
+    def pop_trailing_newline(self) -> None:
+        if self.tokens:
+            self.offset -= len(self.tokens.pop())
+
+    def before_codegen(self, node: cst.CSTNode) -> None:
+        self._open.append(self.offset)
+
+    def after_codegen(self, node: cst.CSTNode) -> None:
+        start = self._open.pop()
+        self.spans.setdefault(id(node), (start, self.offset))  # a syntactic span wins
+
+    @contextmanager
+    def record_syntactic_position(self, node: cst.CSTNode, *, start_node: cst.CSTNode | None = None,
+                                  end_node: cst.CSTNode | None = None) -> Iterator[None]:
+        start = self.offset
+        try:
+            yield
+        finally:
+            end = self.offset
+            if start_node is not None:
+                start = self.spans[id(start_node)][0]
+            if end_node is not None:
+                end = self.spans[id(end_node)][1]
+            self.spans[id(node)] = (start, end)
+
+
+def offsets(module: cst.Module) -> dict[int, tuple[int, int]]:
+    """Every node's (start, end) character offsets in the module's code, by ``id``."""
+    state = _OffsetState(module)
+    module._codegen(state)
+    return state.spans

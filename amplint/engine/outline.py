@@ -36,51 +36,74 @@ class Outline:
             return None
 
     @cached_property
+    def _by_type(self) -> dict[type, list[ast.AST]]:
+        """Every node, by type, from one walk (``ast.walk`` is a generator per node, and
+        slower)."""
+        found: dict[type, list[ast.AST]] = {}
+        stack: list[ast.AST] = [self.tree]
+        node_type = ast.AST
+        while stack:
+            node = stack.pop()
+            kind = type(node)
+            nodes = found.get(kind)
+            if nodes is None:
+                nodes = found[kind] = []
+            nodes.append(node)
+            for name in node._fields:
+                value = getattr(node, name)
+                if isinstance(value, list):
+                    stack.extend(item for item in value if isinstance(item, node_type))
+                elif isinstance(value, node_type):
+                    stack.append(value)
+        return found
+
+    def _nodes(self, kind: type) -> list:
+        return self._by_type.get(kind, [])
+
+    @cached_property
     def _imports(self) -> dict[str, set[str]]:
         """Every name any import binds, in any scope, and what it may stand for."""
         found: dict[str, set[str]] = {}
-        for node in ast.walk(self.tree):
-            if isinstance(node, ast.Import):
-                for alias in node.names:
-                    local = alias.asname or alias.name.split(".")[0]
-                    found.setdefault(local, set()).add(alias.name if alias.asname else local)
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+        for node in self._nodes(ast.Import):
+            for alias in node.names:
+                local = alias.asname or alias.name.split(".")[0]
+                found.setdefault(local, set()).add(alias.name if alias.asname else local)
+        for node in self._nodes(ast.ImportFrom):
+            if node.module and not node.level:
                 for alias in node.names:
                     found.setdefault(alias.asname or alias.name, set()).add(f"{node.module}.{alias.name}")
         return found
 
-    @cached_property
-    def calls(self) -> list[ast.Call]:
-        return [node for node in ast.walk(self.tree) if isinstance(node, ast.Call)]
-
     def qualified_names(self, expr: ast.expr) -> set[str]:
         parts = _dotted(expr)
-        if parts is None:
+        if parts is None or parts[0] not in self._imports:
             return set()
         tail = "".join("." + p for p in parts[1:])
-        return {q + tail for q in self._imports.get(parts[0], ())}
+        return {q + tail for q in self._imports[parts[0]]}
 
     def calls_to(self, names: frozenset[str] | set[str]) -> list[ast.Call]:
-        return [c for c in self.calls if not self.qualified_names(c.func).isdisjoint(names)]
+        return [c for c in self._nodes(ast.Call) if not self.qualified_names(c.func).isdisjoint(names)]
 
     def calls_under(self, prefix: str) -> bool:
         """Whether something under ``prefix`` (e.g. ``torch.optim.``) is called."""
-        return any(q.startswith(prefix) for c in self.calls for q in self.qualified_names(c.func))
+        return any(q.startswith(prefix) for c in self._nodes(ast.Call) for q in self.qualified_names(c.func))
 
     def method_calls(self, name: str) -> list[ast.Call]:
         """``<anything>.name(...)`` calls."""
-        return [c for c in self.calls if isinstance(c.func, ast.Attribute) and c.func.attr == name]
+        return [c for c in self._nodes(ast.Call) if isinstance(c.func, ast.Attribute) and c.func.attr == name]
 
     def refers_to(self, names: frozenset[str] | set[str]) -> bool:
         """Whether a name or attribute outside the imports refers to one of ``names``."""
-        return any(isinstance(node, (ast.Name, ast.Attribute))
-                   and not self.qualified_names(node).isdisjoint(names) for node in ast.walk(self.tree))
+        imported = self._imports
+        return any(node.id in imported and not self.qualified_names(node).isdisjoint(names)
+                   for node in self._nodes(ast.Name)) or any(
+            not self.qualified_names(node).isdisjoint(names) for node in self._nodes(ast.Attribute))
 
     def calls_in_methods(self, name: str) -> set[int]:
         """ids of the calls anywhere inside a method called ``name`` of some class."""
         cache = self.__dict__.setdefault("_in_methods", {})
         if name not in cache:
-            methods = [m for cls in ast.walk(self.tree) if isinstance(cls, ast.ClassDef) for m in cls.body
+            methods = [m for cls in self._nodes(ast.ClassDef) for m in cls.body
                        if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and m.name == name]
             cache[name] = {id(node) for m in methods for node in ast.walk(m) if isinstance(node, ast.Call)}
         return cache[name]

@@ -36,6 +36,18 @@ def call_with(callee: str, argument: str) -> str:
 
 
 @dataclass(frozen=True)
+class AnyOf:
+    """In a fragment's all-of tuple: any one of these patterns. Each is searched on its own,
+    so each can start with a literal (an alternation at the start of a single regular
+    expression makes the engine try every position of the file)."""
+
+    patterns: tuple[str, ...]
+
+    def __init__(self, *patterns: str):
+        object.__setattr__(self, "patterns", patterns)
+
+
+@dataclass(frozen=True)
 class Valid:
     """Code on which the rule must stay silent."""
 
@@ -67,10 +79,11 @@ class Rule:
     summary: ClassVar[str]
     fixable: ClassVar[bool] = False
     # Regular expressions without which the rule cannot fire (a tuple inside: all of them, in
-    # order): files that contain none of any selected rule's fragments are never parsed. Start
-    # a file-wide search with a literal: the regex engine finds literal prefixes fast, while a
-    # leading `\b`, class or alternation makes it try every position.
-    fragments: ClassVar[tuple[str | tuple[str, ...], ...]]
+    # order; an ``AnyOf`` inside a tuple: one of its patterns): files that contain none of any
+    # selected rule's fragments are never parsed. Start a file-wide search with a literal: the
+    # regex engine finds literal prefixes fast, while a leading `\b`, class or alternation
+    # makes it try every position.
+    fragments: ClassVar[tuple[str | tuple[str | AnyOf, ...], ...]]
     # Optionally, a cheaper test on Python's `ast` of a file whose fragments match: the file is
     # parsed with libcst for this rule only if it passes. It must hold wherever `check` could
     # report (the prefilter tests compare findings with and without it).

@@ -15,7 +15,7 @@ from . import noqa
 from .context import FileContext
 from .diagnostics import Diagnostic, Edit, Fix, Location
 from .outline import Outline
-from .rule import Rule
+from .rule import AnyOf, Rule
 
 SYNTAX_ERROR = ("AMP000", "syntax-error")
 INTERNAL_ERROR = ("AMP999", "internal-error")
@@ -44,8 +44,12 @@ class Prefilter:
 
     def __init__(self, rules: Sequence[type[Rule]]):
         compiled: dict[str, re.Pattern] = {}
-        self.rules = [(rule, [tuple(compiled.setdefault(p, re.compile(p))
-                                    for p in (f if isinstance(f, tuple) else (f,)))
+
+        def alternatives(item: str | AnyOf) -> tuple[re.Pattern, ...]:
+            patterns = item.patterns if isinstance(item, AnyOf) else (item,)
+            return tuple(compiled.setdefault(p, re.compile(p)) for p in patterns)
+
+        self.rules = [(rule, [[alternatives(item) for item in (f if isinstance(f, tuple) else (f,))]
                               for f in rule.fragments])
                       for rule in rules]
 
@@ -58,7 +62,8 @@ class Prefilter:
                 seen[pattern] = pattern.search(text) is not None
             return seen[pattern]
 
-        return [rule for rule, groups in self.rules if any(all(found(p) for p in g) for g in groups)]
+        return [rule for rule, groups in self.rules
+                if any(all(any(found(p) for p in item) for item in group) for group in groups)]
 
     def select(self, text: str) -> list[type[Rule]]:
         """The rules worth running on the text: fragments found and ``may_fire`` passed. When

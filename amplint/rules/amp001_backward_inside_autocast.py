@@ -5,7 +5,7 @@ import libcst as cst
 from ..engine.context import FileContext
 from ..engine.diagnostics import Fix
 from ..engine.edits import edit_from_tree
-from ..engine.rule import Invalid, Rule, Valid
+from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import autocast_region, calls, calls_autocast, method_call, statement_of
 
 _AUTOGRAD = frozenset({"torch.autograd.backward", "torch.autograd.grad"})
@@ -104,7 +104,7 @@ class BackwardInsideAutocast(Rule):
     name = "backward-inside-autocast"
     summary = "Backward pass inside an autocast region"
     fixable = True
-    fragments = ((r"autocast", r"backward|autograd"),)  # a backward pass inside a region
+    fragments = (("autocast", AnyOf("backward", "autograd")),)  # a backward pass inside a region
     may_fire = staticmethod(calls_autocast)  # every region comes from an autocast call
 
     valid = (

@@ -6,7 +6,7 @@ import libcst as cst
 
 from ..engine.context import FileContext
 from ..engine.diagnostics import Fix
-from ..engine.rule import PARENTHESIZED, Invalid, Rule, Valid, call_with
+from ..engine.rule import PARENTHESIZED, AnyOf, Invalid, Rule, Valid, call_with
 from ..engine.outline import Outline
 from ..engine.semantics import autocast_region, calls, calls_autocast, enclosing_function, has_star_args
 
@@ -134,9 +134,9 @@ class TensorFactoryDropsDtype(Rule):
     fixable = True
     # A forward method or an autocast region, and a factory call with `device=<...>.device`
     # among its own arguments (the literal `.device` first: it is the cheap test).
-    fragments = ((r"\.device", r"def\s+forward\b|autocast",
-                  call_with(r"zeros|ones|empty|full|tensor",
-                            rf"\bdevice\s*=\s*(?:[^()]|{PARENTHESIZED})*?\.device\b")),)
+    fragments = ((r"\.device", AnyOf(r"def\s+forward\b", "autocast"),
+                  AnyOf(*(call_with(factory, rf"\bdevice\s*=\s*(?:[^()]|{PARENTHESIZED})*?\.device\b")
+                          for factory in ("zeros", "ones", "empty", "full", "tensor")))),)
     # On the ast: such a call to a torch factory, in a method named forward or in a file
     # that calls autocast.
     may_fire = staticmethod(_may_fire)

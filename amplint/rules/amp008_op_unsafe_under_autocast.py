@@ -4,7 +4,7 @@ import libcst as cst
 
 from ..engine.context import FileContext
 from ..engine.diagnostics import Fix
-from ..engine.rule import Invalid, Rule, Valid
+from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import autocast_region, calls, calls_autocast, method_call, region_table
 
 _SIGMOID = frozenset({"torch.sigmoid", "torch.nn.functional.sigmoid", "torch.special.expit"})
@@ -83,7 +83,7 @@ class OpUnsafeUnderAutocast(Rule):
     fixable = True
     uses_policy = True
     # The banned ops' spellings in every committed table (a test keeps this true).
-    fragments = ((r"autocast", r"binary_cross_entropy|BCELoss"),)
+    fragments = (("autocast", AnyOf("binary_cross_entropy", "BCELoss")),)
     may_fire = staticmethod(calls_autocast)  # every region comes from an autocast call
 
     valid = (

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from ..engine.context import FileContext
-from ..engine.rule import Invalid, Rule, Valid
+from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import (
     autocast_calls,
     calls,
@@ -59,7 +59,7 @@ class Fp16TrainingWithoutScaler(Rule):
     name = "fp16-training-without-scaler"
     summary = "float16 autocast training with no GradScaler"
     uses_policy = True
-    fragments = ((r"autocast", r"backward|autograd"),)  # a region and a backward pass
+    fragments = (("autocast", AnyOf("backward", "autograd")),)  # a region and a backward pass
     may_fire = staticmethod(calls_autocast)  # every region comes from an autocast call
 
     valid = (

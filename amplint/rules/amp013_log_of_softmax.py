@@ -4,7 +4,7 @@ import libcst as cst
 
 from ..engine.context import FileContext
 from ..engine.diagnostics import Fix
-from ..engine.rule import Invalid, Rule, Valid
+from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import calls, method_call
 
 _SOFTMAX = frozenset({"torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax"})
@@ -45,7 +45,7 @@ class LogOfSoftmax(Rule):
     name = "log-of-softmax"
     summary = "log(softmax(x)) instead of log_softmax(x)"
     fixable = True
-    fragments = ((r"softmax", r"softmax\([^\n]*\.log\(\)|log\([^\n]*softmax"),)
+    fragments = (("softmax", AnyOf(r"softmax\([^\n]*\.log\(\)", r"log\([^\n]*softmax")),)
 
     valid = (
         Valid("""

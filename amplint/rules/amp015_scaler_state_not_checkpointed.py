@@ -5,7 +5,7 @@ import re
 import libcst as cst
 
 from ..engine.context import FileContext
-from ..engine.rule import Invalid, Rule, Valid
+from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import calls, enclosing_function, known_scalers, named_like_optimizer
 
 _SAVE = frozenset({"torch.save"})
@@ -65,7 +65,7 @@ class ScalerStateNotCheckpointed(Rule):
     code = "AMP015"
     name = "scaler-state-not-checkpointed"
     summary = "Checkpoint saved or loaded without the GradScaler's state"
-    fragments = ((r"scaler|Scaler|\.scale\(", r"save|state_dict"),)  # a scaler, a checkpoint
+    fragments = ((AnyOf("scaler", "Scaler", r"\.scale\("), AnyOf("save", "state_dict")),)  # a scaler, a checkpoint
     # What it reports: a torch.save call, or a load_state_dict call.
     may_fire = staticmethod(lambda outline: bool(outline.calls_to(_SAVE)
                                                  or outline.method_calls("load_state_dict")))

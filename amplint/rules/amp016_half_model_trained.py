@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ..engine.context import FileContext
-from ..engine.rule import Invalid, Rule, Valid
+from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import DTYPES, calls, is_backward, method_call
 
 
@@ -60,7 +60,7 @@ class HalfModelTrained(Rule):
     code = "AMP016"
     name = "half-model-trained"
     summary = "Model converted to float16 and then trained (no float32 master weights)"
-    fragments = ((r"\.half\(\)|\.to\([^\n]*(?:float16|torch\.half)", r"optim"),)  # a half model, an optimizer
+    fragments = (("optim", AnyOf(r"\.half\(\)", r"\.to\([^\n]*(?:float16|torch\.half)")),)  # a half model, an optimizer
     # A torch.optim optimizer and a backward pass.
     may_fire = staticmethod(lambda outline: outline.calls_under("torch.optim.") and bool(
         outline.method_calls("backward") or outline.calls_to({"torch.autograd.backward"})))

@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ..engine.context import FileContext
-from ..engine.rule import Invalid, Rule, Valid
+from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import scaler_events
 
 _LOOPS = (cst.For, cst.While)
@@ -70,7 +70,7 @@ class GradAccumulationScalerUpdate(Rule):
     name = "grad-accumulation-scaler-update"
     summary = "scaler.update() outside the gradient-accumulation condition of scaler.step()"
     # A scaler, and `.step` and `.update` calls.
-    fragments = ((r"scaler|Scaler|\.scale\(", r"\.\s*step\b", r"\.\s*update\b"),)
+    fragments = ((AnyOf("scaler", "Scaler", r"\.scale\("), r"\.\s*step\b", r"\.\s*update\b"),)
 
     valid = (
         Valid("""

@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ..engine.context import FileContext
-from ..engine.rule import Invalid, Rule, Valid
+from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import (
     FP32_FAMILY,
     autocast_region,
@@ -67,7 +67,7 @@ class EpsilonUnderflowsInFp16(Rule):
     summary = "Epsilon below float16's smallest value inside a float16 region"
     uses_policy = True
     # A region and a float literal below 5.96e-8 (an exponent, or seven zeros after the point).
-    fragments = ((r"autocast", r"[\d.][eE]-\d|\.(?:0_?){7}"),)
+    fragments = (("autocast", AnyOf("e-", "E-", r"\.0(?:_?0){6}")),)
     may_fire = staticmethod(calls_autocast)  # every region comes from an autocast call
 
     valid = (

@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ..engine.context import FileContext
-from ..engine.rule import Invalid, Rule, Valid
+from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import (
     assigned_before,
     autocast_region,
@@ -69,7 +69,7 @@ class HalfOutputLeaksOutOfRegion(Rule):
     summary = "Half-precision output of an autocast region mixed with float32 after the region"
     uses_policy = True
     # A region, and a float32 value made outside one (a factory or `.float()`).
-    fragments = ((r"autocast", r"\.float\(|\b(?:randn|rand|zeros|ones|empty|full|linspace|eye)\b"),)
+    fragments = (("autocast", AnyOf(r"\.float\(", "rand", "zeros", "ones", "empty", "full", "linspace", "eye")),)
     may_fire = staticmethod(calls_autocast)  # every region comes from an autocast call
 
     valid = (

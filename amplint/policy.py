@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from pathlib import Path
+from typing import Callable
 
 
 class PolicyError(Exception):
@@ -50,6 +51,10 @@ class PolicyTable:
     def ops_reached_by(self, spelling: str) -> list[str]:
         """The ops with an autocast kernel that ``spelling`` (e.g. ``torch.nn.BCELoss``) reaches."""
         return self._by_spelling.get(spelling, [])
+
+    def spellings_reaching(self, wanted: Callable[[str], bool]) -> set[str]:
+        """The spellings that reach some op for which ``wanted(op)`` holds."""
+        return {s for s, ops in self._by_spelling.items() if any(wanted(o) for o in ops)}
 
     def spellings_with(self, policy: str) -> set[str]:
         return {s for s, ops in self._by_spelling.items() if any(self._policy[o] == policy for o in ops)}

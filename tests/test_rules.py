@@ -87,6 +87,20 @@ def test_banned_op_fragment_covers_every_table():
             assert Prefilter([amp008]).matching(code), (path.name, spelling)
 
 
+def test_every_table_knows_cuda_and_cpu_and_their_default_dtypes():
+    """AMP011's may_fire lets an autocast call through only if it names another device or a
+    dtype: every table must know cuda and cpu, and accept the per-device classes' dtypes."""
+    from amplint.engine.semantics import _PER_DEVICE_DEFAULT_DTYPE
+    from amplint.policy import PolicyTable, policy_dir
+    paths = sorted(policy_dir().glob("*/*.json"))
+    assert paths
+    tables = [PolicyTable(json.loads(path.read_text())) for path in paths]
+    for table in tables:
+        assert {"cuda", "cpu"} <= set(table.autocast_devices), table.device
+        if table.device in _PER_DEVICE_DEFAULT_DTYPE:
+            assert _PER_DEVICE_DEFAULT_DTYPE[table.device] in table.supported_dtypes
+
+
 @pytest.mark.parametrize("code,found", [
     ("torch.zeros(3, device=x.device)", True),
     ("torch.zeros(\n    (b, len(x)),  # (batch, tokens)\n    device=h[:, 0].device,\n)", True),
@@ -121,6 +135,21 @@ def test_call_fragment_reads_the_call_own_arguments(code, found):
     ("AMP016", "import torch\nmodel.half()\nopt = torch.optim.SGD(model.parameters())\n", False),
     ("AMP016", "import torch.optim as optim\nmodel.half()\nopt = optim.SGD(model.parameters())\n"
                "loss.backward()\n", True),
+    # AMP011: only a dtype, or a literal device other than cuda and cpu, can be rejected.
+    ("AMP011", "import torch\nwith torch.autocast('cuda:1'):\n    pass\nwith torch.cuda.amp.autocast(True):\n"
+               "    pass\n", False),
+    ("AMP011", "import torch\nwith torch.autocast('cpu', torch.float16):\n    pass\n", True),
+    ("AMP011", "import torch\nwith torch.autocast(device_type='hpu'):\n    pass\n", True),
+    ("AMP011", "import torch\nwith torch.autocast(**settings):\n    pass\n", True),
+    # AMP018: a float below 2**-24; 1e-6 is not one, 1e-8 and 0.0000000_1 are.
+    ("AMP018", "import torch\nwith torch.autocast('cuda'):\n    y = x + 1e-6\n", False),
+    ("AMP018", "import torch\nwith torch.autocast('cuda'):\n    y = x + 1e-8\n", True),
+    ("AMP018", "import torch\nwith torch.autocast('cuda'):\n    y = x + 0.0000000_1\n", True),
+    # AMP019: an op that needs equal dtypes, through `@`, an import or a method.
+    ("AMP019", "import torch\nwith torch.autocast('cuda'):\n    h = x.relu()\nout = torch.zeros(3) + h\n", False),
+    ("AMP019", "import torch\nwith torch.autocast('cuda'):\n    h = x @ w\nout = h @ torch.zeros(3)\n", True),
+    ("AMP019", "from torch import autocast, mm as product, zeros\nwith autocast('cuda'):\n    h = product(x, w)\n", True),
+    ("AMP019", "import torch\nwith torch.autocast('cuda'):\n    h = x.mm(w)\nh.float()\n", True),
 ])
 def test_may_fire_reads_the_ast(rule_code, code, fires):
     rule = next(r for r in all_rules() if r.code == rule_code)

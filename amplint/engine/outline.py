@@ -57,18 +57,19 @@ class Outline:
                     stack.append(value)
         return found
 
-    def _nodes(self, kind: type) -> list:
+    def nodes(self, kind: type) -> list:
+        """Every node of one type (in no particular order)."""
         return self._by_type.get(kind, [])
 
     @cached_property
     def _imports(self) -> dict[str, set[str]]:
         """Every name any import binds, in any scope, and what it may stand for."""
         found: dict[str, set[str]] = {}
-        for node in self._nodes(ast.Import):
+        for node in self.nodes(ast.Import):
             for alias in node.names:
                 local = alias.asname or alias.name.split(".")[0]
                 found.setdefault(local, set()).add(alias.name if alias.asname else local)
-        for node in self._nodes(ast.ImportFrom):
+        for node in self.nodes(ast.ImportFrom):
             if node.module and not node.level:
                 for alias in node.names:
                     found.setdefault(alias.asname or alias.name, set()).add(f"{node.module}.{alias.name}")
@@ -82,28 +83,28 @@ class Outline:
         return {q + tail for q in self._imports[parts[0]]}
 
     def calls_to(self, names: frozenset[str] | set[str]) -> list[ast.Call]:
-        return [c for c in self._nodes(ast.Call) if not self.qualified_names(c.func).isdisjoint(names)]
+        return [c for c in self.nodes(ast.Call) if not self.qualified_names(c.func).isdisjoint(names)]
 
     def calls_under(self, prefix: str) -> bool:
         """Whether something under ``prefix`` (e.g. ``torch.optim.``) is called."""
-        return any(q.startswith(prefix) for c in self._nodes(ast.Call) for q in self.qualified_names(c.func))
+        return any(q.startswith(prefix) for c in self.nodes(ast.Call) for q in self.qualified_names(c.func))
 
     def method_calls(self, name: str) -> list[ast.Call]:
         """``<anything>.name(...)`` calls."""
-        return [c for c in self._nodes(ast.Call) if isinstance(c.func, ast.Attribute) and c.func.attr == name]
+        return [c for c in self.nodes(ast.Call) if isinstance(c.func, ast.Attribute) and c.func.attr == name]
 
     def refers_to(self, names: frozenset[str] | set[str]) -> bool:
         """Whether a name or attribute outside the imports refers to one of ``names``."""
         imported = self._imports
         return any(node.id in imported and not self.qualified_names(node).isdisjoint(names)
-                   for node in self._nodes(ast.Name)) or any(
-            not self.qualified_names(node).isdisjoint(names) for node in self._nodes(ast.Attribute))
+                   for node in self.nodes(ast.Name)) or any(
+            not self.qualified_names(node).isdisjoint(names) for node in self.nodes(ast.Attribute))
 
     def calls_in_methods(self, name: str) -> set[int]:
         """ids of the calls anywhere inside a method called ``name`` of some class."""
         cache = self.__dict__.setdefault("_in_methods", {})
         if name not in cache:
-            methods = [m for cls in self._nodes(ast.ClassDef) for m in cls.body
+            methods = [m for cls in self.nodes(ast.ClassDef) for m in cls.body
                        if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and m.name == name]
             cache[name] = {id(node) for m in methods for node in ast.walk(m) if isinstance(node, ast.Call)}
         return cache[name]

@@ -1,8 +1,27 @@
 from __future__ import annotations
 
+import ast
+
 from ..engine.context import FileContext
+from ..engine.outline import Outline
 from ..engine.rule import Invalid, Rule, Valid
-from ..engine.semantics import autocast_calls, calls_autocast, region_table
+from ..engine.semantics import AUTOCAST, autocast_calls, region_table
+
+# Every policy table knows these devices, and their default dtypes (the per-device classes')
+# are supported: an autocast call that names no other device and no dtype cannot be reported.
+_ALWAYS_KNOWN = ("cuda", "cpu")
+
+
+def _may_fire(outline: Outline) -> bool:
+    for call in outline.calls_to(AUTOCAST):
+        if len(call.args) >= 2 or any(isinstance(a, ast.Starred) for a in call.args) \
+                or any(k.arg in (None, "dtype") for k in call.keywords):
+            return True  # a dtype, or arguments that may hold one
+        devices = call.args[:1] + [k.value for k in call.keywords if k.arg == "device_type"]
+        if any(isinstance(d, ast.Constant) and isinstance(d.value, str)
+               and d.value.split(":")[0] not in _ALWAYS_KNOWN for d in devices):
+            return True
+    return False
 
 
 class AutocastSilentlyDisabled(Rule):
@@ -44,7 +63,8 @@ class AutocastSilentlyDisabled(Rule):
     summary = "Autocast region with a dtype or device string autocast does not accept"
     uses_policy = True
     fragments = (r"autocast",)
-    may_fire = staticmethod(calls_autocast)  # every region comes from an autocast call
+    # An autocast call with a dtype, or with a literal device other than cuda and cpu.
+    may_fire = staticmethod(_may_fire)
 
     valid = (
         Valid("""

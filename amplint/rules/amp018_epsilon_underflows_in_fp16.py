@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
 from ..engine.context import FileContext
+from ..engine.outline import Outline
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import (
     FP32_FAMILY,
@@ -18,6 +21,13 @@ from ..engine.semantics import (
 # float16's smallest subnormal is 2**-24; anything below half of it rounds to 0.
 FP16_SMALLEST = 2.0 ** -24
 _EPS_KEYWORDS = frozenset({"eps", "epsilon", "min"})
+
+
+def _may_fire(outline: Outline) -> bool:
+    """A region, and a float literal the rule would call tiny (libcst's ``Float`` nodes are
+    the ``float`` constants of Python's ast)."""
+    return any(isinstance(c.value, float) and 0 < c.value < FP16_SMALLEST for c in outline.nodes(ast.Constant)) \
+        and calls_autocast(outline)
 
 
 def _tiny(node: cst.BaseExpression) -> float | None:
@@ -68,7 +78,7 @@ class EpsilonUnderflowsInFp16(Rule):
     uses_policy = True
     # A region and a float literal below 5.96e-8 (an exponent, or seven zeros after the point).
     fragments = (("autocast", AnyOf("e-", "E-", r"\.0(?:_?0){6}")),)
-    may_fire = staticmethod(calls_autocast)  # every region comes from an autocast call
+    may_fire = staticmethod(_may_fire)
 
     valid = (
         Valid("""

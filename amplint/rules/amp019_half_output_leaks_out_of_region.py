@@ -1,8 +1,13 @@
 from __future__ import annotations
 
+import ast
+import json
+from functools import lru_cache
+
 import libcst as cst
 
 from ..engine.context import FileContext
+from ..engine.outline import Outline
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import (
     assigned_before,
@@ -14,6 +19,7 @@ from ..engine.semantics import (
     inferred_dtype,
     region_table,
 )
+from ..policy import PolicyTable, policy_dir
 
 # Ops that need all tensor inputs in one dtype when autocast is not there to cast them.
 _EQUAL_DTYPE_OPS = frozenset({"mm", "matmul", "bmm", "addmm", "baddbmm", "addbmm", "mv", "dot",
@@ -24,6 +30,28 @@ _EQUAL_DTYPE_OPS = frozenset({"mm", "matmul", "bmm", "addmm", "baddbmm", "addbmm
 
 def _base(op: str) -> str:
     return op.split("::")[-1].split(".")[0]
+
+
+@lru_cache(maxsize=None)
+def _equal_dtype_callees() -> frozenset[str]:
+    """The last part of every spelling that reaches an equal-dtype op, in any committed table
+    (``linear`` for ``torch.nn.functional.linear``, ``einsum``, ``Linear``...)."""
+    return frozenset(spelling.rsplit(".", 1)[-1] for path in sorted(policy_dir().glob("*/*.json"))
+                     for spelling in PolicyTable(json.loads(path.read_text(encoding="utf-8")))
+                     .spellings_reaching(lambda op: _base(op) in _EQUAL_DTYPE_OPS))
+
+
+def _may_fire(outline: Outline) -> bool:
+    """A region, and an ``@`` or a call that may reach an equal-dtype op: through an import
+    (the callee's qualified name) or as a method (its attribute)."""
+    if not calls_autocast(outline):
+        return False
+    if any(isinstance(op.op, ast.MatMult) for op in outline.nodes(ast.BinOp)):
+        return True
+    callees = _equal_dtype_callees()
+    return any((isinstance(call.func, ast.Attribute) and call.func.attr in callees)
+               or any(q.rsplit(".", 1)[-1] in callees for q in outline.qualified_names(call.func))
+               for call in outline.nodes(ast.Call))
 
 
 class HalfOutputLeaksOutOfRegion(Rule):
@@ -70,7 +98,7 @@ class HalfOutputLeaksOutOfRegion(Rule):
     uses_policy = True
     # A region, and a float32 value made outside one (a factory or `.float()`).
     fragments = (("autocast", AnyOf(r"\.float\(", "rand", "zeros", "ones", "empty", "full", "linspace", "eye")),)
-    may_fire = staticmethod(calls_autocast)  # every region comes from an autocast call
+    may_fire = staticmethod(_may_fire)
 
     valid = (
         Valid("""

@@ -11,7 +11,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from amplint.engine.tree import Index, child_fields
+from amplint.engine.tree import Index, child_fields, parse
 from conftest import ROOT
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
@@ -122,3 +122,19 @@ def test_index_equals_libcsts_visitor(path):
     for position, node in enumerate(reference.order):
         assert index.parents.get(id(node)) is reference.parents[id(node)]
         assert index.spans[id(node)] == [position, last[id(node)]]
+
+
+@pytest.mark.parametrize("path", FILES[-6:], ids=lambda p: p.name)
+def test_parse_without_validation_builds_libcsts_tree(path):
+    source = path.read_text(encoding="utf-8")
+    assert parse(source).deep_equals(cst.parse_module(source))
+
+
+def test_nodes_built_after_a_parse_are_validated_again():
+    parse("x = 1\n")
+    with pytest.raises(cst.CSTValidationError):
+        cst.Name("not a name")
+    with pytest.raises(cst.ParserSyntaxError):
+        parse("def (:\n")
+    with pytest.raises(cst.CSTValidationError):
+        cst.Name("not a name")

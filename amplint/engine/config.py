@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import fnmatch
+import os
+import re
 import sys
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path, PurePath
-from typing import Iterable
+from typing import Callable, Iterable
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -49,26 +52,51 @@ class Config:
                 and not _matches(r.code, ignored)]
 
     def ignored_for(self, path: Path) -> set[str]:
-        rel = _relative(path, self.root)
         ignored: set[str] = set()
+        if not self.per_file_ignores:
+            return ignored
+        rel = _relative(path, self.root)
         for pattern, codes in self.per_file_ignores.items():
-            if fnmatch.fnmatch(rel, pattern) or fnmatch.fnmatch(path.name, pattern):
+            matches = _matcher((pattern,))
+            if matches(rel) or matches(path.name):
                 ignored.update(codes)
         return ignored
 
     def is_excluded(self, path: Path) -> bool:
-        rel = PurePath(_relative(path, self.root))
-        for pattern in self.exclude + self.extend_exclude:
-            if any(fnmatch.fnmatch(part, pattern) for part in rel.parts):
-                return True
-            if fnmatch.fnmatch(str(rel), pattern) or fnmatch.fnmatch(str(rel), pattern.rstrip("/") + "/*"):
-                return True
-        return False
+        """Whether a pattern matches one of the path's parts, or the whole path (relative to
+        the root), or a folder above it."""
+        rel = _relative(path, self.root)
+        patterns = tuple(self.exclude + self.extend_exclude)
+        part_matches = _matcher(patterns)
+        if any(part_matches(part) for part in PurePath(rel).parts):
+            return True
+        return _matcher(patterns + tuple(p.rstrip("/") + "/*" for p in patterns))(rel)
+
+
+@lru_cache(maxsize=None)
+def _matcher(patterns: tuple[str, ...]) -> Callable[[str], bool]:
+    """One compiled expression for ``fnmatch.fnmatch(name, p) for any p in patterns``:
+    discovery asks it of every file and folder."""
+    if not patterns:
+        return lambda name: False
+    match = re.compile("|".join(fnmatch.translate(os.path.normcase(p)) for p in patterns)).match
+    return lambda name: match(os.path.normcase(name)) is not None
+
+
+@lru_cache(maxsize=4096)
+def _resolved(folder: str) -> Path:
+    return Path(folder).resolve()
 
 
 def _relative(path: Path, root: Path) -> str:
+    """``path`` relative to ``root``, symlinked folders resolved (a file is matched where it
+    appears, its folder once per folder), or as given when it lies outside."""
+    if path.name in ("", ".", ".."):
+        where = path.resolve()
+    else:
+        where = _resolved(str(path.parent)) / path.name
     try:
-        return path.resolve().relative_to(root.resolve()).as_posix()
+        return where.relative_to(_resolved(str(root))).as_posix()
     except ValueError:
         return path.as_posix()
 

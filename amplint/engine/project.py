@@ -90,7 +90,7 @@ def check_paths(paths: list[Path], config: Config, rules: list[type[Rule]], opti
 def _in_pool(tasks, options: Options, config: Config, cache) -> Iterator[FileResult]:
     """Files spread over processes in chunks; results come back in the order of ``tasks``."""
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-    chunk = max(1, len(tasks) // (options.jobs * 8))
+    chunk = max(1, len(tasks) // (options.jobs * 32))
     worker_options = Options(**{**options.__dict__, "progress": None})  # a callback stays here
     with ProcessPoolExecutor(options.jobs, mp_context=multiprocessing.get_context(method),
                              initializer=_init_worker, initargs=(config, cache)) as pool:

@@ -16,6 +16,7 @@ from .context import FileContext
 from .diagnostics import Diagnostic, Edit, Fix, Location
 from .outline import Outline
 from .rule import AnyOf, Rule
+from .tree import parse
 
 SYNTAX_ERROR = ("AMP000", "syntax-error")
 INTERNAL_ERROR = ("AMP999", "internal-error")
@@ -107,7 +108,7 @@ def run_rules(path: str, source: str, rules: Sequence[type[Rule]],
               policy_loader: Callable | None) -> list[Diagnostic]:
     """Every diagnostic of ``rules`` on ``source`` (noqa not yet applied)."""
     try:
-        module = cst.parse_module(source)
+        module = parse(source)
     except cst.ParserSyntaxError as exc:
         return [_syntax_error(path, source, exc)]
     ctx = FileContext(path, source, module, policy_loader)
@@ -186,7 +187,7 @@ def lint_source(path: str, source: str, rules: Sequence[type[Rule]], *,
             break
         new_text, applied = apply_fixes(text, fixes)
         try:
-            cst.parse_module(new_text)
+            parse(new_text)
         except cst.ParserSyntaxError as exc:  # never hand back code that does not parse
             result.diagnostics.append(_engine_diagnostic(
                 INTERNAL_ERROR, path, f"a fix produced code that does not parse ({exc.message}); "

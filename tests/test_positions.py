@@ -1,6 +1,7 @@
-"""Offsets come from counting characters while the module is rendered (cheaper than libcst's
-positions, which track line and column for every token); they must equal libcst's own, for
-every node, on varied real code."""
+"""Offsets come from counting characters while a top-level statement is rendered alone, placed
+by Python's ast line numbers (cheaper than libcst's positions, which track line and column for
+every token of the whole file); they must equal libcst's own, for every node, on varied real
+code, and the fallback (rendering the whole module) must too."""
 
 import sysconfig
 from pathlib import Path
@@ -39,6 +40,28 @@ def test_offsets_equal_libcsts_positions(path):
             assert ctx.line_start(node) == starts[rng.start.line - 1]
             checked += 1
     assert checked > 50
+    assert "_module_offsets" not in ctx.__dict__, "every statement was placed without the fallback"
+
+
+@pytest.mark.parametrize("source,falls_back", [
+    ("import torch\nx = torch.zeros(3)", True),  # no newline at the end: the statement alone has one
+    ("import torch\nx = torch.zeros(3); y = torch.ones(2)\n\n# trailing comment", False),
+    ("import torch\r\n@deco\r\nasync def f():\r\n    return torch.zeros(\r\n        3)\r\n", False),
+    ("import torch\nif x:\n    y = torch.zeros(3)\n  # a comment the if's block owns\nz = 1\n", False),
+])
+def test_offsets_at_the_edges_and_the_fallback(source, falls_back):
+    module = cst.parse_module(source)
+    ctx = FileContext("t.py", source, module)
+    expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    starts, offset = [0], 0
+    for line in split_lines(source, keepends=True):
+        offset += len(line)
+        starts.append(offset)
+    for node in ctx.nodes(cst.Call) + ctx.nodes(cst.Name):
+        rng = expected[node]
+        assert ctx.offsets(node) == (starts[rng.start.line - 1] + rng.start.column,
+                                     starts[rng.end.line - 1] + rng.end.column)
+    assert ("_module_offsets" in ctx.__dict__) is falls_back
 
 
 def test_crlf_comments_and_a_header_before_the_first_statement():

@@ -11,7 +11,8 @@ import libcst as cst
 from .diagnostics import Diagnostic, Edit, Fix, Location
 from .names import ImportResolver
 from .source import split_lines
-from .tree import Index, offsets
+from .outline import Outline
+from .tree import Index, render
 
 if TYPE_CHECKING:
     from ..policy import PolicyTable
@@ -21,10 +22,12 @@ if TYPE_CHECKING:
 class FileContext:
     """Shared by every rule on one file: one parse, metadata computed once and only if asked."""
 
-    def __init__(self, path: str, source: str, module: cst.Module, policy_loader=None):
+    def __init__(self, path: str, source: str, module: cst.Module, policy_loader=None,
+                 outline: Outline | None = None):
         self.path = path
         self.source = source
         self.module = module
+        self._outline = outline
         self.diagnostics: list[Diagnostic] = []
         self._policy_loader = policy_loader
         self._rule: type[Rule] | None = None
@@ -36,9 +39,50 @@ class FileContext:
         return Index(self.module)
 
     @cached_property
-    def _offsets(self) -> dict[int, tuple[int, int]]:
-        """Computed only for files with findings: a pass over the whole module."""
-        return offsets(self.module)
+    def _module_offsets(self) -> dict[int, tuple[int, int]]:
+        """Every node's offsets, from rendering the whole module: when a statement's own
+        offsets cannot be placed (see ``_statement_offsets``)."""
+        return render(self.module, self.module)[1]
+
+    @cached_property
+    def _statement_lines(self) -> dict[int, int] | None:
+        """The line where each top-level statement's code starts (after its leading comments
+        and blank lines), from Python's ast; None where ast and libcst do not count the same
+        statements."""
+        outline = self._outline or Outline.parse(self.source)
+        if outline is None:
+            return None
+        statements, lines, i = outline.tree.body, {}, 0
+        for statement in self.module.body:
+            if i >= len(statements):
+                return None
+            lines[id(statement)] = statements[i].lineno
+            # `a = 1; b = 2` is one libcst statement and two of Python's
+            i += len(statement.body) if isinstance(statement, cst.SimpleStatementLine) else 1
+        return lines if i == len(statements) else None
+
+    def _statement_offsets(self, statement: cst.CSTNode) -> tuple[int, dict] | None:
+        """The offsets of the nodes inside one top-level statement, from rendering it alone
+        (files with findings pay for the statements they are in, not for the whole file), and
+        where its code starts in the source. That start comes from ast's line number and is
+        checked: the statement's code must be the source's there. None if it is not."""
+        cache = self.__dict__.setdefault("_offsets_by_statement", {})
+        if id(statement) not in cache:
+            placed = None
+            lines = self._statement_lines
+            if lines is not None:
+                code, local = render(statement, self.module)
+                base = self._line_starts[lines[id(statement)] - 1] - local[id(statement)][0]
+                if base >= 0 and self.source.startswith(code, base):
+                    placed = (base, local)
+            cache[id(statement)] = placed
+        return cache[id(statement)]
+
+    def _top_level_statement(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        for candidate in (node, *self.ancestors(node)):
+            if self.parent(candidate) is self.module:
+                return candidate
+        return None
 
     @property
     def _parents(self):
@@ -99,11 +143,17 @@ class FileContext:
 
     def offsets(self, node: cst.CSTNode) -> tuple[int, int]:
         """Where ``node`` starts and ends in the source, as character offsets."""
-        return self._offsets[id(node)]
+        statement = self._top_level_statement(node)
+        placed = self._statement_offsets(statement) if statement is not None else None
+        if placed is None:
+            return self._module_offsets[id(node)]
+        base, local = placed
+        start, end = local[id(node)]
+        return base + start, base + end
 
     def line_start(self, node: cst.CSTNode) -> int:
         """Offset of the first character of the line where ``node`` starts."""
-        start = self._offsets[id(node)][0]
+        start = self.offsets(node)[0]
         return self._line_starts[bisect.bisect_right(self._line_starts, start) - 1]
 
     def indentation_of(self, node: cst.CSTNode) -> str:

@@ -69,12 +69,16 @@ class Prefilter:
     def select(self, text: str) -> list[type[Rule]]:
         """The rules worth running on the text: fragments found and ``may_fire`` passed. When
         Python cannot parse the text, every rule whose fragments match (libcst reports why)."""
+        return self.select_with_outline(text)[0]
+
+    def select_with_outline(self, text: str) -> tuple[list[type[Rule]], Outline | None]:
+        """``select``, and the outline it read (None if no rule needed one)."""
         candidates = self.matching(text)
         if all(rule.may_fire is None for rule in candidates):
-            return candidates
+            return candidates, None
         outline = Outline.parse(text)
         return [rule for rule in candidates
-                if rule.may_fire is None or outline is None or rule.may_fire(outline)]
+                if rule.may_fire is None or outline is None or rule.may_fire(outline)], outline
 
     def search(self, text: str) -> bool:
         """Whether the text is worth parsing with libcst for any of the rules."""
@@ -105,13 +109,13 @@ def _syntax_error(path: str, source: str, exc: cst.ParserSyntaxError) -> Diagnos
 
 
 def run_rules(path: str, source: str, rules: Sequence[type[Rule]],
-              policy_loader: Callable | None) -> list[Diagnostic]:
+              policy_loader: Callable | None, outline: Outline | None = None) -> list[Diagnostic]:
     """Every diagnostic of ``rules`` on ``source`` (noqa not yet applied)."""
     try:
         module = parse(source)
     except cst.ParserSyntaxError as exc:
         return [_syntax_error(path, source, exc)]
-    ctx = FileContext(path, source, module, policy_loader)
+    ctx = FileContext(path, source, module, policy_loader, outline)
     out: list[Diagnostic] = []
     for rule in rules:
         ctx._rule = rule
@@ -169,12 +173,13 @@ def lint_source(path: str, source: str, rules: Sequence[type[Rule]], *,
     for _ in range(MAX_FIX_ROUNDS if fix else 1):
         # Rules that cannot fire on this text are not run; a fix can change that, so again
         # each round.
-        selected = prefilter(tuple(rules)).select(text) if use_prefilter else rules
+        selected, outline = prefilter(tuple(rules)).select_with_outline(text) if use_prefilter \
+            else (rules, None)
         if not selected:
             result.diagnostics = []  # nothing left to find in this text
             break
-        diagnostics = run_rules(path, text, selected, policy_loader)
-        suppressions = noqa.parse(text)
+        diagnostics = run_rules(path, text, selected, policy_loader, outline)
+        suppressions = noqa.parse(text) if diagnostics else noqa.Suppressions()
         kept = [d for d in diagnostics
                 if d.code in (SYNTAX_ERROR[0], INTERNAL_ERROR[0])
                 or not suppressions.suppresses(d.location.row, d.code)]

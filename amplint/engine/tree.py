@@ -12,8 +12,6 @@ Both are checked against libcst's own visitor and PositionProvider (tests/test_t
 from __future__ import annotations
 
 import dataclasses
-from contextlib import contextmanager
-from typing import Iterator
 
 import libcst as cst
 from libcst._nodes.internal import CodegenState  # the hook libcst's own position providers use
@@ -99,13 +97,25 @@ class Index:
         self._count += 1
         for name in _fields_cache.get(kind) or child_fields(kind):
             value = getattr(node, name)
-            if isinstance(value, cst.CSTNode):
+            if _IS_NODE.get(type(value)) or _is_node(value):
                 self._visit(value, node)
             elif isinstance(value, (tuple, list)):
                 for item in value:
-                    if isinstance(item, cst.CSTNode):
+                    if _IS_NODE.get(type(item)) or _is_node(item):
                         self._visit(item, node)
         span[1] = self._count - 1
+
+
+# CSTNode is an abstract base class: isinstance() on it is a Python-level call, and the walk
+# asks it of every field. The answer for each type seen so far comes from a dict.
+_IS_NODE: dict[type, bool] = {}
+
+
+def _is_node(value: object) -> bool:
+    kind = type(value)
+    if kind not in _IS_NODE:
+        _IS_NODE[kind] = isinstance(value, cst.CSTNode)
+    return _IS_NODE[kind]
 
 
 class _OffsetState(CodegenState):
@@ -138,23 +148,34 @@ class _OffsetState(CodegenState):
         start = self._open.pop()
         self.spans.setdefault(id(node), (start, self.offset))  # a syntactic span wins
 
-    @contextmanager
     def record_syntactic_position(self, node: cst.CSTNode, *, start_node: cst.CSTNode | None = None,
-                                  end_node: cst.CSTNode | None = None) -> Iterator[None]:
-        start = self.offset
-        try:
-            yield
-        finally:
-            end = self.offset
-            if start_node is not None:
-                start = self.spans[id(start_node)][0]
-            if end_node is not None:
-                end = self.spans[id(end_node)][1]
-            self.spans[id(node)] = (start, end)
+                                  end_node: cst.CSTNode | None = None) -> "_SyntacticSpan":
+        return _SyntacticSpan(self, node, start_node, end_node)
 
 
-def offsets(module: cst.Module) -> dict[int, tuple[int, int]]:
-    """Every node's (start, end) character offsets in the module's code, by ``id``."""
+class _SyntacticSpan:
+    """The span of the code rendered inside ``with``, or of the given first and last nodes.
+    A class, not ``@contextmanager``: libcst enters one per expression, and a generator-based
+    context manager costs several times more."""
+
+    __slots__ = ("state", "node", "start_node", "end_node", "start")
+
+    def __init__(self, state: _OffsetState, node, start_node, end_node):
+        self.state, self.node, self.start_node, self.end_node = state, node, start_node, end_node
+
+    def __enter__(self) -> None:
+        self.start = self.state.offset
+
+    def __exit__(self, *exc) -> None:
+        spans = self.state.spans
+        start = spans[id(self.start_node)][0] if self.start_node is not None else self.start
+        end = spans[id(self.end_node)][1] if self.end_node is not None else self.state.offset
+        spans[id(self.node)] = (start, end)
+
+
+def render(node: cst.CSTNode, module: cst.Module) -> tuple[str, dict[int, tuple[int, int]]]:
+    """The code of ``node`` (the module, or a part of it), and the (start, end) character
+    offsets of every node inside it in that code, by ``id``."""
     state = _OffsetState(module)
-    module._codegen(state)
-    return state.spans
+    node._codegen(state)
+    return "".join(state.tokens), state.spans

@@ -182,16 +182,9 @@ def _values_of(ctx: FileContext, expr: cst.BaseExpression) -> list[cst.BaseExpre
         cls = next((a for a in ctx.ancestors(expr) if isinstance(a, cst.ClassDef)), None)
         if cls is None:
             return []
-        found = []
         target = ctx.code(expr)
-
-        class Collect(cst.CSTVisitor):
-            def visit_Assign(self, node: cst.Assign) -> None:
-                if any(ctx.code(t.target) == target for t in node.targets):
-                    found.append(node.value)
-
-        cls.visit(Collect())
-        return found
+        return [node.value for node in ctx.nodes(cst.Assign) if ctx.contains(cls, node)
+                and any(ctx.code(t.target) == target for t in node.targets)]
     return []
 
 

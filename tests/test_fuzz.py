@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from amplint.engine.rule import all_rules
-from amplint.engine.runner import INTERNAL_ERROR, lint_source
+from amplint.engine.runner import INTERNAL_ERROR, SYNTAX_ERROR, lint_source
 from amplint.policy import loader
 
 IMPORTS = [
@@ -117,9 +117,11 @@ def test_random_valid_python_never_crashes_the_engine(code, in_region):
         if fix:
             compile(result.source, "random.py", "exec")
         else:
+            # Valid Python that libcst cannot parse (a form feed in an indentation) is reported
+            # only where some rule needs libcst's tree: the prefilter may skip it.
             filtered = lint_source("random.py", code, RULES, policy_loader=LOAD)
-            assert [(d.code, d.location) for d in filtered.diagnostics] == \
-                [(d.code, d.location) for d in result.diagnostics], code
+            assert [(d.code, d.location) for d in filtered.diagnostics if d.code != SYNTAX_ERROR[0]] == \
+                [(d.code, d.location) for d in result.diagnostics if d.code != SYNTAX_ERROR[0]], code
 
 
 def _compiles(code: str) -> bool:

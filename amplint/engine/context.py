@@ -94,7 +94,10 @@ class FileContext:
 
     @cached_property
     def _imports(self) -> ImportResolver:
-        return ImportResolver(self.nodes, self.parent)
+        # The index's own methods, not the context's: a context that its resolver refers to
+        # is a cycle, which keeps the whole tree alive until the cycle collector runs.
+        index = self._index
+        return ImportResolver(lambda kind: index.by_type.get(kind, []), lambda node: index.parents.get(id(node)))
 
     @cached_property
     def _line_starts(self) -> list[int]:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import difflib
+import gc
 import multiprocessing
+from contextlib import contextmanager
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,7 +122,28 @@ def _io_diagnostic(path: str, message: str) -> Diagnostic:
     return Diagnostic(INTERNAL_ERROR[0], "io-error", message, path, Location(1, 1), Location(1, 1))
 
 
+@contextmanager
+def _collection_after():
+    """Python's cycle collector paused while one file is checked: a libcst tree is a million
+    tracked objects without a cycle among them, and collections that walk it again and again
+    as it is built cost a fifth of a whole run. What cycles the file leaves behind are freed
+    by the collection the next allocation triggers."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 def check_file(path: Path, rules: list[type[Rule]], options: Options, load, cache=None) -> FileResult:
+    with _collection_after():
+        return _check_file(path, rules, options, load, cache)
+
+
+def _check_file(path: Path, rules: list[type[Rule]], options: Options, load, cache) -> FileResult:
     display = str(path)
     try:
         data = path.read_bytes()

@@ -23,6 +23,16 @@ def _dotted(expr: ast.expr) -> list[str] | None:
     return parts[::-1]
 
 
+# The fields each node type is walked through (an expression's Load/Store context is not);
+# None for values that are not nodes.
+_FIELDS: dict[type, tuple[str, ...] | None] = {}
+
+
+def _fields(kind: type) -> tuple[str, ...] | None:
+    _FIELDS[kind] = tuple(f for f in kind._fields if f != "ctx") if issubclass(kind, ast.AST) else None
+    return _FIELDS[kind]
+
+
 class Outline:
     def __init__(self, tree: ast.Module):
         self.tree = tree
@@ -40,20 +50,24 @@ class Outline:
         """Every node, by type, from one walk (``ast.walk`` is a generator per node, and
         slower)."""
         found: dict[type, list[ast.AST]] = {}
-        stack: list[ast.AST] = [self.tree]
-        node_type = ast.AST
+        stack: list = [self.tree]
         while stack:
             node = stack.pop()
             kind = type(node)
+            fields = _FIELDS.get(kind)
+            if fields is None:
+                fields = _fields(kind)
+                if fields is None:  # a name, a number, a None key of a dict: not a node
+                    continue
             nodes = found.get(kind)
             if nodes is None:
                 nodes = found[kind] = []
             nodes.append(node)
-            for name in node._fields:
+            for name in fields:
                 value = getattr(node, name)
-                if isinstance(value, list):
-                    stack.extend(item for item in value if isinstance(item, node_type))
-                elif isinstance(value, node_type):
+                if type(value) is list:
+                    stack.extend(value)
+                elif value is not None:
                     stack.append(value)
         return found
 

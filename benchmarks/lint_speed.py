@@ -142,6 +142,17 @@ def main() -> None:
     print("\n| single file (pre-commit) | seconds | × `python -c pass` |\n|---|---|---|")
     for name, seconds in single.items():
         print(f"| {name} | {seconds:.3f} | {seconds / pass_time:.1f} |")
+    cold, warm_time = rows["amplint, default jobs"], rows["amplint, warm cache (nothing changed)"]
+    targets = [
+        ("cold check vs TorchFix", rows["TorchFix"] / cold, "× faster", "≥ 20", rows["TorchFix"] / cold >= 20),
+        ("cold check vs ruff", cold / base, "× ruff's time", "≤ 3", cold / base <= 3),
+        ("warm rerun vs ruff", warm_time / base, "× ruff's time", "≤ 1", warm_time <= base),
+        ("one file vs `import libcst`", single["amplint check one file"] / single["python -c 'import libcst'"],
+         "× its time", "≤ 2", single["amplint check one file"] <= 2 * single["python -c 'import libcst'"]),
+    ]
+    print("\n| target | measured | goal | met |\n|---|---|---|---|")
+    for name, ratio, unit, goal, met in targets:
+        print(f"| {name} | {ratio:.1f}{unit} | {goal} | {'yes' if met else 'no'} |")
     if args.verify:
         print("\nFindings:", verify(corpus))
 

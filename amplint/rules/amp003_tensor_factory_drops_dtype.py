@@ -6,8 +6,8 @@ import libcst as cst
 
 from ..engine.context import FileContext
 from ..engine.diagnostics import Fix
-from ..engine.rule import PARENTHESIZED, AnyOf, Invalid, Rule, Valid, call_with
 from ..engine.outline import Outline
+from ..engine.rule import PARENTHESIZED, AnyOf, Invalid, Rule, Valid, call_with
 from ..engine.semantics import autocast_region, calls, calls_autocast, enclosing_function, has_star_args
 
 _FACTORIES = {

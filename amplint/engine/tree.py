@@ -44,6 +44,9 @@ _SOURCE_ORDER = {
 _fields_cache: dict[type, tuple[str, ...]] = {}
 
 
+_VALIDATION = cst.CSTNode.__post_init__
+
+
 def _no_validation(node: cst.CSTNode) -> None:
     pass
 
@@ -52,13 +55,13 @@ def parse(source: str) -> cst.Module:
     """``libcst.parse_module``, without validating each node as it is built: libcst's parser
     builds only valid trees, and the checks (an eighth of the parse's time) are there for trees
     built by hand (libcst's own comment on ``CSTNode.__post_init__`` says as much). Nodes the
-    rules build for fixes are still validated."""
-    validate = cst.CSTNode.__post_init__
+    rules build for fixes are still validated. Always restored to libcst's own: two threads
+    parsing at once cannot leave validation off."""
     cst.CSTNode.__post_init__ = _no_validation
     try:
         return cst.parse_module(source)
     finally:
-        cst.CSTNode.__post_init__ = validate
+        cst.CSTNode.__post_init__ = _VALIDATION
 
 
 def child_fields(kind: type) -> tuple[str, ...]:

@@ -64,6 +64,12 @@ class PolicyTable:
         return entry.get("evidence", {}).get("message") if entry else None
 
 
+def committed_tables() -> list[PolicyTable]:
+    """Every table in policies/, all torch versions and devices."""
+    return [PolicyTable(json.loads(path.read_text(encoding="utf-8")))
+            for path in sorted(policy_dir().glob("*/*.json"))]
+
+
 @lru_cache(maxsize=None)
 def load_policy(device: str = "cuda", torch_version: str | None = None) -> PolicyTable:
     versions = available_versions()

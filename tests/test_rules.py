@@ -91,10 +91,9 @@ def test_every_table_knows_cuda_and_cpu_and_their_default_dtypes():
     """AMP011's may_fire lets an autocast call through only if it names another device or a
     dtype: every table must know cuda and cpu, and accept the per-device classes' dtypes."""
     from amplint.engine.semantics import _PER_DEVICE_DEFAULT_DTYPE
-    from amplint.policy import PolicyTable, policy_dir
-    paths = sorted(policy_dir().glob("*/*.json"))
-    assert paths
-    tables = [PolicyTable(json.loads(path.read_text())) for path in paths]
+    from amplint.policy import committed_tables
+    tables = committed_tables()
+    assert tables
     for table in tables:
         assert {"cuda", "cpu"} <= set(table.autocast_devices), table.device
         if table.device in _PER_DEVICE_DEFAULT_DTYPE:

@@ -128,14 +128,13 @@ def _collection_after():
     tracked objects without a cycle among them, and collections that walk it again and again
     as it is built cost a fifth of a whole run. What cycles the file leaves behind are freed
     by the collection the next allocation triggers."""
-    if not gc.isenabled():
-        yield
-        return
+    enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
-        gc.enable()
+        if enabled:
+            gc.enable()
 
 
 def check_file(path: Path, rules: list[type[Rule]], options: Options, load, cache=None) -> FileResult:

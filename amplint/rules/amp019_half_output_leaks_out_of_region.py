@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import ast
-import json
 from functools import lru_cache
 
 import libcst as cst
@@ -19,7 +18,7 @@ from ..engine.semantics import (
     inferred_dtype,
     region_table,
 )
-from ..policy import PolicyTable, policy_dir
+from ..policy import committed_tables
 
 # Ops that need all tensor inputs in one dtype when autocast is not there to cast them.
 _EQUAL_DTYPE_OPS = frozenset({"mm", "matmul", "bmm", "addmm", "baddbmm", "addbmm", "mv", "dot",
@@ -36,9 +35,8 @@ def _base(op: str) -> str:
 def _equal_dtype_callees() -> frozenset[str]:
     """The last part of every spelling that reaches an equal-dtype op, in any committed table
     (``linear`` for ``torch.nn.functional.linear``, ``einsum``, ``Linear``...)."""
-    return frozenset(spelling.rsplit(".", 1)[-1] for path in sorted(policy_dir().glob("*/*.json"))
-                     for spelling in PolicyTable(json.loads(path.read_text(encoding="utf-8")))
-                     .spellings_reaching(lambda op: _base(op) in _EQUAL_DTYPE_OPS))
+    return frozenset(spelling.rsplit(".", 1)[-1] for table in committed_tables()
+                     for spelling in table.spellings_reaching(lambda op: _base(op) in _EQUAL_DTYPE_OPS))
 
 
 def _may_fire(outline: Outline) -> bool:

@@ -2,6 +2,7 @@
 
 import shutil
 import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -17,9 +18,10 @@ FAULTY = textwrap.dedent("""\
 
 
 def _git(*args, cwd):
-    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
-                   env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-                        "GIT_COMMITTER_EMAIL": "t@t", "HOME": str(cwd), "PATH": "/usr/bin:/bin"})
+    done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
+                          env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                               "GIT_COMMITTER_EMAIL": "t@t", "HOME": str(cwd), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, f"git {' '.join(args)}: {done.stderr}"
 
 
 @pytest.fixture(scope="module")
@@ -37,19 +39,21 @@ def hook_repo(tmp_path_factory):
     return repo, rev
 
 
-def _pre_commit(project, *args):
-    import sys
+def _pre_commit(project, home, *args):
+    # HOME and pre-commit's cache (hook environments, virtualenv's caches) live outside the
+    # project, so they never end up in its git index.
     return subprocess.run([sys.executable, "-m", "pre_commit", *args], cwd=project,
                           capture_output=True, text=True,
-                          env={"HOME": str(project), "PATH": "/usr/bin:/bin",
-                               "PRE_COMMIT_HOME": str(project / ".pre-commit-cache")})
+                          env={"HOME": str(home), "PATH": "/usr/bin:/bin",
+                               "PRE_COMMIT_HOME": str(home / "pre-commit-cache")})
 
 
 def test_hooks_fail_fix_and_pass(tmp_path, hook_repo):
     pytest.importorskip("pre_commit")
     repo, rev = hook_repo
-    project = tmp_path / "project"
+    project, home = tmp_path / "project", tmp_path / "home"
     project.mkdir()
+    home.mkdir()
     _git("init", "-q", cwd=project)
     (project / ".pre-commit-config.yaml").write_text(textwrap.dedent(f"""\
         repos:
@@ -62,19 +66,22 @@ def test_hooks_fail_fix_and_pass(tmp_path, hook_repo):
     """))
     (project / "train.py").write_text(FAULTY)
     (project / "clean.py").write_text("x = 1\n")
-    _git("add", ".", cwd=project)
+    _git("add", "train.py", "clean.py", ".pre-commit-config.yaml", cwd=project)
 
-    checked = _pre_commit(project, "run", "amplint", "--all-files")
+    checked = _pre_commit(project, home, "run", "amplint", "--all-files")
     assert checked.returncode == 1, checked.stdout + checked.stderr
     assert "AMP004" in checked.stdout
 
-    fixed = _pre_commit(project, "run", "amplint-fix", "--all-files", "--hook-stage", "manual")
+    fixed = _pre_commit(project, home, "run", "amplint-fix", "--all-files", "--hook-stage", "manual")
     assert fixed.returncode == 1  # pre-commit fails a hook that changed files
     assert 'torch.amp.GradScaler("cuda")' in (project / "train.py").read_text()
 
-    _git("add", ".", cwd=project)
-    again = _pre_commit(project, "run", "amplint", "--all-files")
+    _git("add", "train.py", "clean.py", ".pre-commit-config.yaml", cwd=project)
+    again = _pre_commit(project, home, "run", "amplint", "--all-files")
     assert again.returncode == 0, again.stdout + again.stderr
+    untracked = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=project,
+                               capture_output=True, text=True, check=True).stdout
+    assert "??" not in untracked  # amplint's cache folder ignores itself
 
-    only_clean = _pre_commit(project, "run", "amplint", "--files", "clean.py")
+    only_clean = _pre_commit(project, home, "run", "amplint", "--files", "clean.py")
     assert only_clean.returncode == 0

@@ -1,5 +1,5 @@
-"""Offsets come from counting characters while a top-level statement is rendered alone, placed
-by Python's ast line numbers (cheaper than libcst's positions, which track line and column for
+"""Offsets come from counting characters while the innermost statement around a node is
+rendered alone at its indentation, placed by Python's ast line numbers (cheaper than libcst's positions, which track line and column for
 every token of the whole file); they must equal libcst's own, for every node, on varied real
 code, and the fallback (rendering the whole module) must too."""
 
@@ -32,7 +32,9 @@ def test_offsets_equal_libcsts_positions(path):
         starts.append(offset)
     checked = 0
     for kind in (cst.Call, cst.Name, cst.Attribute, cst.Arg, cst.FunctionDef, cst.ClassDef, cst.With,
-                 cst.SimpleStatementLine, cst.If, cst.Float, cst.SimpleString, cst.Decorator, cst.Param):
+                 cst.SimpleStatementLine, cst.If, cst.Float, cst.SimpleString, cst.Decorator, cst.Param,
+                 cst.Try, cst.ExceptHandler, cst.Else, cst.For, cst.While, cst.Return, cst.IndentedBlock,
+                 cst.SimpleStatementSuite, cst.Lambda):
         for node in ctx.nodes(kind):
             rng = expected[node]
             want = (starts[rng.start.line - 1] + rng.start.column, starts[rng.end.line - 1] + rng.end.column)
@@ -48,6 +50,15 @@ def test_offsets_equal_libcsts_positions(path):
     ("import torch\nx = torch.zeros(3); y = torch.ones(2)\n\n# trailing comment", False),
     ("import torch\r\n@deco\r\nasync def f():\r\n    return torch.zeros(\r\n        3)\r\n", False),
     ("import torch\nif x:\n    y = torch.zeros(3)\n  # a comment the if's block owns\nz = 1\n", False),
+    # nested blocks: tabs inside spaces, a comment at column 0 inside a block, `;`, one-line suites
+    ("class A:\n    def f(self):\n    \tif x: a = f(1); b = g(2)\n# col 0\n    \telse:\n    \t\treturn h(3); k(4)\n",
+     False),
+    ('def f():\n    s = """\nno indent\n"""\n    x = a \\\n  + b(1)\n    try:\n        pass\n'
+     "    except E as e:\n        g(e)\n    finally:\n        h()\n", False),
+    ("def f(p):\n    match p:\n        case [x, *_] if g(x):\n            return h(x)\n        case _:\n            pass\n",
+     False),
+    ("def f():\n    @deco(1)\n    # between\n    async def g():\n        async with a(b) as c:\n            await c()\n"
+     "    while g(): pass\n    else: h()\n", False),
 ])
 def test_offsets_at_the_edges_and_the_fallback(source, falls_back):
     module = cst.parse_module(source)
@@ -71,3 +82,14 @@ def test_crlf_comments_and_a_header_before_the_first_statement():
     call = ctx.nodes(cst.Call)[0]
     start, end = ctx.offsets(call)
     assert source[start:end] == "torch.zeros(\r\n    3)"
+
+
+def test_a_finding_renders_its_innermost_statement_not_the_class_around_it():
+    methods = "".join(f"    def m{i}(self):\n        return torch.zeros({i})\n\n" for i in range(50))
+    source = f"import torch\n\nclass Big:\n{methods}"
+    ctx = FileContext("t.py", source, cst.parse_module(source))
+    call = ctx.nodes(cst.Call)[25]
+    start, end = ctx.offsets(call)
+    assert source[start:end] == "torch.zeros(25)"
+    (rendered,) = ctx.__dict__["_offsets_by_statement"]
+    assert rendered == id(ctx.parent(ctx.parent(call)))  # the `return` line alone

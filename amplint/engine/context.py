@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import bisect
 from functools import cached_property
 from typing import TYPE_CHECKING, Iterator
@@ -17,6 +18,20 @@ from .tree import Index, render
 if TYPE_CHECKING:
     from ..policy import PolicyTable
     from .rule import Rule
+
+
+# What libcst and Python both see as statements, and (SimpleStatementSuite) where Python sees
+# statements that libcst does not.
+_STATEMENTS = (cst.SimpleStatementLine, cst.BaseCompoundStatement, cst.SimpleStatementSuite)
+
+
+def _ast_statements(tree: ast.AST) -> Iterator[ast.stmt]:
+    """Python's statements, nested ones included, in source order."""
+    for child in ast.iter_child_nodes(tree):
+        if isinstance(child, ast.stmt):
+            yield child
+        if isinstance(child, (ast.stmt, ast.excepthandler, ast.match_case)):
+            yield from _ast_statements(child)
 
 
 class FileContext:
@@ -46,43 +61,49 @@ class FileContext:
 
     @cached_property
     def _statement_lines(self) -> dict[int, int] | None:
-        """The line where each top-level statement's code starts (after its leading comments
-        and blank lines), from Python's ast; None where ast and libcst do not count the same
-        statements."""
+        """The line where each statement's code starts (after its leading comments and blank
+        lines), nested statements included, from Python's ast; None where ast and libcst do not
+        count the same statements. Both are taken in source order and matched one by one."""
         outline = self._outline or Outline.parse(self.source)
         if outline is None:
             return None
-        statements, lines, i = outline.tree.body, {}, 0
-        for statement in self.module.body:
-            if i >= len(statements):
+        theirs = list(_ast_statements(outline.tree))
+        spans = self._index.spans
+        ours = sorted((node for kind, nodes in self._index.by_type.items() if issubclass(kind, _STATEMENTS)
+                       for node in nodes), key=lambda node: spans[id(node)][0])
+        lines, i = {}, 0
+        for statement in ours:
+            if isinstance(statement, cst.SimpleStatementSuite):
+                # `if x: a; b` holds two of Python's statements and none of libcst's
+                i += len(statement.body)
+                continue
+            if i >= len(theirs):
                 return None
-            lines[id(statement)] = statements[i].lineno
+            lines[id(statement)] = theirs[i].lineno
             # `a = 1; b = 2` is one libcst statement and two of Python's
             i += len(statement.body) if isinstance(statement, cst.SimpleStatementLine) else 1
-        return lines if i == len(statements) else None
+        return lines if i == len(theirs) else None
 
     def _statement_offsets(self, statement: cst.CSTNode) -> tuple[int, dict] | None:
-        """The offsets of the nodes inside one top-level statement, from rendering it alone
-        (files with findings pay for the statements they are in, not for the whole file), and
-        where its code starts in the source. That start comes from ast's line number and is
-        checked: the statement's code must be the source's there. None if it is not."""
+        """The offsets of the nodes inside one statement, from rendering it alone at its own
+        indentation (files with findings pay for the statements they are in, not for the whole
+        file), and where its code starts in the source. That start comes from ast's line number
+        and is checked: the statement's code must be the source's there. None if it is not."""
         cache = self.__dict__.setdefault("_offsets_by_statement", {})
         if id(statement) not in cache:
             placed = None
-            lines = self._statement_lines
-            if lines is not None:
-                code, local = render(statement, self.module)
-                base = self._line_starts[lines[id(statement)] - 1] - local[id(statement)][0]
+            line = (self._statement_lines or {}).get(id(statement))
+            if line is not None:
+                default = self.module.default_indent
+                indents = [default if block.indent is None else block.indent
+                           for block in self.ancestors(statement) if isinstance(block, cst.IndentedBlock)]
+                indents.reverse()
+                code, local = render(statement, self.module, indents)
+                base = self._line_starts[line - 1] + sum(map(len, indents)) - local[id(statement)][0]
                 if base >= 0 and self.source.startswith(code, base):
                     placed = (base, local)
             cache[id(statement)] = placed
         return cache[id(statement)]
-
-    def _top_level_statement(self, node: cst.CSTNode) -> cst.CSTNode | None:
-        for candidate in (node, *self.ancestors(node)):
-            if self.parent(candidate) is self.module:
-                return candidate
-        return None
 
     @property
     def _parents(self):
@@ -145,14 +166,17 @@ class FileContext:
     # -- positions and offsets -----------------------------------------------------------
 
     def offsets(self, node: cst.CSTNode) -> tuple[int, int]:
-        """Where ``node`` starts and ends in the source, as character offsets."""
-        statement = self._top_level_statement(node)
-        placed = self._statement_offsets(statement) if statement is not None else None
-        if placed is None:
-            return self._module_offsets[id(node)]
-        base, local = placed
-        start, end = local[id(node)]
-        return base + start, base + end
+        """Where ``node`` starts and ends in the source, as character offsets: from the
+        innermost enclosing statement that can be placed, else from the whole module."""
+        lines = self._statement_lines
+        if lines is not None:
+            for candidate in (node, *self.ancestors(node)):
+                placed = self._statement_offsets(candidate) if id(candidate) in lines else None
+                if placed is not None:
+                    base, local = placed
+                    start, end = local[id(node)]
+                    return base + start, base + end
+        return self._module_offsets[id(node)]
 
     def line_start(self, node: cst.CSTNode) -> int:
         """Offset of the first character of the line where ``node`` starts."""

@@ -13,6 +13,7 @@ They are checked against libcst's own visitor (tests/test_tree.py) and PositionP
 from __future__ import annotations
 
 import dataclasses
+from typing import Sequence
 
 import libcst as cst
 from libcst._nodes.internal import CodegenState  # the hook libcst's own position providers use
@@ -177,9 +178,12 @@ class _SyntacticSpan:
         spans[id(self.node)] = (start, end)
 
 
-def render(node: cst.CSTNode, module: cst.Module) -> tuple[str, dict[int, tuple[int, int]]]:
+def render(node: cst.CSTNode, module: cst.Module,
+           indents: Sequence[str] = ()) -> tuple[str, dict[int, tuple[int, int]]]:
     """The code of ``node`` (the module, or a part of it), and the (start, end) character
-    offsets of every node inside it in that code, by ``id``."""
+    offsets of every node inside it in that code, by ``id``. ``indents``: those of the blocks
+    around ``node``, outermost first, so that a nested statement renders as it reads."""
     state = _OffsetState(module)
+    state.indent_tokens.extend(indents)
     node._codegen(state)
     return "".join(state.tokens), state.spans

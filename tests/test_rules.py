@@ -120,6 +120,20 @@ def test_call_fragment_reads_the_call_own_arguments(code, found):
     ("AMP003", "import torch\ndef f(x):\n    with torch.autocast('cuda'):\n        return torch.zeros(3, device=x.device)\n", True),
     # Another dtype is asked for: the rule stays quiet, so does its outline test.
     ("AMP003", "import torch\nclass M:\n    def forward(self, x):\n        return torch.zeros(3, device=x.device, dtype=torch.long)\n", False),
+    # What check() skips, the outline test skips too: an index tensor's device, another tensor's
+    # dtype, a 0-dim tensor, a submodule's device, **kwargs.
+    ("AMP003", "import torch\nclass M:\n    def forward(self, input_ids, x, y):\n"
+               "        a = torch.ones(3, device=input_ids.device)\n"
+               "        b = torch.zeros(3, device=x.device, dtype=y.dtype)\n"
+               "        c = torch.tensor(-1.0, device=x.device)\n"
+               "        d = torch.zeros(3, device=self.encoder.device)\n"
+               "        return torch.zeros(3, device=x.device, **kw)\n", False),
+    ("AMP003", "import torch\nclass M:\n    def forward(self, x):\n        return torch.tensor([1.0], device=x.device)\n",
+     True),
+    ("AMP003", "import torch\nclass M:\n    def __init__(self):\n        self.register_buffer('scale', s)\n"
+               "    def forward(self):\n        return torch.ones(3, device=self.scale.device)\n", True),
+    ("AMP003", "import torch\nclass M:\n    def __init__(self):\n        self.register_buffer('scale', s)\n"
+               "    def forward(self):\n        return torch.ones(3, device=self.shift.device)\n", False),
     # `autocast` in a comment or a string is no region.
     ("AMP003", "import torch\n# torch.autocast would be nice\nx = 'autocast'\ntorch.zeros(3, device=x.device)\n", False),
     # An alias, imported inside a function, still counts.
@@ -144,11 +158,17 @@ def test_call_fragment_reads_the_call_own_arguments(code, found):
     ("AMP018", "import torch\nwith torch.autocast('cuda'):\n    y = x + 1e-6\n", False),
     ("AMP018", "import torch\nwith torch.autocast('cuda'):\n    y = x + 1e-8\n", True),
     ("AMP018", "import torch\nwith torch.autocast('cuda'):\n    y = x + 0.0000000_1\n", True),
-    # AMP019: an op that needs equal dtypes, through `@`, an import or a method.
+    # AMP019: an op that needs equal dtypes, through `@`, an import or a method, given a name
+    # and a float32 value.
     ("AMP019", "import torch\nwith torch.autocast('cuda'):\n    h = x.relu()\nout = torch.zeros(3) + h\n", False),
     ("AMP019", "import torch\nwith torch.autocast('cuda'):\n    h = x @ w\nout = h @ torch.zeros(3)\n", True),
-    ("AMP019", "from torch import autocast, mm as product, zeros\nwith autocast('cuda'):\n    h = product(x, w)\n", True),
-    ("AMP019", "import torch\nwith torch.autocast('cuda'):\n    h = x.mm(w)\nh.float()\n", True),
+    ("AMP019", "from torch import autocast, mm as product, zeros\nwith autocast('cuda'):\n    h = product(x, w)\n"
+               "out = product(h, zeros(3, 3))\n", True),
+    ("AMP019", "import torch\nwith torch.autocast('cuda'):\n    h = x.mm(w)\nout = torch.ones(3, 3).addmm(h, w.float())\n",
+     True),
+    # No float32 value anywhere; a method call whose only argument cannot be both.
+    ("AMP019", "import torch\nwith torch.autocast('cuda'):\n    h = x @ w\nout = h @ w2\n", False),
+    ("AMP019", "import torch\nwith torch.autocast('cuda'):\n    h = x.mm(w)\nout = h.mm(w.float())\n", False),
 ])
 def test_may_fire_reads_the_ast(rule_code, code, fires):
     rule = next(r for r in all_rules() if r.code == rule_code)

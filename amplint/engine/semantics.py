@@ -3,6 +3,7 @@ argument binding, statements and blocks. Pure libcst; no torch."""
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
@@ -457,6 +458,15 @@ def inferred_dtype(ctx: FileContext, expr: cst.BaseExpression, table, depth: int
     if policies and policies <= FP32_FAMILY:
         return "float32"
     return None
+
+
+def makes_float32_outside_autocast(outline: Outline) -> bool:
+    """The ``may_fire`` side of ``float32_outside_autocast``: the file has a call it accepts."""
+    return any((isinstance(c.func, ast.Attribute) and c.func.attr == "float" and not c.args and not c.keywords)
+               or (not outline.qualified_names(c.func).isdisjoint(FLOAT32_FACTORIES)
+                   and not any(k.arg in ("dtype", None) for k in c.keywords)
+                   and not any(isinstance(a, ast.Starred) for a in c.args))
+               for c in outline.nodes(ast.Call))
 
 
 def float32_outside_autocast(ctx: FileContext, expr: cst.BaseExpression, depth: int = 3) -> bool:

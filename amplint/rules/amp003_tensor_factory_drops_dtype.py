@@ -23,6 +23,26 @@ _KEPT_KEYWORDS = {"requires_grad", "layout", "pin_memory"}
 _NON_FLOAT_HINTS = ("ids", "idx", "index", "indices", "mask", "len", "label", "target", "count")
 
 
+def _parameter_like(attribute: str) -> bool:
+    return attribute in ("weight", "bias") or attribute.endswith(("_weight", "_bias"))
+
+
+def _float_like(name: str) -> bool:
+    lowered = name.lower()
+    return name not in ("self", "cls") and not any(h in lowered for h in _NON_FLOAT_HINTS)
+
+
+def _buffers_named_in(ctx: FileContext, cls: cst.ClassDef) -> set[str]:
+    """The strings of a class that calls ``register_buffer``: the names of its buffers among
+    them, however they are registered (``for name in ("mean", "std"): ...`` included)."""
+    calls = [c for c in ctx.nodes(cst.Call) if isinstance(c.func, cst.Attribute)
+             and c.func.attr.value == "register_buffer" and ctx.contains(cls, c)]
+    if not calls:
+        return set()
+    return {s.evaluated_value for s in ctx.nodes(cst.SimpleString)
+            if ctx.contains(cls, s) and isinstance(s.evaluated_value, str)}
+
+
 def _float_tensor(ctx: FileContext, source: cst.BaseExpression, cls: cst.ClassDef | None) -> bool:
     """Whether ``source`` (the x of ``device=x.device``) is plausibly a floating tensor: a
     name, subscript or ``self.weight``-like parameter, not a module (``self.model.device``)
@@ -38,25 +58,65 @@ def _float_tensor(ctx: FileContext, source: cst.BaseExpression, cls: cst.ClassDe
     elif isinstance(root, cst.Attribute) and isinstance(root.value, cst.Name) and root.value.value == "self":
         name = root.attr.value
         # Parameters and buffers; any other attribute of a module may be a module itself.
-        if not (name in ("weight", "bias") or name.endswith(("_weight", "_bias"))
-                or (cls is not None and f'"{name}"' in ctx.code(cls) and "register_buffer" in ctx.code(cls))):
+        if not (_parameter_like(name) or (cls is not None and name in _buffers_named_in(ctx, cls))):
             return False
     else:
         return False
-    lowered = name.lower()
-    return name not in ("self", "cls") and not any(h in lowered for h in _NON_FLOAT_HINTS)
+    return _float_like(name)
 
 
-def _candidate(call: ast.Call) -> bool:
-    """``device=<x>.device`` and no dtype other than ``<y>.dtype``: what check() looks for."""
+def _buffers_named_in_file(outline: Outline) -> set[str]:
+    """``_buffers_named_in`` for the whole file."""
+    if not outline.method_calls("register_buffer"):
+        return set()
+    return {c.value for c in outline.nodes(ast.Constant) if isinstance(c.value, str)}
+
+
+def _plausible_float_tensor(outline: Outline, source: ast.expr) -> bool:
+    """``_float_tensor`` on the ast, as far as the ast shows it (any registered buffer counts)."""
+    root = source
+    while isinstance(root, ast.Subscript):
+        root = root.value
+    if isinstance(root, ast.Call) and isinstance(root.func, ast.Name) and root.func.id == "next":
+        return True
+    if isinstance(root, ast.Name):
+        name = root.id
+    elif isinstance(root, ast.Attribute) and isinstance(root.value, ast.Name) and root.value.id == "self":
+        name = root.attr
+        if not (_parameter_like(name) or name in _buffers_named_in_file(outline)):
+            return False
+    else:
+        return False
+    return _float_like(name)
+
+
+def _ast_scalar_literal(expr: ast.expr) -> bool:
+    if isinstance(expr, ast.UnaryOp):
+        expr = expr.operand
+    return (isinstance(expr, ast.Constant) and type(expr.value) in (int, float)) or (
+        isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "float")
+
+
+def _candidate(outline: Outline, call: ast.Call) -> bool:
+    """What check() reports, as far as the ast shows it: ``device=<x>.device`` with ``x``
+    plausibly a floating tensor, no dtype other than ``x.dtype``, no ``*args``/``**kwargs``,
+    not ``torch.tensor(<number>)``."""
+    if any(k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
+        return False
     keywords = {k.arg: k.value for k in call.keywords}
-    device, dtype = keywords.get("device"), keywords.get("dtype", None)
-    return isinstance(device, ast.Attribute) and device.attr == "device" and \
-        (dtype is None or (isinstance(dtype, ast.Attribute) and dtype.attr == "dtype"))
+    device, dtype = keywords.get("device"), keywords.get("dtype")
+    if not (isinstance(device, ast.Attribute) and device.attr == "device"):
+        return False
+    if dtype is not None and not (isinstance(dtype, ast.Attribute) and dtype.attr == "dtype"
+                                  and ast.dump(dtype.value) == ast.dump(device.value)):
+        return False
+    if "torch.tensor" in outline.qualified_names(call.func) and call.args and _ast_scalar_literal(call.args[0]):
+        return False
+    return _plausible_float_tensor(outline, device.value)
 
 
 def _may_fire(outline: Outline) -> bool:
-    candidates = [c for c in outline.calls_to(_FACTORIES.keys()) if _candidate(c)]
+    candidates = [c for c in outline.calls_to(_FACTORIES.keys()) if _candidate(outline, c)]
     if not candidates:
         return False
     in_forward = outline.calls_in_methods("forward")
@@ -137,8 +197,8 @@ class TensorFactoryDropsDtype(Rule):
     fragments = ((r"\.device", AnyOf(r"def\s+forward\b", "autocast"),
                   AnyOf(*(call_with(factory, rf"\bdevice\s*=\s*(?:[^()]|{PARENTHESIZED})*?\.device\b")
                           for factory in ("zeros", "ones", "empty", "full", "tensor")))),)
-    # On the ast: such a call to a torch factory, in a method named forward or in a file
-    # that calls autocast.
+    # On the ast: such a call to a torch factory, with the arguments check() wants, in a
+    # method named forward or in a file that calls autocast.
     may_fire = staticmethod(_may_fire)
 
     valid = (
@@ -214,6 +274,30 @@ import torch
 with torch.autocast("cuda"):
     out = model(x)
     ones = out.new_ones(out.shape)
+"""),
+        # A buffer, however its name was registered.
+        Invalid("""
+import torch
+from torch import nn
+class Normalize(nn.Module):
+    def __init__(self, mean, std):
+        super().__init__()
+        for name, value in (('mean', mean), ('std', std)):
+            self.register_buffer(name, torch.as_tensor(value))
+    def forward(self, x):
+        eps = torch.full((1,), 1e-3, device=self.std.device)
+        return (x - self.mean) / (self.std + eps)
+""", fixed="""
+import torch
+from torch import nn
+class Normalize(nn.Module):
+    def __init__(self, mean, std):
+        super().__init__()
+        for name, value in (('mean', mean), ('std', std)):
+            self.register_buffer(name, torch.as_tensor(value))
+    def forward(self, x):
+        eps = self.std.new_full((1,), 1e-3)
+        return (x - self.mean) / (self.std + eps)
 """),
         # The tensor comes from a call: moving it before the other arguments is not a fix.
         Invalid("""

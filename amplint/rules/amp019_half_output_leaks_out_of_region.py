@@ -16,6 +16,7 @@ from ..engine.semantics import (
     calls_autocast,
     float32_outside_autocast,
     inferred_dtype,
+    makes_float32_outside_autocast,
     region_table,
 )
 from ..policy import committed_tables
@@ -40,16 +41,24 @@ def _equal_dtype_callees() -> frozenset[str]:
 
 
 def _may_fire(outline: Outline) -> bool:
-    """A region, and an ``@`` or a call that may reach an equal-dtype op: through an import
-    (the callee's qualified name) or as a method (its attribute)."""
-    if not calls_autocast(outline):
+    """A region, a float32 value (a factory without dtype, ``.float()``), and an ``@`` or a
+    call that may reach an equal-dtype op (through an import, by the callee's qualified name,
+    or as a method, by its attribute) with a name and another name or call among its
+    positional arguments: what check() needs to report."""
+    if not (calls_autocast(outline) and makes_float32_outside_autocast(outline)):
         return False
-    if any(isinstance(op.op, ast.MatMult) for op in outline.nodes(ast.BinOp)):
+
+    def half_and_full(args: list[ast.expr]) -> bool:
+        return any(isinstance(a, ast.Name) for a in args) and \
+            sum(isinstance(a, (ast.Name, ast.Call)) for a in args) >= 2
+
+    if any(isinstance(op.op, ast.MatMult) and half_and_full([op.left, op.right]) for op in outline.nodes(ast.BinOp)):
         return True
     callees = _equal_dtype_callees()
-    return any((isinstance(call.func, ast.Attribute) and call.func.attr in callees)
-               or any(q.rsplit(".", 1)[-1] in callees for q in outline.qualified_names(call.func))
-               for call in outline.nodes(ast.Call))
+    return any(half_and_full(call.args) and (
+        (isinstance(call.func, ast.Attribute) and call.func.attr in callees)
+        or any(q.rsplit(".", 1)[-1] in callees for q in outline.qualified_names(call.func)))
+        for call in outline.nodes(ast.Call))
 
 
 class HalfOutputLeaksOutOfRegion(Rule):

@@ -71,8 +71,10 @@ def child_fields(kind: type) -> tuple[str, ...]:
     if found is None:
         declared = [f.name for f in dataclasses.fields(kind)
                     if f.name not in _SYNTAX_FIELDS and not f.name.startswith("whitespace")]
-        found = _SOURCE_ORDER.get(kind.__name__, tuple(declared))
-        if sorted(found) != sorted(declared):  # a libcst release added or renamed a field
+        # An older libcst may lack a field (type_parameters came in 1.1); a newer one may add
+        # one, whose place in the source amplint cannot guess.
+        found = tuple(f for f in _SOURCE_ORDER.get(kind.__name__, declared) if f in declared)
+        if len(found) != len(declared):
             raise RuntimeError(f"amplint does not know the order of {kind.__name__}'s fields {declared}")
         _fields_cache[kind] = found
     return found

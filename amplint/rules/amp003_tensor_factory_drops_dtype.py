@@ -130,11 +130,53 @@ def _chain_without_calls(expr: cst.BaseExpression) -> bool:
     return isinstance(expr, cst.Name)
 
 
-def _scalar_literal(expr: cst.BaseExpression) -> bool:
+_FLOAT_CONSTANTS = frozenset({"math.inf", "math.nan", "math.pi", "math.e", "math.tau",
+                              "numpy.inf", "numpy.nan", "numpy.pi", "numpy.e"})
+
+
+def _evidently_float(ctx: FileContext, expr: cst.BaseExpression) -> bool:
+    """A Python number that is a float whatever the variables hold: ``0.5``, ``-1e9``,
+    ``float("-inf")``, ``1 / n``, ``math.pi``, ``torch.finfo(t).min``."""
     if isinstance(expr, cst.UnaryOperation):
-        expr = expr.expression
-    return isinstance(expr, (cst.Integer, cst.Float)) or (
-        isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "float")
+        return _evidently_float(ctx, expr.expression)
+    if isinstance(expr, cst.Float):
+        return True
+    if isinstance(expr, cst.Call):
+        return isinstance(expr.func, cst.Name) and expr.func.value == "float"
+    if isinstance(expr, cst.BinaryOperation):
+        return isinstance(expr.operator, cst.Divide) or _evidently_float(ctx, expr.left) \
+            or _evidently_float(ctx, expr.right)
+    if isinstance(expr, cst.Attribute):
+        if isinstance(expr.value, cst.Call) and ctx.resolves_to(expr.value.func, {"torch.finfo"}):
+            return True
+        return ctx.resolves_to(expr, _FLOAT_CONSTANTS) is not None
+    return False
+
+
+def _float_data(ctx: FileContext, expr: cst.BaseExpression) -> bool:
+    """``torch.tensor`` data that makes a floating tensor of one dimension or more: a list or
+    tuple with a float in it (``[0.5, 2]``). A lone number makes a 0-dim tensor, which does
+    not change the dtype of the tensors it meets; ints, and data whose type the code does not
+    show (a variable, ``[self.token_id] * n``), are left alone."""
+    if not isinstance(expr, (cst.List, cst.Tuple)):
+        return False
+    values = [e.value for e in expr.elements if isinstance(e, cst.Element)]
+    return any(_evidently_float(ctx, v) or _float_data(ctx, v) for v in values)
+
+
+def _makes_float(ctx: FileContext, factory: str, call: cst.Call, keywords: dict[str, cst.Arg]) -> bool:
+    """Whether the call, without ``dtype=``, makes a floating tensor: zeros, ones and empty
+    always do; ``torch.full`` takes the type of its fill value (an int fill makes int64);
+    ``torch.tensor`` infers it from its data."""
+    positional = [a.value for a in call.args if a.keyword is None]
+    if factory == "torch.tensor":
+        data = keywords["data"].value if "data" in keywords else (positional[0] if positional else None)
+        return data is not None and _float_data(ctx, data)
+    if factory == "torch.full":
+        fill = keywords["fill_value"].value if "fill_value" in keywords else \
+            (positional[1] if len(positional) > 1 else None)
+        return fill is not None and _evidently_float(ctx, fill)
+    return True
 
 
 def _in_module_forward(ctx: FileContext, node: cst.CSTNode) -> bool:
@@ -184,8 +226,12 @@ class TensorFactoryDropsDtype(Rule):
     of a class counts as a module's forward. To stay quiet on correct code the rule skips
     `x` that may not be a floating tensor: attributes of `self` other than `weight`, `bias`,
     `*_weight`, `*_bias` and registered buffers (`self.model.device` is a module's), and names
-    that suggest integers or booleans (`input_ids`, `mask`, `lengths`, `labels`, …). It skips
-    `torch.tensor(<number>, device=...)`: a 0-dim tensor does not change other tensors' dtype.
+    that suggest integers or booleans (`input_ids`, `mask`, `lengths`, `labels`, …). Without
+    `dtype=`, `torch.full` and `torch.tensor` take their type from their values: the rule
+    reports them only when the code shows a float (`torch.full(s, -1e9, ...)`,
+    `torch.tensor([0.5, 2.0], ...)`); an int fill value, token ids (`[self.bos_id] * n`) and
+    data held in a variable are left alone, and so is `torch.tensor(<number>, ...)`: a 0-dim
+    tensor does not change other tensors' dtype.
     """
 
     code = "AMP003"
@@ -220,6 +266,16 @@ class Ranker(nn.Module):
         target = torch.full((4,), 0.5, device=self.model.device)
         zero = torch.tensor(0.0, device=scores.device)
         return mask, target, zero
+"""),
+        # Integer tensors: an int fill value, token ids, data the code does not show.
+        Valid("""
+import torch
+class Decoder(torch.nn.Module):
+    def forward(self, x, step, ids):
+        prefix = torch.tensor([self.bos_id] * x.shape[0], device=x.device)
+        level = torch.full((x.shape[0],), fill_value=step, device=x.device)
+        tokens = torch.tensor(ids, device=x.device)
+        return prefix, level, tokens
 """),
         Valid("""
 import torch
@@ -275,6 +331,23 @@ with torch.autocast("cuda"):
     out = model(x)
     ones = out.new_ones(out.shape)
 """),
+        Invalid("""
+import math
+import torch
+class Attention(torch.nn.Module):
+    def forward(self, scores):
+        n = scores.size(-1)
+        causal = torch.full((n, n), -math.inf, device=scores.device).triu(1)
+        return scores + causal
+""", fixed="""
+import math
+import torch
+class Attention(torch.nn.Module):
+    def forward(self, scores):
+        n = scores.size(-1)
+        causal = scores.new_full((n, n), -math.inf).triu(1)
+        return scores + causal
+"""),
         # A buffer, however its name was registered.
         Invalid("""
 import torch
@@ -322,12 +395,12 @@ class M(torch.nn.Module):
             cls = next((a for a in ctx.ancestors(call) if isinstance(a, cst.ClassDef)), None)
             if not _float_tensor(ctx, source, cls):
                 continue
-            if factory == "torch.tensor" and call.args and _scalar_literal(call.args[0].value):
-                continue  # a 0-dim tensor does not promote the tensors it meets
             dtype = keywords.get("dtype")
             same_dtype = dtype is not None and isinstance(dtype.value, cst.Attribute) \
                 and dtype.value.attr.value == "dtype" and ctx.code(dtype.value.value) == ctx.code(source)
             if dtype is not None and not same_dtype:
+                continue
+            if not same_dtype and not _makes_float(ctx, factory, call, keywords):
                 continue
             if not (_in_module_forward(ctx, call) or autocast_region(ctx, call)):
                 continue

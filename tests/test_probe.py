@@ -227,3 +227,11 @@ def test_readme_lists_where_the_docs_differ(probed):
     assert not [line for line in cuda if "; dispatcher:" in line]
     assert differences(probed["mps"]) is None
     assert "## Where PyTorch's documentation differs" in (POLICY_DIR / "README.md").read_text()
+
+
+def test_probing_leaves_this_process_as_it_was(probed):
+    """The probe runs thousands of public callables under its interceptor; whatever they
+    leave behind is undone (autograd still records a graph afterwards)."""
+    x = torch.ones(2, requires_grad=True)
+    assert (x * 2).grad_fn is not None
+    assert torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu")

@@ -11,6 +11,7 @@ with its overload and arguments, and stop the call.
 from __future__ import annotations
 
 import contextlib
+import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -222,6 +223,14 @@ def _run_armed(handler, call):
     previous, _RECORDER.handler = _RECORDER.handler, handler
     try:
         with torch._C._AutoDispatchBelowAutograd():
-            call()
+            try:
+                call()
+            except BaseException as exc:
+                # The failed call's frames can hold torch's own dispatch-key guards (public
+                # callables such as Tensor.index, through functorch.dim, make them). Freed
+                # later by the cycle collector, they would exclude autograd again for the
+                # rest of the process; freed now, they restore what this `with` set.
+                traceback.clear_frames(exc.__traceback__)
+                raise
     finally:
         _RECORDER.handler = previous

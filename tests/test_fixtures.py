@@ -68,3 +68,6 @@ def test_diff_shows_the_fix_and_writes_nothing(run_amplint, faulty_copy):
     assert "+        scaler.unscale_(optimizer)" in result.stdout
     assert "-from torch.cuda.amp import GradScaler, autocast" in result.stdout
     assert {p.name: p.read_bytes() for p in faulty_copy.glob("*.py")} == before
+    # git's a/ b/ prefixes on an absolute path, without a doubled slash
+    where = str(faulty_copy / "train_amp.py").lstrip("/")
+    assert f"--- a/{where}\n+++ b/{where}\n" in result.stdout

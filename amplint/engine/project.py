@@ -166,7 +166,8 @@ def _check_file(path: Path, rules: list[type[Rule]], options: Options, load, cac
             result.diff = "".join(difflib.unified_diff(
                 source_io.split_lines(text.text, keepends=True),
                 source_io.split_lines(result.source, keepends=True),
-                fromfile=f"a/{display}", tofile=f"b/{display}"))
+                # git's prefixes; an absolute path keeps one slash (`a/tmp/x.py`), as git's own
+                fromfile=f"a/{display.lstrip('/')}", tofile=f"b/{display.lstrip('/')}"))
         else:
             try:
                 source_io.write_atomically(path, text.encode(result.source), expected=data)

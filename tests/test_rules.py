@@ -130,6 +130,15 @@ def test_call_fragment_reads_the_call_own_arguments(code, found):
                "        return torch.zeros(3, device=x.device, **kw)\n", False),
     ("AMP003", "import torch\nclass M:\n    def forward(self, x):\n        return torch.tensor([1.0], device=x.device)\n",
      True),
+    # Without a dtype, torch.full and torch.tensor make what their values are: an int fill,
+    # a lone number, data in a variable may not be float32. With the tensor's own dtype, the
+    # call is `x.new_*` whatever the values.
+    ("AMP003", "import torch\nclass M:\n    def forward(self, x, data):\n        a = torch.full((3,), 1, device=x.device)\n"
+               "        return torch.tensor(data, device=x.device), torch.tensor(0.5, device=x.device)\n", False),
+    ("AMP003", "import torch\nclass M:\n    def forward(self, x):\n        return torch.full((3,), -1e4, device=x.device)\n",
+     True),
+    ("AMP003", "import torch\nclass M:\n    def forward(self, x):\n"
+               "        return torch.tensor(0.0, device=x.device, dtype=x.dtype)\n", True),
     ("AMP003", "import torch\nclass M:\n    def __init__(self):\n        self.register_buffer('scale', s)\n"
                "    def forward(self):\n        return torch.ones(3, device=self.scale.device)\n", True),
     ("AMP003", "import torch\nclass M:\n    def __init__(self):\n        self.register_buffer('scale', s)\n"

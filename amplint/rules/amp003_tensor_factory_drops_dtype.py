@@ -90,17 +90,24 @@ def _plausible_float_tensor(outline: Outline, source: ast.expr) -> bool:
     return _float_like(name)
 
 
-def _ast_scalar_literal(expr: ast.expr) -> bool:
-    if isinstance(expr, ast.UnaryOp):
-        expr = expr.operand
-    return (isinstance(expr, ast.Constant) and type(expr.value) in (int, float)) or (
-        isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "float")
+def _may_make_float(outline: Outline, call: ast.Call, keywords: dict[str, ast.expr]) -> bool:
+    """``_makes_float`` on the ast, loosely: ``torch.tensor`` of a list or tuple, ``torch.full``
+    with a fill value that is neither a name nor an int."""
+    names = outline.qualified_names(call.func)
+    if "torch.tensor" in names:
+        data = keywords.get("data", call.args[0] if call.args else None)
+        return isinstance(data, (ast.List, ast.Tuple))
+    if "torch.full" in names:
+        fill = keywords.get("fill_value", call.args[1] if len(call.args) > 1 else None)
+        return fill is not None and not isinstance(fill, ast.Name) \
+            and not (isinstance(fill, ast.Constant) and type(fill.value) is int)
+    return True
 
 
 def _candidate(outline: Outline, call: ast.Call) -> bool:
     """What check() reports, as far as the ast shows it: ``device=<x>.device`` with ``x``
     plausibly a floating tensor, no dtype other than ``x.dtype``, no ``*args``/``**kwargs``,
-    not ``torch.tensor(<number>)``."""
+    and without a dtype, a call that may make a floating tensor."""
     if any(k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
         return False
     keywords = {k.arg: k.value for k in call.keywords}
@@ -110,7 +117,7 @@ def _candidate(outline: Outline, call: ast.Call) -> bool:
     if dtype is not None and not (isinstance(dtype, ast.Attribute) and dtype.attr == "dtype"
                                   and ast.dump(dtype.value) == ast.dump(device.value)):
         return False
-    if "torch.tensor" in outline.qualified_names(call.func) and call.args and _ast_scalar_literal(call.args[0]):
+    if dtype is None and not _may_make_float(outline, call, keywords):
         return False
     return _plausible_float_tensor(outline, device.value)
 

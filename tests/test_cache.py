@@ -55,6 +55,19 @@ def test_changed_file_and_other_rules_miss_the_cache(tree):
     assert only_amp002.diagnostics == []
 
 
+def test_another_linter_code_misses_the_cache(tree, monkeypatch):
+    """Same version, other code (a fixed rule in a new pre-commit rev): nothing is reused."""
+    from amplint.engine import cache
+
+    cold = _run(tree)
+    linted = []
+    real = project.lint_source
+    monkeypatch.setattr(project, "lint_source", lambda *a, **k: linted.append(a[0]) or real(*a, **k))
+    monkeypatch.setattr(cache, "_linter_digest", lambda: "another amplint")
+    assert _seen(_run(tree)) == _seen(cold)
+    assert linted  # the three files share one content: linted once, then from the new entry
+
+
 def test_corrupt_entries_are_ignored_and_rewritten(tree):
     cold = _run(tree)
     for entry in (tree / ".amplint_cache").rglob("*.json"):

@@ -18,21 +18,32 @@ from .diagnostics import Diagnostic, Edit, Fix, Location
 DIRNAME = ".amplint_cache"
 
 
-def _tables_digest() -> str:
-    from ..policy import policy_dir
-
+def _digest(paths) -> str:
     digest = hashlib.sha256()
-    for path in sorted(policy_dir().rglob("*.json")):
+    for path in sorted(paths):
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
+
+
+def _tables_digest() -> str:
+    from ..policy import policy_dir
+
+    return _digest(policy_dir().rglob("*.json"))
+
+
+def _linter_digest() -> str:
+    """The linter's own code: a rule fixed between two installs of the same version (a
+    pre-commit rev, an editable checkout) must not answer from the old rule's entries."""
+    package = Path(__file__).resolve().parent.parent
+    return _digest([*package.glob("*.py"), *(package / "engine").glob("*.py"), *(package / "rules").glob("*.py")])
 
 
 class Cache:
     def __init__(self, root: Path, rule_codes: list[str], settings: dict):
         self.folder = root / DIRNAME / __version__
         salt = json.dumps({"rules": sorted(rule_codes), "settings": settings,
-                           "tables": _tables_digest()}, sort_keys=True)
+                           "tables": _tables_digest(), "linter": _linter_digest()}, sort_keys=True)
         self.salt = hashlib.sha256(salt.encode()).hexdigest()
 
     def _path(self, data: bytes, rule_codes: list[str]) -> Path:

@@ -61,12 +61,19 @@ def subset(site: Path, count: int | None) -> Path:
 
 
 def timed(cmd: list[str], runs: int, cwd: Path | None = None) -> float:
-    times = []
+    return timed_in_turns({"": (cmd, cwd)}, runs)[""]
+
+
+def timed_in_turns(commands: dict[str, tuple[list[str], Path | None]], runs: int) -> dict[str, float]:
+    """Median seconds of each command, run in turns (one run of each per round): a machine
+    that slows down or speeds up during the benchmark weighs on every ratio alike."""
+    times: dict[str, list[float]] = {name: [] for name in commands}
     for _ in range(runs):
-        start = time.perf_counter()
-        subprocess.run(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for name, (cmd, cwd) in commands.items():
+            start = time.perf_counter()
+            subprocess.run(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 PARSE_FLOOR = """
@@ -116,24 +123,24 @@ def main() -> None:
     subprocess.run(warm, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=CORPUS)  # fill the cache
     one_file = str(ROOT / "fixtures" / "faulty" / "train_amp.py")
 
-    rows = {
-        "ruff (default rules, --no-cache)": timed([str(tools / "ruff"), "check", "--no-cache", "--exit-zero",
-                                                   str(corpus)], args.runs),
-        "amplint, --jobs 1": timed([*amplint, "--jobs", "1", str(corpus)], args.runs),
-        "amplint, default jobs": timed([*amplint, str(corpus)], args.runs),
-        "amplint, warm cache (nothing changed)": timed(warm, args.runs, cwd=CORPUS),
-        "libcst parse only (1 process)": timed([sys.executable, "-c", PARSE_FLOOR, str(corpus)], 1),
-        "flake8 (default rules)": timed([str(tools / "flake8"), "--exit-zero", str(corpus)], 1),
-        "TorchFix": timed([str(tools / "torchfix"), str(corpus)], 1),
-    }
-    single = {
-        "python -c pass": timed([sys.executable, "-c", "pass"], args.runs * 3),
-        "python -c 'import libcst'": timed([sys.executable, "-c", "import libcst"], args.runs * 3),
-        "amplint check one file": timed([*amplint, one_file], args.runs * 3),
-    }
+    rows = timed_in_turns({
+        "ruff (default rules, --no-cache)": ([str(tools / "ruff"), "check", "--no-cache", "--exit-zero",
+                                              str(corpus)], None),
+        "amplint, --jobs 1": ([*amplint, "--jobs", "1", str(corpus)], None),
+        "amplint, default jobs": ([*amplint, str(corpus)], None),
+        "amplint, warm cache (nothing changed)": (warm, CORPUS),
+    }, args.runs)
+    rows["libcst parse only (1 process)"] = timed([sys.executable, "-c", PARSE_FLOOR, str(corpus)], 1)
+    rows["flake8 (default rules)"] = timed([str(tools / "flake8"), "--exit-zero", str(corpus)], 1)
+    rows["TorchFix"] = timed([str(tools / "torchfix"), str(corpus)], 1)
+    single = timed_in_turns({
+        "python -c pass": ([sys.executable, "-c", "pass"], None),
+        "python -c 'import libcst'": ([sys.executable, "-c", "import libcst"], None),
+        "amplint check one file": ([*amplint, one_file], None),
+    }, args.runs * 3)
     base = rows["ruff (default rules, --no-cache)"]
     print(f"Corpus: {len(files)} files, {lines:,} lines ({'first %d files' % args.files if args.files else 'all'}); "
-          f"{date.today()}, {platform.machine()}, {os.cpu_count()} cores, median of {args.runs} runs "
+          f"{date.today()}, {platform.machine()}, {os.cpu_count()} cores, median of {args.runs} runs in turns "
           "(single runs for the parse floor, flake8 and TorchFix).\n")
     print("| command | seconds | × ruff |\n|---|---|---|")
     for name, seconds in rows.items():

@@ -84,7 +84,7 @@ class FileContext:
             i += len(statement.body) if isinstance(statement, cst.SimpleStatementLine) else 1
         return lines if i == len(theirs) else None
 
-    def _statement_offsets(self, statement: cst.CSTNode) -> tuple[int, dict] | None:
+    def _statement_offsets(self, statement: cst.CSTNode, line: int) -> tuple[int, dict] | None:
         """The offsets of the nodes inside one statement, from rendering it alone at its own
         indentation (files with findings pay for the statements they are in, not for the whole
         file), and where its code starts in the source. That start comes from ast's line number
@@ -92,16 +92,14 @@ class FileContext:
         cache = self.__dict__.setdefault("_offsets_by_statement", {})
         if id(statement) not in cache:
             placed = None
-            line = (self._statement_lines or {}).get(id(statement))
-            if line is not None:
-                default = self.module.default_indent
-                indents = [default if block.indent is None else block.indent
-                           for block in self.ancestors(statement) if isinstance(block, cst.IndentedBlock)]
-                indents.reverse()
-                code, local = render(statement, self.module, indents)
-                base = self._line_starts[line - 1] + sum(map(len, indents)) - local[id(statement)][0]
-                if base >= 0 and self.source.startswith(code, base):
-                    placed = (base, local)
+            default = self.module.default_indent
+            indents = [default if block.indent is None else block.indent
+                       for block in self.ancestors(statement) if isinstance(block, cst.IndentedBlock)]
+            indents.reverse()
+            code, local = render(statement, self.module, indents)
+            base = self._line_starts[line - 1] + sum(map(len, indents)) - local[id(statement)][0]
+            if base >= 0 and self.source.startswith(code, base):
+                placed = (base, local)
             cache[id(statement)] = placed
         return cache[id(statement)]
 
@@ -171,7 +169,8 @@ class FileContext:
         lines = self._statement_lines
         if lines is not None:
             for candidate in (node, *self.ancestors(node)):
-                placed = self._statement_offsets(candidate) if id(candidate) in lines else None
+                line = lines.get(id(candidate))
+                placed = self._statement_offsets(candidate, line) if line is not None else None
                 if placed is not None:
                     base, local = placed
                     start, end = local[id(node)]

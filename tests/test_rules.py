@@ -40,7 +40,10 @@ def test_rule_example(rule, kind, index, example):
     if kind == "valid":
         assert own == []
         return
-    assert len(own) == example.count, own
+    assert example.at, f"{rule.code}: an Invalid example states where each finding is (at=...)"
+    assert [(d.location.row, d.location.column) for d in own] == [(r, c) for r, c, _ in example.at], own
+    for d, (_, _, part) in zip(own, example.at):
+        assert part in d.message, (part, d.message)
     fixed = _lint(rule, example.code, fix=True, unsafe=True)
     if example.fixed is None:
         assert all(d.fix is None for d in own)

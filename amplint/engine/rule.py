@@ -56,15 +56,16 @@ class Valid:
 
 @dataclass(frozen=True)
 class Invalid:
-    """Code on which the rule must report ``count`` times, and what its fixes produce.
+    """Code on which the rule must report, where, what, and what its fixes produce.
 
-    ``fixed`` is the expected source after applying this rule's fixes (unsafe ones included);
-    None means the rule offers no fix here.
+    ``at`` lists every finding the rule makes here, in order: its row and column (1-based)
+    and a part of its message. ``fixed`` is the expected source after applying this rule's
+    fixes (unsafe ones included); None means the rule offers no fix here.
     """
 
     code: str
     fixed: str | None = None
-    count: int = 1
+    at: tuple[tuple[int, int, str], ...] = ()
 
 
 class Rule:

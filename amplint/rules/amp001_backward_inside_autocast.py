@@ -158,7 +158,7 @@ with torch.autocast("cuda"):
 scaler.scale(loss).backward()
 scaler.step(optimizer)
 scaler.update()
-"""),
+""", at=((5, 5, '`backward()` inside an autocast region'),)),
         Invalid("""
 from torch.cuda.amp import autocast as ac
 def train_step(model, x):
@@ -171,7 +171,7 @@ def train_step(model, x):
     with ac():
         loss = model(x).mean()
     loss.backward()
-"""),
+""", at=((6, 9, '`backward()` inside an autocast region'),)),
         # Something after the backward depends on the region: report, no fix.
         Invalid("""
 import torch
@@ -179,21 +179,21 @@ with torch.autocast("cuda"):
     loss = model(x).mean()
     loss.backward()
     next_out = model(x2)
-"""),
+""", at=((5, 5, '`backward()` inside an autocast region'),)),
         Invalid("""
 import torch
 ctx = torch.autocast("cuda", dtype=torch.bfloat16)
 with ctx:
     loss = model(x).mean()
     grads = torch.autograd.grad(loss, model.parameters())
-"""),
+""", at=((6, 13, '`backward()` inside an autocast region'),)),
         Invalid("""
 import torch
 @torch.autocast("cuda")
 def step(model, x):
     loss = model(x).mean()
     loss.backward()
-"""),
+""", at=((6, 5, '`backward()` inside an autocast region'),)),
         # Found by fuzzing: two backward passes in one block get one fix that moves both.
         Invalid("""
 import torch
@@ -207,7 +207,7 @@ with torch.autocast("cuda"):
     out = model(x)
 scaler.scale(loss_a).backward()
 scaler.scale(loss_b).backward()
-""", count=2),
+""", at=((5, 5, '`backward()` inside an autocast region'), (6, 5, '`backward()` inside an autocast region'),)),
         Invalid("""
 import torch
 with torch.autocast("cuda", enabled=use_amp):
@@ -216,7 +216,7 @@ with torch.autocast("cuda", enabled=use_amp):
         scaler.scale(loss).backward()
     else:
         loss.backward()
-""", count=2),
+""", at=((6, 9, '`backward()` inside an autocast region'), (8, 9, '`backward()` inside an autocast region'),)),
     )
 
     def check(self, ctx: FileContext) -> None:

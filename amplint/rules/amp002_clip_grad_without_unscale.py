@@ -144,7 +144,7 @@ scaler.unscale_(optimizer)
 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
 scaler.step(optimizer)
 scaler.update()
-"""),
+""", at=((5, 1, 'gradients are clipped while still scaled by `scaler`'),)),
         Invalid("""
 from torch import nn
 def step(self, loss):
@@ -162,7 +162,7 @@ def step(self, loss):
         nn.utils.clip_grad_value_(self.model.parameters(), self.clip)
     self.scaler.step(self.opt)
     self.scaler.update()
-"""),
+""", at=((6, 9, 'gradients are clipped while still scaled by `self.scaler`'),)),
         # Unscaled only on one branch: the other path clips scaled gradients.
         Invalid("""
 import torch
@@ -183,7 +183,7 @@ scaler.unscale_(optimizer)
 torch.nn.utils.clip_grad_norm_(params, 1.0)
 scaler.step(optimizer)
 scaler.update()
-"""),
+""", at=((7, 1, 'gradients are clipped while still scaled by `scaler`'),)),
         # Two optimizers stepped: which to unscale is the author's call.
         Invalid("""
 from torch.nn.utils import clip_grad_norm_ as clip
@@ -192,7 +192,7 @@ clip(params, 1.0)
 scaler.step(opt_g)
 scaler.step(opt_d)
 scaler.update()
-"""),
+""", at=((4, 1, 'gradients are clipped while still scaled by `scaler`'),)),
     )
 
     def check(self, ctx: FileContext) -> None:

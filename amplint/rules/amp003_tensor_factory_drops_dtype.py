@@ -311,7 +311,7 @@ class Block(nn.Module):
     def forward(self, x):
         pad = x.new_zeros(x.shape[0], 1, x.shape[2])
         return torch.cat([x, pad], dim=1)
-"""),
+""", at=((6, 15, "`torch.zeros` takes `x`'s device but not its dtype (the resu"),)),
         Invalid("""
 import torch as th
 class Attn(th.nn.Module):
@@ -326,7 +326,7 @@ class Attn(th.nn.Module):
         bias = q.new_full((q.size(1), q.size(1)), float("-inf"))
         scale = self.weight.new_tensor([0.5, 2.0], requires_grad=False)
         return bias, scale
-""", count=2),
+""", at=((5, 16, '`torch.full(..., device=q.device, dtype=q.dtype)` is `q.new_'), (6, 17, "`torch.tensor` takes `self.weight`'s device but not its dtyp"),)),
         Invalid("""
 import torch
 with torch.autocast("cuda"):
@@ -337,7 +337,7 @@ import torch
 with torch.autocast("cuda"):
     out = model(x)
     ones = out.new_ones(out.shape)
-"""),
+""", at=((5, 12, "`torch.ones` takes `out`'s device but not its dtype (the res"),)),
         Invalid("""
 import math
 import torch
@@ -354,7 +354,7 @@ class Attention(torch.nn.Module):
         n = scores.size(-1)
         causal = scores.new_full((n, n), -math.inf).triu(1)
         return scores + causal
-"""),
+""", at=((7, 18, "`torch.full` takes `scores`'s device but not its dtype (the "),)),
         # A buffer, however its name was registered.
         Invalid("""
 import torch
@@ -378,14 +378,14 @@ class Normalize(nn.Module):
     def forward(self, x):
         eps = self.std.new_full((1,), 1e-3)
         return (x - self.mean) / (self.std + eps)
-"""),
+""", at=((10, 15, "`torch.full` takes `self.std`'s device but not its dtype (th"),)),
         # The tensor comes from a call: moving it before the other arguments is not a fix.
         Invalid("""
 import torch
 class M(torch.nn.Module):
     def forward(self, x):
         return torch.empty(x.size(0), device=next(self.parameters()).device)
-"""),
+""", at=((5, 16, "`torch.empty` takes `next(self.parameters())`'s device but n"),)),
     )
 
     def check(self, ctx: FileContext) -> None:

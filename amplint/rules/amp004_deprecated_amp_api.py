@@ -135,7 +135,7 @@ with torch.amp.autocast("cuda", enabled=False):
     out = model(x)
 with torch.amp.autocast("cpu", dtype=torch.bfloat16):
     out = model(x)
-""", count=3),
+""", at=((3, 10, '`torch.cuda.amp.GradScaler` is deprecated (torch.cuda.amp.Gr'), (4, 6, '`torch.cuda.amp.autocast` is deprecated (torch.cuda.amp.auto'), (6, 6, '`torch.cpu.amp.autocast` is deprecated (torch.cpu.amp.autoca'),)),
         Invalid("""
 from torch.cuda.amp import GradScaler, autocast as ac
 scaler = GradScaler(1024.0)
@@ -146,7 +146,7 @@ from torch.amp import GradScaler, autocast as ac
 scaler = GradScaler("cuda", init_scale=1024.0)
 with ac("cuda", enabled=use_amp, dtype=torch.float16):
     out = model(x)
-""", count=2),
+""", at=((3, 10, '`GradScaler` is deprecated (torch.cuda.amp.GradScaler)'), (4, 6, '`ac` is deprecated (torch.cuda.amp.autocast)'),)),
         Invalid("""
 import torch
 from torch.cuda import amp
@@ -177,7 +177,7 @@ class Fn(torch.autograd.Function):
         return g
 with amp.autocast("cuda"):
     y = Fn.apply(x)
-""", count=3),
+""", at=((6, 6, '`amp.custom_fwd` is deprecated (torch.cuda.amp.custom_fwd)'), (11, 6, '`amp.custom_bwd` is deprecated (torch.cuda.amp.custom_bwd)'), (14, 6, '`amp.autocast` is deprecated (torch.cuda.amp.autocast)'),)),
         Invalid("""
 import torch as th
 @th.cuda.amp.custom_fwd(cast_inputs=th.float32)
@@ -188,19 +188,19 @@ import torch as th
 @th.amp.custom_fwd(device_type="cuda", cast_inputs=th.float32)
 def fused(x):
     return x
-"""),
+""", at=((3, 2, '`th.cuda.amp.custom_fwd` is deprecated (torch.cuda.amp.custo'),)),
         # The imported name is also passed around uncalled: no fix for any of its uses.
         Invalid("""
 from torch.cuda.amp import autocast
 ctx_factory = autocast if use_amp else nullcontext
 with autocast():
     out = model(x)
-""", count=2),
+""", at=((3, 15, '`autocast` is deprecated (torch.cuda.amp.autocast)'), (4, 6, '`autocast` is deprecated (torch.cuda.amp.autocast)'),)),
         Invalid("""
 import torch
 def make(args, kwargs):
     return torch.cuda.amp.GradScaler(*args, **kwargs)
-"""),
+""", at=((4, 12, '`torch.cuda.amp.GradScaler` is deprecated (torch.cuda.amp.Gr'),)),
     )
 
     def check(self, ctx: FileContext) -> None:

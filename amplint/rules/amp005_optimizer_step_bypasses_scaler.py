@@ -99,13 +99,13 @@ def train_step(model, batch, optimizer, scaler):
     scaler.scale(loss).backward()
     scaler.step(optimizer)
     scaler.update()
-"""),
+""", at=((5, 5, '`optimizer.step()` after `scaler.scale(...).backward()` step'),)),
         Invalid("""
 self.scaler.scale(loss).backward()
 self.scaler.step(self.optimizer)
 self.optimizer.step()
 self.scaler.update()
-"""),
+""", at=((4, 1, '`self.optimizer.step()` after `self.scaler.scale(...).backwa'),)),
     )
 
     def check(self, ctx: FileContext) -> None:

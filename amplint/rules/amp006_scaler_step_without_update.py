@@ -78,20 +78,20 @@ for batch in loader:
     scaler.scale(model(batch).mean()).backward()
     scaler.step(optimizer)
     optimizer.zero_grad()
-"""),
+""", at=((4, 5, '`scaler.step(...)` is never followed by `scaler.update()`'),)),
         Invalid("""
 for batch in loader:
     scaler.update()
     scaler.scale(model(batch).mean()).backward()
     scaler.step(optimizer)
-"""),
+""", at=((3, 5, '`scaler.update()` runs before `scaler.step(...)`'),)),
         Invalid("""
 scaler.scale(loss).backward()
 scaler.step(opt_a)
 scaler.update()
 scaler.step(opt_b)
 scaler.update()
-"""),
+""", at=((6, 1, '`scaler.update()` is called more than once per iteration'),)),
     )
 
     def check(self, ctx: FileContext) -> None:

@@ -68,14 +68,14 @@ torch.nn.utils.clip_grad_norm_(params, 1.0)
 scaler.unscale_(optimizer)
 scaler.step(optimizer)
 scaler.update()
-"""),
+""", at=((5, 1, '`scaler.unscale_(optimizer)` again before `scaler.update()`'),)),
         Invalid("""
 scaler.scale(loss).backward()
 scaler.step(optimizer)
 scaler.unscale_(optimizer)
 log_grad_norms(model)
 scaler.update()
-"""),
+""", at=((4, 1, '`scaler.unscale_(optimizer)` after `scaler.step(optimizer)`'),)),
     )
 
     def check(self, ctx: FileContext) -> None:

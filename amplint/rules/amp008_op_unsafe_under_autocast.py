@@ -121,7 +121,7 @@ import torch.nn.functional as F
 with torch.autocast("cuda"):
     logits = model(x)
     loss = F.binary_cross_entropy_with_logits(logits, y, reduction="sum")
-"""),
+""", at=((6, 12, '`torch.nn.functional.binary_cross_entropy` reaches `aten'),)),
         Invalid("""
 import torch
 from torch import nn
@@ -132,7 +132,7 @@ import torch
 from torch import nn
 with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
     loss = nn.BCEWithLogitsLoss()(model(x), y)
-"""),
+""", at=((5, 12, '`torch.nn.BCELoss` reaches `aten'),)),
         Invalid("""
 import torch
 from torch import nn
@@ -145,7 +145,7 @@ class Trainer:
         with torch.autocast("cuda"):
             probs = torch.sigmoid(self.model(x))
             return self.criterion(probs, y)
-"""),
+""", at=((12, 20, '`torch.nn.BCELoss` reaches `aten'),)),
     )
 
     def check(self, ctx: FileContext) -> None:

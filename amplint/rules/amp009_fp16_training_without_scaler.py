@@ -103,7 +103,7 @@ def train_step(model, x, y, optimizer):
         loss = loss_fn(model(x), y)
     loss.backward()
     optimizer.step()
-"""),
+""", at=((4, 10, 'float16 autocast with a backward pass but no GradScaler'),)),
         Invalid("""
 import torch
 for x, y in loader:
@@ -111,7 +111,7 @@ for x, y in loader:
         loss = loss_fn(model(x), y)
     loss.backward()
     optimizer.step()
-"""),
+""", at=((4, 10, 'float16 autocast with a backward pass but no GradScaler'),)),
     )
 
     def check(self, ctx: FileContext) -> None:

@@ -71,13 +71,13 @@ def step(model, x, scaler, optimizer):
     scaler.scale(loss).backward()
     scaler.step(optimizer)
     scaler.update()
-"""),
+""", at=((6, 5, '`scaler` scales a bfloat16 loss'),)),
         Invalid("""
 import torch
 with torch.autocast("cpu"):
     loss = model(x).mean()
 scaler.scale(loss).backward()
-"""),
+""", at=((5, 1, '`scaler` scales a bfloat16 loss'),)),
     )
 
     def check(self, ctx: FileContext) -> None:

@@ -82,17 +82,17 @@ with torch.autocast(device_type=x.device.type):
 import torch
 with torch.autocast("cpu", dtype=torch.float64):
     out = model(x)
-"""),
+""", at=((3, 6, 'autocast on cpu does not support float64 and disables itself'),)),
         Invalid("""
 import torch
 with torch.autocast(device_type="gpu", dtype=torch.float16):
     out = model(x)
-"""),
+""", at=((3, 6, "autocast rejects device 'gpu' (it raises)"),)),
         Invalid("""
 import torch
 with torch.cpu.amp.autocast(dtype=torch.float32):
     out = model(x)
-"""),
+""", at=((3, 6, 'autocast on cpu does not support float32 and disables itself'),)),
     )
 
     def check(self, ctx: FileContext) -> None:

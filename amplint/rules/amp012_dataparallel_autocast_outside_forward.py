@@ -134,7 +134,7 @@ class Trainer:
     def step(self, x):
         with torch.autocast("cuda"):
             return self.model(x)
-"""),
+""", at=((13, 20, '`self.model` is a DataParallel of `Net`, whose forward has n'),)),
         Invalid("""
 import torch
 from torch import nn
@@ -145,7 +145,7 @@ net = Net()
 model = nn.DataParallel(net).cuda()
 with torch.autocast("cuda"):
     out = model(x)
-"""),
+""", at=((10, 11, '`model` is a DataParallel of `Net`, whose forward has no aut'),)),
     )
 
     def check(self, ctx: FileContext) -> None:

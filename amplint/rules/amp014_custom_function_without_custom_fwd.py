@@ -191,7 +191,7 @@ class LinearFunction(Function):
         return grad.mm(weight), grad.t().mm(x)
 with torch.autocast("cuda"):
     y = LinearFunction.apply(x, w)
-""", count=2),
+""", at=((6, 9, '`LinearFunction.forward` has no `@torch.amp.custom_fwd(devic'), (11, 9, '`LinearFunction.backward` has no `@torch.amp.custom_bwd(devi'),)),
         # A compiled extension autocast cannot see into.
         Invalid("""
 import torch
@@ -206,7 +206,7 @@ class RoIAlign(torch.autograd.Function):
         return roi_align_cuda.backward(grad), None
 with torch.autocast("cuda"):
     out = RoIAlign.apply(features, rois)
-""", count=2),
+""", at=((6, 9, '`RoIAlign.forward` has no `@torch.amp.custom_fwd(device_type'), (10, 9, '`RoIAlign.backward` has no `@torch.amp.custom_bwd(device_typ'),)),
         Invalid("""
 import torch
 class Scale(torch.autograd.Function):
@@ -222,7 +222,7 @@ class Scale(torch.autograd.Function):
         return grad @ w.t(), None
 with torch.autocast("cuda"):
     y = Scale.apply(x, w)
-"""),
+""", at=((11, 9, '`Scale.backward` has no `@torch.amp.custom_bwd(device_type=.'),)),
         # custom_bwd reads what custom_fwd records: without it the backward raises.
         Invalid("""
 from torch.autograd import Function
@@ -236,7 +236,7 @@ class Double(Function):
     @custom_bwd(device_type="cuda")
     def backward(ctx, grad):
         return grad * 2
-"""),
+""", at=((6, 9, '`Double.forward` has no `@torch.amp.custom_fwd(device_type=.'),)),
     )
 
     def check(self, ctx: FileContext) -> None:

@@ -115,7 +115,7 @@ def train(model, optimizer, loader, path):
         scaler.update()
     state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
     torch.save(state, path)
-"""),
+""", at=((10, 5, 'checkpoint without `scaler.state_dict()`'),)),
         Invalid("""
 import torch
 class Trainer:
@@ -126,7 +126,7 @@ class Trainer:
         ckpt = torch.load(path)
         self.model.load_state_dict(ckpt["model"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
-"""),
+""", at=((10, 9, 'state restored without `self.scaler.load_state_dict(...)`'),)),
     )
 
     def check(self, ctx: FileContext) -> None:

@@ -91,7 +91,7 @@ for x, y in loader:
     loss = loss_fn(model(x.cuda().half()), y)
     loss.backward()
     optimizer.step()
-"""),
+""", at=((4, 1, '`model` is converted to float16 and trained'),)),
         Invalid("""
 import torch
 def build(net):
@@ -101,7 +101,7 @@ def build(net):
 def train(net, opt, x):
     net(x).mean().backward()
     opt.step()
-"""),
+""", at=((4, 11, '`net` is converted to float16 and trained'),)),
     )
 
     def check(self, ctx: FileContext) -> None:

@@ -90,7 +90,7 @@ for i, batch in enumerate(loader):
         scaler.step(optimizer)
         optimizer.zero_grad()
     scaler.update()
-"""),
+""", at=((7, 5, '`scaler.update()` runs on every iteration but `scaler.step(.'),)),
     )
 
     def check(self, ctx: FileContext) -> None:

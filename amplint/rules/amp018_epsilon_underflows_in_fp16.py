@@ -103,7 +103,7 @@ with torch.autocast("cuda"):
     h = model(x)
     y = h / (h.abs().amax(dim=-1, keepdim=True) + 1e-8)
     z = torch.log(y.clamp(min=1e-10))
-""", count=2),
+""", at=((5, 51, "`1e-8` is below float16's smallest value (≈5.96e-8) and roun"), (6, 31, "`min=1e-10` is below float16's smallest value (≈5.96e-8) and"),)),
     )
 
     def check(self, ctx: FileContext) -> None:

@@ -137,14 +137,14 @@ def head(x, w1):
         h = F.linear(x, w1)
     w2 = torch.randn(10, 64, device="cuda")
     return F.linear(h, w2)
-"""),
+""", at=((8, 12, '`h` comes out of an autocast region in lower precision and `'),)),
         Invalid("""
 import torch
 with torch.autocast("cuda"):
     h = x @ w1
 proj = torch.zeros(64, 10, device="cuda").float()
 out = h @ proj
-"""),
+""", at=((6, 7, '`h` comes out of an autocast region in lower precision and `'),)),
     )
 
     def check(self, ctx: FileContext) -> None:

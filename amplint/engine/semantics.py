@@ -171,9 +171,24 @@ def autocast_decorator(ctx: FileContext, func: cst.FunctionDef) -> AutocastCall 
     return None
 
 
-def autocast_region(ctx: FileContext, node: cst.CSTNode) -> tuple[AutocastCall, cst.CSTNode] | None:
+def framework_autocast(ctx: FileContext, expr: cst.BaseExpression) -> bool | None:
+    """For ``X.autocast(...)`` that is not torch's: a framework's or project's autocast context
+    (accelerate's ``accelerator.autocast()``, a trainer's ``self.autocast()``), which picks its
+    device and dtype itself. False when a literal ``enabled=False`` turns it off; None when
+    ``expr`` is no such call."""
+    if not isinstance(expr, cst.Call) or not isinstance(expr.func, cst.Attribute) \
+            or expr.func.attr.value != "autocast" or ctx.qualified_names(expr.func):
+        return None
+    enabled = next((a.value for a in expr.args if a.keyword is not None and a.keyword.value == "enabled"), None)
+    return enabled is None or literal_bool(enabled) is not False
+
+
+def autocast_region(ctx: FileContext, node: cst.CSTNode,
+                    frameworks: bool = False) -> tuple[AutocastCall | None, cst.CSTNode] | None:
     """The innermost autocast region around ``node`` and its ``with`` (or decorated function),
-    or None when there is none or the innermost one is disabled by a literal False."""
+    or None when there is none or the innermost one is disabled by a literal False. With
+    ``frameworks``, a ``with`` on a ``framework_autocast`` is a region too, given as
+    ``(None, with)``: nothing is known of its device or dtype."""
     child = node
     for ancestor in ctx.ancestors(node):
         if isinstance(ancestor, cst.With) and child is ancestor.body:
@@ -181,6 +196,9 @@ def autocast_region(ctx: FileContext, node: cst.CSTNode) -> tuple[AutocastCall, 
                 ac = autocast_of_with_item(ctx, item)
                 if ac is not None:
                     return None if ac.enabled is False else (ac, ancestor)
+                framework = framework_autocast(ctx, item.item) if frameworks else None
+                if framework is not None:
+                    return (None, ancestor) if framework else None
         elif isinstance(ancestor, cst.FunctionDef):
             ac = autocast_decorator(ctx, ancestor) if child is ancestor.body else None
             return None if ac is None or ac.enabled is False else (ac, ancestor)

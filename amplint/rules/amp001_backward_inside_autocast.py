@@ -5,6 +5,7 @@ import libcst as cst
 from ..engine.context import FileContext
 from ..engine.diagnostics import Fix
 from ..engine.edits import edit_from_tree
+from ..engine.outline import Outline
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import autocast_region, calls, calls_autocast, method_call, statement_of
 
@@ -16,6 +17,11 @@ _MOVABLE_METHODS = frozenset({"backward", "step", "update", "unscale_", "zero_gr
                               "detach", "append", "add_scalar", "log", "info", "debug",
                               "set_postfix", "clip_grad_norm_", "clip_grad_value_"})
 _MOVABLE_FUNCTIONS = frozenset({"print"})
+
+
+def _may_open_region(outline: Outline) -> bool:
+    """Every region comes from an autocast call: torch's, or a framework's ``X.autocast()``."""
+    return calls_autocast(outline) or bool(outline.method_calls("autocast"))
 
 
 def _movable_expr(expr: cst.BaseExpression) -> bool:
@@ -65,8 +71,10 @@ class BackwardInsideAutocast(Rule):
     Finds backward passes — `loss.backward()`, `scaler.scale(loss).backward()`,
     `torch.autograd.backward(...)`, `torch.autograd.grad(...)` — inside an enabled autocast
     region: a `with torch.autocast(...)` block (any spelling or alias, or a name bound to one),
-    or a function decorated with autocast. A nested `autocast(enabled=False)` block ends the
-    region.
+    a function decorated with autocast, or a `with` on a framework's or project's own autocast
+    context (`with accelerator.autocast():`, `with self.autocast():`, a method named `autocast`
+    on an object). A nested `autocast(enabled=False)` block ends the region. A backward pass
+    is also a framework's `accelerator.backward(loss)`.
 
     ## Why is this bad?
     PyTorch's AMP documentation: "Backward passes under autocast are not recommended."
@@ -97,7 +105,9 @@ class BackwardInsideAutocast(Rule):
 
     ## False positives
     None known: a backward call inside an enabled region is always this mistake. A region
-    whose `enabled=` is an expression counts as enabled.
+    whose `enabled=` is an expression counts as enabled, and so does a framework's autocast
+    (it may be off when the framework runs without mixed precision; the backward still
+    belongs after the block).
     """
 
     code = "AMP001"
@@ -105,7 +115,7 @@ class BackwardInsideAutocast(Rule):
     summary = "Backward pass inside an autocast region"
     fixable = True
     fragments = (("autocast", AnyOf("backward", "autograd")),)  # a backward pass inside a region
-    may_fire = staticmethod(calls_autocast)  # every region comes from an autocast call
+    may_fire = staticmethod(_may_open_region)
 
     valid = (
         Valid("""
@@ -141,6 +151,25 @@ import torch
 with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
     loss = model(x)
 loss.backward()
+"""),
+        # A framework's autocast around the forward only.
+        Valid("""
+def train_step(self, x, y):
+    with self.accelerator.autocast():
+        loss = self.loss_fn(self.model(x), y)
+    self.accelerator.backward(loss)
+"""),
+        Valid("""
+def train_step(self, x, y):
+    with self.accelerator.autocast(enabled=False):
+        loss = self.model(x, y)
+        self.accelerator.backward(loss)
+"""),
+        # apex's loss-scaling context wants the backward inside it; it is no autocast.
+        Valid("""
+from apex import amp
+with amp.scale_loss(loss, optimizer) as scaled_loss:
+    scaled_loss.backward()
 """),
     )
     invalid = (
@@ -217,6 +246,27 @@ with torch.autocast("cuda", enabled=use_amp):
     else:
         loss.backward()
 """, at=((6, 9, '`backward()` inside an autocast region'), (8, 9, '`backward()` inside an autocast region'),)),
+        # A framework's autocast context and its backward.
+        Invalid("""
+def train_step(self, x, y):
+    with self.accelerator.autocast():
+        loss = self.loss_fn(self.model(x), y)
+        self.accelerator.backward(loss)
+    return loss
+""", fixed="""
+def train_step(self, x, y):
+    with self.accelerator.autocast():
+        loss = self.loss_fn(self.model(x), y)
+    self.accelerator.backward(loss)
+    return loss
+""", at=((5, 9, '`backward()` inside an autocast region'),)),
+        Invalid("""
+import torch
+def step(self, batch):
+    with self.accelerator.accumulate(self.model), self.autocast(), torch.enable_grad():
+        loss = self.model(batch).mean()
+        self.accelerator.backward(loss)
+""", at=((6, 9, '`backward()` inside an autocast region'),)),
     )
 
     def check(self, ctx: FileContext) -> None:
@@ -227,7 +277,7 @@ with torch.autocast("cuda", enabled=use_amp):
                 ctx.resolves_to(call.func, _AUTOGRAD) is not None
             if not is_backward:
                 continue
-            region = autocast_region(ctx, call)
+            region = autocast_region(ctx, call, frameworks=True)
             if region is None:
                 continue
             what = ctx.code(call.func) + "()" if mc is None else "backward()"

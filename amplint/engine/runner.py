@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import bisect
 import re
 import traceback
 from dataclasses import dataclass, field
@@ -139,20 +140,46 @@ def _overlaps(a: Edit, b: Edit) -> bool:
     return a.start < b.end and b.start < a.end
 
 
+class _AcceptedEdits:
+    """Edits that do not overlap, sorted: sorted by start, their ends rise too, so the only
+    ones a new edit can overlap lie between the first that ends at or after its start and the
+    last that starts at or before its end (a bisection, then a few steps, not a scan of all)."""
+
+    def __init__(self):
+        self.edits: list[Edit] = []
+        self.ends: list[int] = []
+
+    def overlaps(self, edit: Edit) -> bool:
+        i = bisect.bisect_left(self.ends, edit.start)
+        while i < len(self.edits) and self.edits[i].start <= edit.end:
+            if _overlaps(edit, self.edits[i]):
+                return True
+            i += 1
+        return False
+
+    def add(self, edit: Edit) -> None:
+        i = bisect.bisect_left(self.edits, edit)
+        if i == len(self.edits) or self.edits[i] != edit:
+            self.edits.insert(i, edit)
+            self.ends.insert(i, edit.end)
+
+
 def apply_fixes(source: str, fixes: Sequence[Fix]) -> tuple[str, int]:
     """Apply as many fixes as do not overlap, in source order; (new text, fixes applied)."""
-    accepted: set[Edit] = set()
+    accepted = _AcceptedEdits()
     applied = 0
     for fix in sorted(fixes, key=lambda f: min(e.start for e in f.edits)):
-        new = set(fix.edits) - accepted
-        if any(_overlaps(e, a) for e in new for a in accepted):
+        if any(accepted.overlaps(e) for e in fix.edits):
             continue
-        accepted |= new
+        for edit in fix.edits:
+            accepted.add(edit)
         applied += 1
-    text = source
-    for edit in sorted(accepted, key=lambda e: (e.start, e.end), reverse=True):
-        text = text[:edit.start] + edit.content + text[edit.end:]
-    return text, applied
+    pieces, at = [], 0
+    for edit in accepted.edits:
+        pieces += [source[at:edit.start], edit.content]
+        at = edit.end
+    pieces.append(source[at:])
+    return "".join(pieces), applied
 
 
 def _fixes_to_apply(kept: list[Diagnostic], suppressed: list[Diagnostic], unsafe: bool) -> list[Fix]:
@@ -180,10 +207,10 @@ def lint_source(path: str, source: str, rules: Sequence[type[Rule]], *,
             break
         diagnostics = run_rules(path, text, selected, policy_loader, outline)
         suppressions = noqa.parse(text) if diagnostics else noqa.Suppressions()
-        kept = [d for d in diagnostics
-                if d.code in (SYNTAX_ERROR[0], INTERNAL_ERROR[0])
-                or not suppressions.suppresses(d.location.row, d.code)]
-        suppressed = [d for d in diagnostics if d not in kept]
+        kept, suppressed = [], []
+        for d in diagnostics:
+            engine = d.code in (SYNTAX_ERROR[0], INTERNAL_ERROR[0])
+            (kept if engine or not suppressions.suppresses(d.location.row, d.code) else suppressed).append(d)
         result.diagnostics = kept
         if not fix:
             break

@@ -35,6 +35,43 @@ def call_with(callee: str, argument: str) -> str:
     return rf"(?:{callee})\s*\((?:[^()]|{PARENTHESIZED})*?{argument}"
 
 
+_NAME_CHAR = re.compile(r"\w")
+
+
+def tolerant_of_spacing(pattern: str) -> str:
+    """``pattern`` as the prefilter searches it: Python allows spaces and line breaks around
+    the dot of an attribute (`scaler . scale`, a call chain over lines), before a call's
+    parenthesis (`scale (loss)`), and a statement inside parentheses over several lines, so
+    `\\.` matches with spaces around it, `name\\(` with spaces before the parenthesis, and
+    `[^\\n]*` (rest of a line) also across line breaks, up to 500 characters. A rule writes its
+    fragments as the code is usually spelled; the soundness tests try the other spellings."""
+    out: list[str] = []
+    i, in_class = 0, False
+    while i < len(pattern):
+        if pattern.startswith("[^\\n]*", i) and not in_class:
+            out.append("(?:[^\\n]*|[^;]{0,500})")
+            i += len("[^\\n]*")
+            continue
+        ch = pattern[i]
+        if ch == "\\":
+            escape = pattern[i:i + 2]
+            if not in_class and escape == "\\.":
+                out.append("\\.\\s*" if not out else "\\s*\\.\\s*")
+            elif not in_class and escape == "\\(" and out and _NAME_CHAR.fullmatch(out[-1][-1]):
+                out.append("\\s*\\(")
+            else:
+                out.append(escape)
+            i += 2
+            continue
+        if ch == "[" and not in_class:
+            in_class = True
+        elif ch == "]" and in_class:
+            in_class = False
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
 @dataclass(frozen=True)
 class AnyOf:
     """In a fragment's all-of tuple: any one of these patterns. Each is searched on its own,

@@ -16,7 +16,7 @@ from . import noqa
 from .context import FileContext
 from .diagnostics import Diagnostic, Edit, Fix, Location
 from .outline import Outline
-from .rule import AnyOf, Rule
+from .rule import AnyOf, Rule, tolerant_of_spacing
 from .tree import parse
 
 SYNTAX_ERROR = ("AMP000", "syntax-error")
@@ -49,7 +49,7 @@ class Prefilter:
 
         def alternatives(item: str | AnyOf) -> tuple[re.Pattern, ...]:
             patterns = item.patterns if isinstance(item, AnyOf) else (item,)
-            return tuple(compiled.setdefault(p, re.compile(p)) for p in patterns)
+            return tuple(compiled.setdefault(p, re.compile(tolerant_of_spacing(p))) for p in patterns)
 
         self.rules = [(rule, [[alternatives(item) for item in (f if isinstance(f, tuple) else (f,))]
                               for f in rule.fragments])

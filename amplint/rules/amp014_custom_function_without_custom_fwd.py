@@ -6,7 +6,13 @@ import libcst as cst
 
 from ..engine.context import FileContext
 from ..engine.rule import Invalid, Rule, Valid
-from ..engine.semantics import autocast_calls, call_spelling, calls_autocast, policies_of
+from ..engine.semantics import (
+    assigned_before,
+    autocast_calls,
+    call_spelling,
+    calls_autocast,
+    policies_of,
+)
 
 _FUNCTION = frozenset({"torch.autograd.Function", "torch.autograd.function.Function"})
 _CUSTOM = {
@@ -16,6 +22,10 @@ _CUSTOM = {
                            "torch.amp.autocast_mode.custom_bwd", "torch.cuda.amp.autocast_mode.custom_bwd"}),
 }
 _DECORATOR = {"forward": "custom_fwd", "backward": "custom_bwd"}
+_ENABLE_GRAD = frozenset({"torch.enable_grad", "torch.autograd.enable_grad", "torch.autograd.grad_mode.enable_grad"})
+# Decorators that leave a method's autocast state alone; any other one amplint cannot resolve
+# may be custom_fwd/custom_bwd under another name (an alias chosen by torch version).
+_PLAIN_DECORATORS = frozenset({"staticmethod", "classmethod", "torch.autograd.function.once_differentiable"})
 _BUILTINS = frozenset(dir(builtins))
 # Modules whose functions work on Python values or pass tensors through unchanged.
 _TRANSPARENT = frozenset({"torch", "math", "numpy", "operator", "functools", "itertools", "typing",
@@ -56,6 +66,66 @@ def _opaque(ctx: FileContext, call: cst.Call, module_names: set[str]) -> bool:
     return root.value in module_names  # a method of a local value (a tensor, ctx) is not
 
 
+def _given_callable(ctx: FileContext, call: cst.Call, holder: str, given: set[str]) -> bool:
+    """Whether ``call`` runs something the caller handed in: ``holder.a(...)``/``holder.a.b(...)``
+    with ``a`` stored from a parameter, or a local bound to such a value (``m = copy(ctx.mod)``;
+    ``m.layer(x)``), not the result of calling it."""
+    if ctx.qualified_names(call.func):
+        return False
+    root = _root(call.func)
+    if not isinstance(root, cst.Name):
+        return False
+    if root.value == holder:
+        return _first_attribute(call.func) in given
+    value = assigned_before(ctx, root)
+    if value is None:
+        return False
+    called = {id(n.func) for n in _walk(value) if isinstance(n, cst.Call)}
+    return any(isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name) and n.value.value == holder
+               and n.attr.value in given and id(n) not in called for n in _walk(value))
+
+
+def _recomputed(ctx: FileContext, body: cst.FunctionDef, holder: str, given: set[str]) -> cst.Call | None:
+    """The first call of a given callable inside a ``with torch.enable_grad():`` of ``body``:
+    the backward re-running part of the forward to differentiate it."""
+    for node in ctx.nodes(cst.With):
+        if ctx.contains(body, node) and any(isinstance(item.item, cst.Call) and
+                                              ctx.resolves_to(item.item.func, _ENABLE_GRAD) for item in node.items):
+            for call in ctx.nodes(cst.Call):
+                if ctx.contains(node.body, call) and _given_callable(ctx, call, holder, given):
+                    return call
+    return None
+
+
+def _recomputation(ctx: FileContext, cls: cst.ClassDef, backward: cst.FunctionDef) -> cst.Call | None:
+    """A call in ``backward``, or in a function of this file it calls, that recomputes a
+    module or function the Function was given, outside any autocast the code sets itself."""
+    forward = _method(cls, "forward")
+    if forward is None or not forward.params.params or not backward.params.params or _mentions_autocast(cls):
+        return None
+    holder = backward.params.params[0].name.value
+    given = _stored_arguments(forward, forward.params.params[0].name.value)
+    found = _recomputed(ctx, backward, holder, given)
+    if found is not None:
+        return found
+    # One level into this file's helpers that backward calls by name (``block.backward_pass(...)``).
+    names = {c.func.value if isinstance(c.func, cst.Name) else c.func.attr.value
+             for c in ctx.nodes(cst.Call) if ctx.contains(backward, c) and isinstance(c.func, (cst.Name, cst.Attribute))}
+    for helper in ctx.nodes(cst.FunctionDef):
+        if helper.name.value not in names or ctx.contains(cls, helper) or not helper.params.params \
+                or _mentions_autocast(helper):
+            continue
+        owner = next((a for a in ctx.ancestors(helper) if isinstance(a, cst.ClassDef)), None)
+        if owner is None or ctx.parent(ctx.parent(helper)) is not owner:
+            continue  # a method: the values it was given are what its __init__ stored on self
+        holder = helper.params.params[0].name.value
+        methods = {s.name.value for s in owner.body.body if isinstance(s, cst.FunctionDef)}
+        found = _recomputed(ctx, helper, holder, _stored_arguments(_method(owner, "__init__"), holder) - methods)
+        if found is not None:
+            return found
+    return None
+
+
 def _needs_autocast_state(ctx: FileContext, method: cst.FunctionDef, module_names: set[str]) -> bool:
     """Whether the method's dtypes depend on autocast: it calls an op autocast casts (the
     policy table has it), uses ``@``, or calls code autocast cannot see into."""
@@ -69,7 +139,70 @@ def _needs_autocast_state(ctx: FileContext, method: cst.FunctionDef, module_name
 
 
 def _may_fire(outline) -> bool:
-    return calls_autocast(outline) or outline.refers_to(_CUSTOM["backward"])
+    return calls_autocast(outline) or outline.refers_to(_CUSTOM["backward"]) or bool(outline.calls_to(_ENABLE_GRAD))
+
+
+def _unknown_decorator(ctx: FileContext, method: cst.FunctionDef) -> bool:
+    """A decorator that may be custom_fwd/custom_bwd under an alias amplint cannot follow."""
+    for decorator in method.decorators:
+        func = decorator.decorator.func if isinstance(decorator.decorator, cst.Call) else decorator.decorator
+        names = ctx.qualified_names(func)
+        plain = isinstance(func, cst.Name) and func.value in _PLAIN_DECORATORS
+        if not plain and not (names & _PLAIN_DECORATORS) and not any(n.startswith("torch.") for n in names):
+            return True
+    return False
+
+
+def _root(expr: cst.BaseExpression) -> cst.BaseExpression:
+    while isinstance(expr, (cst.Attribute, cst.Subscript)):
+        expr = expr.value
+    return expr
+
+
+def _first_attribute(expr: cst.BaseExpression) -> str | None:
+    """``a`` for ``ctx.a``, ``ctx.a.b``, ``ctx.a[i].b``: the attribute right after the root."""
+    while isinstance(expr, (cst.Attribute, cst.Subscript)):
+        if isinstance(expr.value, cst.Name):
+            return expr.attr.value if isinstance(expr, cst.Attribute) else None
+        expr = expr.value
+    return None
+
+
+def _stored_arguments(method: cst.FunctionDef | None, holder: str) -> set[str]:
+    """Attributes ``method`` sets on ``holder`` straight from one of its parameters
+    (``ctx.fn = fn`` in a forward, ``self.block = block`` in an ``__init__``): values the
+    caller handed in, such as modules and functions."""
+    if method is None:
+        return set()
+    params = {p.name.value for p in method.params.params} | \
+        ({method.params.star_arg.name.value} if isinstance(method.params.star_arg, cst.Param) else set())
+    found = set()
+    for node in _walk(method.body):
+        if isinstance(node, cst.Assign) and isinstance(node.value, cst.Name) and node.value.value in params:
+            for target in node.targets:
+                t = target.target
+                if isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == holder:
+                    found.add(t.attr.value)
+    return found
+
+
+def _walk(node: cst.CSTNode):
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(current.children)
+
+
+def _method(cls: cst.ClassDef, name: str) -> cst.FunctionDef | None:
+    return next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == name), None)
+
+
+def _mentions_autocast(node: cst.CSTNode) -> bool:
+    """Whether the code reads or sets the autocast state itself (``torch.is_autocast_enabled()``,
+    ``with torch.autocast(...)``, an accelerator's ``autocast()``), as checkpointing does."""
+    return any(isinstance(n, cst.Name) and "autocast" in n.value or
+               isinstance(n, cst.Attribute) and "autocast" in n.attr.value for n in _walk(node))
 
 
 class CustomFunctionWithoutCustomFwd(Rule):
@@ -82,7 +215,12 @@ class CustomFunctionWithoutCustomFwd(Rule):
       `@torch.amp.custom_fwd(device_type=...)` on `forward` nor `@torch.amp.custom_bwd` on
       `backward`;
     - a `forward` with `custom_fwd` whose `backward` lacks `custom_bwd` (in such a file);
-    - a `backward` with `custom_bwd` whose `forward` lacks `custom_fwd` (in any file).
+    - a `backward` with `custom_bwd` whose `forward` lacks `custom_fwd` (in any file);
+    - in any file, a `backward` without `custom_bwd` that recomputes part of the forward: under
+      `with torch.enable_grad():` it calls a module or function the Function was given (stored
+      on `ctx` from a `forward` argument, or a value derived from one), directly or in a method
+      of this file it calls (then the module is one that class's `__init__` stored on `self`).
+      The finding sits on the recomputing call and names the backward.
 
     ## Why is this bad?
     Autocast does not know what a custom Function's ops expect. Without `custom_fwd` its
@@ -123,15 +261,21 @@ class CustomFunctionWithoutCustomFwd(Rule):
     A Function whose methods only call ops autocast leaves alone (elementwise math, views,
     `x.new(...)`) needs neither decorator and is not reported. Only files that use autocast
     themselves are checked for a missing pair; a Function used under autocast from another
-    file is not seen.
+    file is not seen, nor is one that reads or sets the autocast state itself. Recomputation is reported without autocast in the file (reversible and
+    checkpointing Functions are library code run under the caller's autocast), except where
+    the Function or the helper reads or sets the autocast state itself (`is_autocast_enabled`,
+    an `autocast(...)` around the recomputation) or a decorator amplint cannot resolve may be
+    `custom_bwd` under an alias. A value stored on `ctx` from a forward argument and then
+    called as a method under `enable_grad` is taken for a module, even where it is a tensor.
     """
 
     code = "AMP014"
     name = "custom-function-without-custom-fwd"
     summary = "autograd.Function without custom_fwd/custom_bwd in code that uses autocast"
     uses_policy = True
-    fragments = ((r"autocast", r"Function"), (r"custom_bwd", r"Function"))
-    # Every region comes from an autocast call; a lone custom_bwd is a bug anywhere.
+    fragments = ((r"autocast", r"Function"), (r"custom_bwd", r"Function"), (r"enable_grad", r"Function"))
+    # Every region comes from an autocast call; a lone custom_bwd is a bug anywhere, and so is a
+    # backward that recomputes (under enable_grad) without custom_bwd.
     may_fire = staticmethod(_may_fire)
 
     valid = (
@@ -173,6 +317,46 @@ class Identity(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
         return x.mm(x)
+"""),
+        # Recomputation under the autocast state the forward recorded, as torch.utils.checkpoint does.
+        Valid("""
+import torch
+class Checkpoint(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, run_function, x):
+        ctx.run_function = run_function
+        ctx.had_autocast = torch.is_autocast_enabled()
+        ctx.save_for_backward(x)
+        with torch.no_grad():
+            return run_function(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        x = x.detach().requires_grad_()
+        with torch.enable_grad(), torch.autocast("cuda", enabled=ctx.had_autocast):
+            out = ctx.run_function(x)
+        torch.autograd.backward(out, grad)
+        return None, x.grad
+"""),
+        # An alias amplint cannot follow may be custom_bwd (chosen by torch version elsewhere).
+        Valid("""
+import torch
+from .utils import amp_custom_fwd, amp_custom_bwd
+class Reversible(torch.autograd.Function):
+    @staticmethod
+    @amp_custom_fwd
+    def forward(ctx, x, fn):
+        ctx.fn = fn
+        with torch.no_grad():
+            return fn(x)
+
+    @staticmethod
+    @amp_custom_bwd
+    def backward(ctx, grad):
+        with torch.enable_grad():
+            y = ctx.fn(ctx.x)
+        return torch.autograd.grad(y, ctx.x, grad)[0], None
 """),
     )
     invalid = (
@@ -237,6 +421,59 @@ class Double(Function):
     def backward(ctx, grad):
         return grad * 2
 """, at=((6, 9, '`Double.forward` has no `@torch.amp.custom_fwd(device_type=.'),)),
+        # A reversible block: backward recomputes the module it was given, outside autocast.
+        Invalid("""
+import torch
+class ReversibleFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, block):
+        ctx.block = block
+        with torch.no_grad():
+            y = block(x)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        (y,) = ctx.saved_tensors
+        with torch.enable_grad():
+            x = y.detach().requires_grad_()
+            out = ctx.block(x)
+        torch.autograd.backward(out, grad)
+        return x.grad, None
+""", at=((17, 19, "`ctx.block` re-runs a module the caller passed in, for `Rever"),)),
+        # The recomputation lives in a method of the block class that backward calls.
+        Invalid("""
+import torch
+from torch import nn
+class Block(nn.Module):
+    def __init__(self, f):
+        super().__init__()
+        self.f = f
+
+    def backward_pass(self, y, dy):
+        with torch.enable_grad():
+            y.requires_grad = True
+            fy = self.f(y)
+            fy.backward(dy)
+        return y - fy.detach(), y.grad
+
+class SequenceFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, blocks):
+        ctx.blocks = blocks
+        for block in blocks:
+            x = block(x)
+        ctx.y = x.detach()
+        return x
+
+    @staticmethod
+    def backward(ctx, dy):
+        y = ctx.y
+        for block in reversed(ctx.blocks):
+            y, dy = block.backward_pass(y, dy)
+        return dy, None
+""", at=((12, 18, "`self.f` re-runs a module the caller passed in, for `SequenceFn.backward` (line 26)"),)),
     )
 
     def check(self, ctx: FileContext) -> None:
@@ -251,7 +488,17 @@ class Double(Function):
                                                    else d.decorator, _CUSTOM[name]) for d in method.decorators)
                          for name, method in methods.items()}
             where = cls.name.value
-            if decorated.get("backward") and decorated.get("forward") is False:
+            recompute = None
+            if decorated.get("backward") is False and not _unknown_decorator(ctx, methods["backward"]):
+                recompute = _recomputation(ctx, cls, methods["backward"])
+            if recompute is not None:
+                line = ctx.location(ctx.offsets(methods["backward"].name)[0]).row
+                ctx.report(recompute, f"`{ctx.code(recompute.func)}` re-runs a module the caller passed in, for "
+                           f"`{where}.backward` (line {line}), which has no `@torch.amp.custom_bwd`: this "
+                           "recomputation runs outside the autocast the forward ran in, so float16 "
+                           "activations meet float32 weights; decorate `forward` with `custom_fwd` and "
+                           "`backward` with `custom_bwd(device_type=...)`")
+            elif decorated.get("backward") and decorated.get("forward") is False:
                 ctx.report(methods["forward"].name, f"`{where}.forward` has no `@torch.amp.custom_fwd"
                            "(device_type=...)`, which its backward's `custom_bwd` needs: the backward "
                            "raises AttributeError (`_fwd_used_autocast`)")
@@ -259,7 +506,7 @@ class Double(Function):
                 ctx.report(methods["backward"].name, f"`{where}.backward` has no `@torch.amp.custom_bwd"
                            "(device_type=...)`: it does not run in the autocast state its forward ran "
                            "in, so its dtypes may not match the saved tensors")
-            elif decorated and not any(decorated.values()) and uses_autocast:
+            elif decorated and not any(decorated.values()) and uses_autocast and not _mentions_autocast(cls):
                 if module_names is None:
                     module_names = _module_level_names(ctx)
                 if any(_needs_autocast_state(ctx, m, module_names) for m in methods.values()):

@@ -1,0 +1,667 @@
+"""Conditions on the torch version, evaluated for the torch version in use, and the code that
+only older torch runs (version-gated fallbacks). Pure libcst; no torch.
+
+The torch version in use is the configured ``torch-version`` (default: the newest table in
+policies/). A condition is evaluated the way Python would, on a small set of values: strings,
+numbers, tuples, versions (``packaging``, ``distutils``/``looseversion``, ``pkg_resources``),
+``torch.__version__`` (which compares as a version with strings and tuples), torch's AMP
+attributes (for ``hasattr`` / ``getattr``), module-level names assigned once, and calls to
+module-level helper functions made of assignments, ``if`` and ``return``. Anything else is
+unknown, and so is a condition that depends on it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterator
+
+import libcst as cst
+
+from ..policy import PolicyError
+from .context import FileContext
+from .names import dotted
+
+# When each AMP name appeared in torch (none of them is gone by the newest table).
+_INTRODUCED = {
+    "torch.cuda.amp": "1.6", "torch.cuda.amp.autocast": "1.6", "torch.cuda.amp.GradScaler": "1.6",
+    "torch.cuda.amp.custom_fwd": "1.6", "torch.cuda.amp.custom_bwd": "1.6",
+    "torch.amp": "1.10", "torch.autocast": "1.10", "torch.amp.autocast": "1.10",
+    "torch.cpu.amp": "1.10", "torch.cpu.amp.autocast": "1.10",
+    "torch.amp.GradScaler": "2.3", "torch.GradScaler": "2.3", "torch.cpu.amp.GradScaler": "2.3",
+    "torch.amp.custom_fwd": "2.4", "torch.amp.custom_bwd": "2.4",
+}
+# The device-generic API that replaced torch.cuda.amp / torch.cpu.amp: code that uses it and
+# falls back when it is missing is a fallback for older torch.
+_SUCCESSOR_PREFIXES = ("torch.amp.",)
+SUCCESSORS = frozenset({"torch.amp", "torch.autocast", "torch.GradScaler"})
+# What a missing attribute or module, or an older signature, raises.
+_MISSING_API_ERRORS = frozenset({"AttributeError", "ImportError", "ModuleNotFoundError", "TypeError",
+                                 "Exception", "BaseException"})
+_VERSION_TYPES = frozenset({
+    "packaging.version.parse", "packaging.version.Version", "pkg_resources.parse_version",
+    "distutils.version.LooseVersion", "distutils.version.StrictVersion",
+    "looseversion.LooseVersion", "setuptools._distutils.version.LooseVersion",
+})
+_TORCH_VERSION = frozenset({"torch.__version__", "torch.version.__version__"})
+_DISTRIBUTION_VERSION = frozenset({"importlib.metadata.version", "importlib_metadata.version"})
+_STR_METHODS = frozenset({"split", "rsplit", "partition", "rpartition", "strip", "lstrip", "rstrip",
+                          "startswith", "endswith", "replace", "lower"})
+_DEPTH = 12  # nested names and helper calls followed before giving up
+
+
+class _Unknown(Exception):
+    """The condition depends on something this module does not evaluate."""
+
+
+# What evaluating an expression the way Python would may raise besides _Unknown.
+_EVAL_ERRORS = (_Unknown, TypeError, ValueError, IndexError, KeyError, AttributeError, ZeroDivisionError)
+
+
+class Version:
+    """A parsed version, ordered by its release numbers; a pre-release or dev release comes
+    before its release (``2.4.0a0 < 2.4``), and ``2.4 == 2.4.0``."""
+
+    def __init__(self, text: str):
+        match = re.match(r"v?(\d+(?:\.\d+)*)(.*)", text.strip())
+        if match is None:
+            raise _Unknown(text)
+        self.release = tuple(int(p) for p in match.group(1).split("."))
+        rest = match.group(2)
+        self._final = not re.match(r"[.\-_]?(a|b|c|rc|alpha|beta|pre|preview|dev)\d*", rest)
+
+    def _key(self):
+        release = self.release
+        while len(release) > 1 and release[-1] == 0:
+            release = release[:-1]
+        return release, self._final
+
+    def _other(self, other):
+        if isinstance(other, Version):
+            return other._key()
+        raise _Unknown(other)
+
+    def __eq__(self, other):
+        return isinstance(other, Version) and self._key() == other._key()
+
+    def __lt__(self, other):
+        return self._key() < self._other(other)
+
+    def __le__(self, other):
+        return self._key() <= self._other(other)
+
+    def __gt__(self, other):
+        return self._key() > self._other(other)
+
+    def __ge__(self, other):
+        return self._key() >= self._other(other)
+
+    __hash__ = None
+
+    @property
+    def major(self):
+        return (self.release + (0,))[0]
+
+    @property
+    def minor(self):
+        return (self.release + (0, 0))[1]
+
+    @property
+    def micro(self):
+        return (self.release + (0, 0, 0))[2]
+
+    @property
+    def base_version(self):
+        return ".".join(map(str, self.release))
+
+
+class TorchVersionString(str):
+    """``torch.__version__``: a string that compares as a version with strings, tuples and
+    versions (torch's TorchVersion); its string methods give plain strings."""
+
+    def _as_version(self, other) -> Version:
+        if isinstance(other, Version):
+            return other
+        if isinstance(other, tuple):
+            return Version(".".join(map(str, other)))
+        if isinstance(other, str):
+            return Version(other)
+        raise _Unknown(other)
+
+    def __lt__(self, other):
+        return Version(self) < self._as_version(other)
+
+    def __le__(self, other):
+        return Version(self) <= self._as_version(other)
+
+    def __gt__(self, other):
+        return Version(self) > self._as_version(other)
+
+    def __ge__(self, other):
+        return Version(self) >= self._as_version(other)
+
+    def __eq__(self, other):
+        return Version(self) == self._as_version(other)
+
+    def __ne__(self, other):
+        return not self == other
+
+    __hash__ = str.__hash__
+
+
+class _Api:
+    """A torch attribute or module, e.g. ``torch.amp``, for ``hasattr`` and ``getattr``."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+def torch_version(ctx: FileContext) -> str | None:
+    """The torch version in use (e.g. ``"2.13.0"``), from the configured policy tables."""
+    try:
+        return ctx.policy().torch_version
+    except (RuntimeError, PolicyError):
+        return None
+
+
+def gate_value(ctx: FileContext, test: cst.BaseExpression) -> bool | None:
+    """What ``test`` (an ``if``'s condition) is under the torch version in use; None when it
+    does not depend only on the torch version (and constants)."""
+    version = torch_version(ctx)
+    return None if version is None else _Evaluator(ctx, version).gate(test, 0)
+
+
+def version_fallback(ctx: FileContext, node: cst.CSTNode) -> cst.CSTNode | None:
+    """The gate that keeps ``node`` from running on the torch version in use, or None: an
+    ``if``/``elif``/conditional expression whose condition, so evaluated, leads elsewhere, or a
+    ``try`` that uses the device-generic AMP API and whose ``except`` around ``node`` catches
+    what its absence raises (AttributeError, ImportError, ModuleNotFoundError, TypeError)."""
+    version = torch_version(ctx)
+    return None if version is None else _Evaluator(ctx, version).fallback(node, 0)
+
+
+def _catches_missing_api(handler: cst.ExceptHandler) -> bool:
+    if handler.type is None:
+        return True
+    kinds = handler.type.elements if isinstance(handler.type, cst.Tuple) else [cst.Element(handler.type)]
+    for element in kinds:
+        parts = dotted(element.value)
+        if parts is not None and parts[-1] in _MISSING_API_ERRORS:
+            return True
+    return False
+
+
+def is_successor(name: str) -> bool:
+    """Whether a qualified name is part of the device-generic AMP API (``torch.amp.*``,
+    ``torch.autocast``, ``torch.GradScaler``)."""
+    return name in SUCCESSORS or name.startswith(_SUCCESSOR_PREFIXES)
+
+
+def _uses_successor(ctx: FileContext, block: cst.CSTNode) -> bool:
+    for node in _subtree(block):
+        if isinstance(node, cst.ImportFrom) and not node.relative and node.module is not None \
+                and not isinstance(node.names, cst.ImportStar):
+            module = ".".join(dotted(node.module) or ())
+            if any(is_successor(f"{module}.{alias.evaluated_name}") for alias in node.names):
+                return True
+        elif isinstance(node, cst.Import):
+            if any(is_successor(alias.evaluated_name) for alias in node.names):
+                return True
+        elif isinstance(node, (cst.Name, cst.Attribute)):
+            if any(is_successor(q) for q in ctx.qualified_names(node)):
+                return True
+    return False
+
+
+def _subtree(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(current.children)
+
+
+def _truth(value) -> bool:
+    if isinstance(value, _Api):
+        return True
+    if isinstance(value, (str, int, float, tuple, list, type(None))):
+        return bool(value)
+    raise _Unknown(value)
+
+
+def _introduced(name: str, version: str) -> bool | None:
+    since = _INTRODUCED.get(name)
+    return None if since is None else Version(version) >= Version(since)
+
+
+class _Evaluator:
+    def __init__(self, ctx: FileContext, version: str):
+        self.ctx = ctx
+        self.version = version if version.count(".") >= 2 else version + ".0"
+
+    def gate(self, test: cst.BaseExpression, depth: int) -> bool | None:
+        cache = self.ctx.__dict__.setdefault("_version_gates", {})
+        hit = cache.get(id(test))
+        if hit is not None and hit[0] is test:
+            return hit[1]
+        try:
+            value = _truth(self.value(test, {}, depth))
+        except _EVAL_ERRORS:
+            value = None
+        if depth == 0:  # deeper answers may be cut short by the depth limit
+            cache[id(test)] = (test, value)
+        return value
+
+    def fallback(self, node: cst.CSTNode, depth: int) -> cst.CSTNode | None:
+        child = node
+        for ancestor in self.ctx.ancestors(node):
+            if isinstance(ancestor, (cst.If, cst.IfExp)):
+                if child is ancestor.body and self.gate(ancestor.test, depth) is False:
+                    return ancestor
+                if child is ancestor.orelse and self.gate(ancestor.test, depth) is True:
+                    return ancestor
+            elif isinstance(ancestor, cst.Try) and isinstance(child, cst.ExceptHandler):
+                if _catches_missing_api(child) and _uses_successor(self.ctx, ancestor.body):
+                    return ancestor
+            child = ancestor
+        return None
+
+    def value(self, expr: cst.BaseExpression, env: dict, depth: int):
+        if depth > _DEPTH:
+            raise _Unknown(expr)
+        method = getattr(self, f"_{type(expr).__name__}", None)
+        if method is None:
+            raise _Unknown(expr)
+        return method(expr, env, depth + 1)
+
+    # -- literals ------------------------------------------------------------------------
+
+    def _Integer(self, expr, env, depth):
+        return expr.evaluated_value
+
+    def _Float(self, expr, env, depth):
+        return expr.evaluated_value
+
+    def _SimpleString(self, expr, env, depth):
+        value = expr.evaluated_value
+        if not isinstance(value, str):
+            raise _Unknown(expr)
+        return value
+
+    def _ConcatenatedString(self, expr, env, depth):
+        return self.value(expr.left, env, depth) + self.value(expr.right, env, depth)
+
+    def _FormattedString(self, expr, env, depth):
+        text = []
+        for part in expr.parts:
+            if isinstance(part, cst.FormattedStringText):
+                text.append(part.value)
+            elif part.conversion is None and part.format_spec is None:
+                text.append(str(self.value(part.expression, env, depth)))
+            else:
+                raise _Unknown(part)
+        return "".join(text)
+
+    def _Tuple(self, expr, env, depth):
+        return tuple(self._elements(expr.elements, env, depth))
+
+    def _List(self, expr, env, depth):
+        return list(self._elements(expr.elements, env, depth))
+
+    def _elements(self, elements, env, depth):
+        for element in elements:
+            if isinstance(element, cst.StarredElement):
+                yield from self.value(element.value, env, depth)
+            else:
+                yield self.value(element.value, env, depth)
+
+    # -- operators -----------------------------------------------------------------------
+
+    def _UnaryOperation(self, expr, env, depth):
+        if isinstance(expr.operator, cst.Not):
+            # `not` of something unknown is unknown
+            return not _truth(self.value(expr.expression, env, depth))
+        if isinstance(expr.operator, cst.Minus):
+            return -self.value(expr.expression, env, depth)
+        raise _Unknown(expr)
+
+    def _BooleanOperation(self, expr, env, depth):
+        # Three-valued: `unknown and False` is False, `unknown or True` is True.
+        try:
+            left = self.value(expr.left, env, depth)
+            decided = _truth(left)
+        except _EVAL_ERRORS:
+            right = _truth(self.value(expr.right, env, depth))
+            if isinstance(expr.operator, cst.And) and not right:
+                return False
+            if isinstance(expr.operator, cst.Or) and right:
+                return True
+            raise
+        if isinstance(expr.operator, cst.And):
+            return self.value(expr.right, env, depth) if decided else left
+        return left if decided else self.value(expr.right, env, depth)
+
+    def _Comparison(self, expr, env, depth):
+        left = self.value(expr.left, env, depth)
+        for target in expr.comparisons:
+            right = self.value(target.comparator, env, depth)
+            if not _compare(target.operator, left, right):
+                return False
+            left = right
+        return True
+
+    def _BinaryOperation(self, expr, env, depth):
+        left, right = self.value(expr.left, env, depth), self.value(expr.right, env, depth)
+        if isinstance(expr.operator, cst.Add):
+            return left + right
+        if isinstance(expr.operator, cst.Multiply):
+            return left * right
+        if isinstance(expr.operator, cst.Subtract):
+            return left - right
+        raise _Unknown(expr)
+
+    def _IfExp(self, expr, env, depth):
+        taken = expr.body if _truth(self.value(expr.test, env, depth)) else expr.orelse
+        return self.value(taken, env, depth)
+
+    def _Subscript(self, expr, env, depth):
+        value = self.value(expr.value, env, depth)
+        if len(expr.slice) != 1:
+            raise _Unknown(expr)
+        index = expr.slice[0].slice
+        if isinstance(index, cst.Index):
+            return value[self.value(index.value, env, depth)]
+        bounds = [None if part is None else self.value(part, env, depth)
+                  for part in (index.lower, index.upper, index.step)]
+        return value[slice(*bounds)]
+
+    # -- names, attributes and calls -------------------------------------------------------
+
+    def _Name(self, expr, env, depth):
+        if expr.value in env:
+            return env[expr.value]
+        if expr.value in ("True", "False", "None"):
+            return {"True": True, "False": False, "None": None}[expr.value]
+        imported = self._imported(expr)
+        if imported is not None:
+            return imported
+        if self._local_to_function(expr):
+            raise _Unknown(expr)
+        if expr.value in _BUILTIN_VALUES and expr.value not in _module_bindings(self.ctx):
+            return _BUILTIN_VALUES[expr.value]
+        return self._module_name(expr.value, depth)
+
+    def _Attribute(self, expr, env, depth):
+        imported = self._imported(expr)
+        if imported is not None:
+            return imported
+        if dotted(expr) is not None and self.ctx.qualified_names(expr):
+            raise _Unknown(expr)  # some other imported thing
+        value = self.value(expr.value, env, depth)
+        name = expr.attr.value
+        if isinstance(value, Version) and name in ("release", "major", "minor", "micro", "base_version"):
+            return getattr(value, name)
+        if isinstance(value, _Api):
+            return self._attribute_of(value, name)
+        raise _Unknown(expr)
+
+    def _imported(self, expr):
+        """The value of an imported name (``torch.__version__``, ``torch.amp``), or None."""
+        for name in self.ctx.qualified_names(expr):
+            if name in _TORCH_VERSION:
+                return TorchVersionString(self.version)
+            if name in _INTRODUCED or name == "torch":
+                return _Api(name)
+        return None
+
+    def _attribute_of(self, api: _Api, name: str):
+        qualified = f"{api.name}.{name}"
+        present = _introduced(qualified, self.version)
+        if present is None:
+            raise _Unknown(qualified)
+        if not present:
+            raise AttributeError(qualified)
+        return _Api(qualified)
+
+    def _Call(self, expr, env, depth):
+        if any(arg.star for arg in expr.args):
+            raise _Unknown(expr)
+        names = self.ctx.qualified_names(expr.func)
+        positional = [self.value(a.value, env, depth) for a in expr.args if a.keyword is None]
+        keywords = {a.keyword.value: a.value for a in expr.args if a.keyword is not None}
+        if names & _VERSION_TYPES and len(positional) == 1 and not keywords:
+            return Version(str(positional[0]))
+        if names & _DISTRIBUTION_VERSION and positional == ["torch"]:
+            return self.version
+        if isinstance(expr.func, cst.Name) and not names and expr.func.value not in env:
+            builtin = self._builtin(expr, positional, keywords, env, depth)
+            if builtin is not _NOT_BUILTIN:
+                return builtin
+            return self._helper(expr.func.value, positional, keywords, env, depth)
+        if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _STR_METHODS and not keywords:
+            owner = self.value(expr.func.value, env, depth)
+            if isinstance(owner, str):
+                return getattr(str(owner), expr.func.attr.value)(*positional)
+        raise _Unknown(expr)
+
+    def _builtin(self, expr, positional, keywords, env, depth):
+        name = expr.func.value
+        if name in _module_bindings(self.ctx):
+            return _NOT_BUILTIN  # the module's own function of that name
+        if name in ("hasattr", "getattr") and isinstance(positional[0], _Api) and not keywords:
+            try:
+                found = self._attribute_of(positional[0], positional[1])
+            except AttributeError:
+                if name == "hasattr":
+                    return False
+                if len(positional) == 3:
+                    return positional[2]
+                raise _Unknown(expr)
+            return True if name == "hasattr" else found
+        if keywords:
+            raise _Unknown(expr)
+        if name in _BUILTIN_VALUES and len(positional) <= 1:
+            return _BUILTIN_VALUES[name](*positional)
+        if name == "map" and len(positional) == 2 and positional[0] is int:
+            return [int(x) for x in positional[1]]
+        return _NOT_BUILTIN
+
+    def _GeneratorExp(self, expr, env, depth):
+        return self._comprehension(expr, env, depth)
+
+    def _ListComp(self, expr, env, depth):
+        return self._comprehension(expr, env, depth)
+
+    def _comprehension(self, expr, env, depth):
+        loop = expr.for_in
+        if loop.inner_for_in is not None or loop.ifs or not isinstance(loop.target, cst.Name) or loop.asynchronous:
+            raise _Unknown(expr)
+        items = self.value(loop.iter, env, depth)
+        return [self.value(expr.elt, {**env, loop.target.value: item}, depth) for item in items]
+
+    # -- module-level names and helper functions ---------------------------------------------
+
+    def _module_name(self, name: str, depth: int):
+        """A module-level name's value: its assignments outside version-gated fallbacks must
+        all be plain ``name = value`` and agree."""
+        values = []
+        for binding in _module_bindings(self.ctx).get(name, ()):
+            if not isinstance(binding, cst.Assign):
+                raise _Unknown(name)
+            if self.fallback(binding, depth) is not None:
+                continue
+            values.append(self.value(binding.value, {}, depth))
+        if not values or any(v != values[0] or type(v) is not type(values[0]) for v in values):
+            raise _Unknown(name)
+        return values[0]
+
+    def _local_to_function(self, name: cst.Name) -> bool:
+        for ancestor in self.ctx.ancestors(name):
+            if isinstance(ancestor, (cst.FunctionDef, cst.Lambda)) and _binds(ancestor, name.value):
+                return True
+        return False
+
+    def _helper(self, name: str, positional, keywords, env, depth):
+        """Call a module-level function of assignments, ``if`` and ``return``."""
+        bindings = _module_bindings(self.ctx).get(name, [])
+        if len(bindings) != 1 or not isinstance(bindings[0], cst.FunctionDef):
+            raise _Unknown(name)
+        function = bindings[0]
+        params = function.params
+        if params.star_arg is not cst.MaybeSentinel.DEFAULT or params.star_kwarg is not None \
+                or params.posonly_params or params.kwonly_params:
+            raise _Unknown(name)
+        if len(positional) > len(params.params):
+            raise _Unknown(name)
+        local = {}
+        for i, param in enumerate(params.params):
+            key = param.name.value
+            if i < len(positional):
+                local[key] = positional[i]
+            elif key in keywords:
+                local[key] = self.value(keywords.pop(key), env, depth)
+            elif param.default is not None:
+                local[key] = self.value(param.default, {}, depth)
+            else:
+                raise _Unknown(name)
+        if keywords:
+            raise _Unknown(name)
+        if not isinstance(function.body, cst.IndentedBlock):
+            raise _Unknown(name)
+        returned = self._run(function.body.body, local, depth)
+        if returned is _FELL_THROUGH:
+            return None
+        return returned
+
+    def _run(self, statements, local: dict, depth: int):
+        for statement in statements:
+            if isinstance(statement, cst.If):
+                branch = statement.body.body if _truth(self.value(statement.test, local, depth)) else (
+                    [statement.orelse] if isinstance(statement.orelse, cst.If)
+                    else statement.orelse.body.body if statement.orelse is not None else [])
+                returned = self._run(branch, local, depth)
+                if returned is not _FELL_THROUGH:
+                    return returned
+                continue
+            if not isinstance(statement, cst.SimpleStatementLine):
+                raise _Unknown(statement)
+            for small in statement.body:
+                if isinstance(small, cst.Return):
+                    return None if small.value is None else self.value(small.value, local, depth)
+                if isinstance(small, cst.Assign) and len(small.targets) == 1 \
+                        and isinstance(small.targets[0].target, cst.Name):
+                    local[small.targets[0].target.value] = self.value(small.value, local, depth)
+                elif isinstance(small, cst.Expr) and isinstance(small.value, (cst.SimpleString,
+                                                                              cst.ConcatenatedString)):
+                    continue  # a docstring
+                elif not isinstance(small, cst.Pass):
+                    raise _Unknown(small)
+        return _FELL_THROUGH
+
+
+_NOT_BUILTIN = object()
+_BUILTIN_VALUES = {"int": int, "str": str, "tuple": tuple, "list": list, "len": len, "bool": bool}
+_FELL_THROUGH = object()
+
+
+def _compare(operator, left, right) -> bool:
+    if isinstance(operator, cst.Is):
+        if right is None or left is None:
+            return left is right
+        raise _Unknown(operator)
+    if isinstance(operator, cst.IsNot):
+        if right is None or left is None:
+            return left is not right
+        raise _Unknown(operator)
+    if isinstance(left, _Api) or isinstance(right, _Api):
+        raise _Unknown(operator)
+    if isinstance(operator, cst.Equal):
+        return left == right
+    if isinstance(operator, cst.NotEqual):
+        return left != right
+    if isinstance(operator, cst.LessThan):
+        return left < right
+    if isinstance(operator, cst.LessThanEqual):
+        return left <= right
+    if isinstance(operator, cst.GreaterThan):
+        return left > right
+    if isinstance(operator, cst.GreaterThanEqual):
+        return left >= right
+    if isinstance(operator, cst.In):
+        return left in right
+    if isinstance(operator, cst.NotIn):
+        return left not in right
+    raise _Unknown(operator)
+
+
+def _module_bindings(ctx: FileContext) -> dict[str, list[cst.CSTNode]]:
+    """What binds each module-level name, from statements at module level (in blocks too, not
+    in functions or classes): assignments, augmented and annotated ones, defs, classes, loops,
+    ``with ... as``, imports; and every function that declares it ``global``."""
+    cache = ctx.__dict__.get("_module_bindings")
+    if cache is not None:
+        return cache
+    found: dict[str, list[cst.CSTNode]] = {}
+
+    def add(names, node):
+        for name in names:
+            found.setdefault(name, []).append(node)
+
+    stack = list(ctx.module.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            add((node.name.value,), node)
+            add({g.name.value for n in _subtree(node.body) if isinstance(n, cst.Global) for g in n.names}, node)
+            continue
+        if isinstance(node, cst.AssignTarget):
+            add(_target_names(node.target), ctx.parent(node))
+        elif isinstance(node, (cst.AugAssign, cst.For, cst.NamedExpr)) or (
+                isinstance(node, cst.AnnAssign) and node.value is not None):
+            add(_target_names(node.target), node)
+        elif isinstance(node, cst.AsName) and not isinstance(ctx.parent(node), cst.ImportAlias):
+            add(_target_names(node.name), node)
+        elif isinstance(node, cst.ImportAlias):
+            add((node.evaluated_alias or node.evaluated_name.split(".")[0],), node)
+        if not isinstance(node, (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)):
+            stack.extend(node.children)
+    ctx.__dict__["_module_bindings"] = found
+    return found
+
+
+def _target_names(target: cst.CSTNode) -> set[str]:
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return set().union(*(_target_names(e.value) for e in target.elements))
+    if isinstance(target, cst.StarredElement):
+        return _target_names(target.value)
+    return set()
+
+
+def _binds(function: cst.FunctionDef | cst.Lambda, name: str) -> bool:
+    """Whether ``name`` may be local to ``function``: a parameter, or bound in its body (nested
+    scopes included, to err on the side of unknown) without a ``global`` declaration."""
+    if any(p.name.value == name for p in _all_params(function.params)):
+        return True
+    nodes = list(_subtree(function.body))
+    if any(isinstance(n, cst.Global) and any(g.name.value == name for g in n.names) for n in nodes):
+        return False
+    for node in nodes:
+        if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor,
+                             cst.NamedExpr)) and name in _target_names(node.target):
+            return True
+        if isinstance(node, cst.AsName) and name in _target_names(node.name):
+            return True
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)) and node.name.value == name:
+            return True
+    return False
+
+
+def _all_params(params: cst.Parameters):
+    yield from params.posonly_params
+    yield from params.params
+    yield from params.kwonly_params
+    if isinstance(params.star_arg, cst.Param):
+        yield params.star_arg
+    if params.star_kwarg is not None:
+        yield params.star_kwarg

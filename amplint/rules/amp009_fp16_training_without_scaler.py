@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import libcst as cst
+
 from ..engine.context import FileContext
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import (
+    AutocastCall,
     autocast_calls,
     calls,
     calls_autocast,
@@ -11,16 +14,137 @@ from ..engine.semantics import (
     known_scalers,
     method_call,
     region_dtype,
+    scaled_backward_scaler,
 )
+
+_CALL_DEPTH = 3  # how many in-file calls deep a region is followed to a backward pass
+
+
+def _owner(ctx: FileContext, func: cst.FunctionDef) -> cst.CSTNode | None:
+    """The module or class a function is defined in directly; None when it is nested."""
+    parent = ctx.parent(func)
+    if isinstance(parent, cst.Module):
+        return parent
+    if isinstance(parent, cst.IndentedBlock) and isinstance(ctx.parent(parent), cst.ClassDef):
+        return ctx.parent(parent)
+    return None
+
+
+class _TrainingPaths:
+    """The unscaled backward pass a float16 region feeds, through the file's own functions: in
+    the region's function, in a function called inside the region, or in a caller that runs
+    the backward of what the region's function returns. A function that touches a GradScaler
+    (calls ``.scale(...)``, uses or passes a known scaler) ends the search: it scales on some
+    path."""
+
+    def __init__(self, ctx: FileContext):
+        self.ctx = ctx
+        self.calls_in: dict[int, list[cst.Call]] = {}  # by id of the function; id(None): the module
+        for call in calls(ctx):
+            self.calls_in.setdefault(id(enclosing_function(ctx, call)), []).append(call)
+        self.functions: dict[tuple[int, str], cst.FunctionDef] = {}
+        for func in ctx.nodes(cst.FunctionDef):
+            owner = _owner(ctx, func)
+            if owner is not None:
+                self.functions[(id(owner), func.name.value)] = func
+
+    def uses_scaler(self, func: cst.FunctionDef | None, whole_file: bool = False) -> bool:
+        scalers = known_scalers(self.ctx)
+        if whole_file and scalers:
+            return True
+        found = calls(self.ctx) if whole_file else self.calls_in.get(id(func), [])
+        for call in found:
+            mc = method_call(call)
+            if mc is not None and (mc[1] == "scale" or self.ctx.code(mc[0]) in scalers):
+                return True
+            if any(isinstance(a.value, (cst.Name, cst.Attribute)) and self.ctx.code(a.value) in scalers
+                   for a in call.args):
+                return True
+        return False
+
+    def _unscaled_backwards(self, func: cst.FunctionDef | None) -> list[cst.Call]:
+        if self.uses_scaler(func):
+            return []
+        return [c for c in self.calls_in.get(id(func), [])
+                if is_backward(self.ctx, c) and scaled_backward_scaler(self.ctx, c) is None]
+
+    def _callee(self, call: cst.Call, caller: cst.FunctionDef | None) -> cst.FunctionDef | None:
+        """The function of this file that ``f(...)`` or ``self.f(...)`` calls."""
+        if isinstance(call.func, cst.Name):
+            return self.functions.get((id(self.ctx.module), call.func.value))
+        if isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name) \
+                and call.func.value.value == "self" and caller is not None:
+            return self.functions.get((id(_owner(self.ctx, caller)), call.func.attr.value))
+        return None
+
+    def unscaled_backward(self, ac: AutocastCall) -> cst.Call | None:
+        func = enclosing_function(self.ctx, ac.node)
+        if self.uses_scaler(func):
+            return None
+        own = self._unscaled_backwards(func)
+        if own:
+            return own[0]
+        return self._in_callees(ac, func) or self._in_callers(func)
+
+    def _in_callees(self, ac: AutocastCall, func: cst.FunctionDef | None) -> cst.Call | None:
+        holder = self.ctx.parent(ac.node)
+        if isinstance(holder, cst.WithItem):
+            body = self.ctx.parent(holder).body
+        elif isinstance(holder, cst.Decorator):
+            body = self.ctx.parent(holder).body
+        else:
+            return None
+        frontier = [(c, func) for c in self.calls_in.get(id(func), []) if self.ctx.contains(body, c)]
+        seen: set[int] = set()
+        for _ in range(_CALL_DEPTH):
+            reached = []
+            for call, caller in frontier:
+                callee = self._callee(call, caller)
+                if callee is None or id(callee) in seen or self.uses_scaler(callee):
+                    continue
+                seen.add(id(callee))
+                backwards = self._unscaled_backwards(callee)
+                if backwards:
+                    return backwards[0]
+                reached.append(callee)
+            frontier = [(c, f) for f in reached for c in self.calls_in.get(id(f), [])]
+        return None
+
+    def _in_callers(self, func: cst.FunctionDef | None) -> cst.Call | None:
+        """``loss = self.func(...)`` then ``loss.backward()`` in another function of the file."""
+        if func is None:
+            return None
+        for found in self.calls_in.values():
+            for call in found:
+                caller = enclosing_function(self.ctx, call)
+                if self._callee(call, caller) is not func:
+                    continue
+                assignment = self.ctx.parent(call)
+                if not isinstance(assignment, cst.Assign) or len(assignment.targets) != 1 \
+                        or not isinstance(assignment.targets[0].target, cst.Name):
+                    continue
+                name = assignment.targets[0].target.value
+                for backward in self._unscaled_backwards(caller):
+                    receiver = method_call(backward)
+                    if receiver is not None and isinstance(receiver[0], cst.Name) \
+                            and receiver[0].value == name and self.ctx.order(backward) > self.ctx.order(call):
+                        return backward
+        return None
 
 
 class Fp16TrainingWithoutScaler(Rule):
     """
     ## What it does
     Finds a float16 autocast region — `dtype=torch.float16`, or no dtype on a device whose
-    default is float16 per the policy tables (cuda, xpu, mps, mtia) — in a function that also
-    runs a backward pass, when no GradScaler is in sight: none is built in the file, none is
-    passed in (`scaler`, `grad_scaler`, `amp_scaler`), and nothing calls `.scale(...)`.
+    default is float16 per the policy tables (cuda, xpu, mps, mtia) — that feeds an unscaled
+    backward pass (`loss.backward()`, `torch.autograd.backward(...)`): one in the region's
+    function, one in a function of the file called inside the region (followed three calls
+    deep), or `loss.backward()` in a function of the file that got `loss` from the region's
+    function. A function on that path that touches a GradScaler (calls `.scale(...)`, uses a
+    scaler built in the file or a parameter named `scaler`, `grad_scaler` or `amp_scaler`, or
+    passes one on) scales on some branch and ends the search. When the device is an
+    expression and no dtype is given, the region is float16 only on a float16 device, so a
+    GradScaler anywhere in the file silences it.
 
     ## Why is this bad?
     float16 cannot represent gradients below about 6e-8 (or 6e-5 at full precision): small
@@ -52,7 +176,8 @@ class Fp16TrainingWithoutScaler(Rule):
     ## False positives
     Frameworks that scale for you call the backward with the loss as an argument
     (`accelerator.backward(loss)`, `engine.backward(loss)`), which does not count as a backward
-    here. A region whose dtype is an expression is not judged.
+    here. A region whose dtype is an expression is not judged. A gradient taken for its own
+    sake (a saliency map's `output.backward(gradient=...)`) is reported like training.
     """
 
     code = "AMP009"
@@ -94,6 +219,41 @@ def train_step(accelerator, model, x, y):
         loss = model(x, y)
     accelerator.backward(loss)
 """),
+        # The unscaled backward is the branch without a scaler (bfloat16 or float32 runs).
+        Valid("""
+import torch
+def train_step(self, x, y):
+    scaler = getattr(self, "scaler", None)
+    with torch.autocast("cuda", dtype=self.dtype):
+        loss = self.model(x, y)
+    if scaler is not None:
+        scaler.scale(loss).backward()
+    else:
+        loss.backward()
+"""),
+        # The region's callee scales.
+        Valid("""
+import torch
+class Trainer:
+    def train_step(self, x, y):
+        with torch.autocast("cuda"):
+            loss = self.model(x, y)
+            self.backward(loss)
+    def backward(self, loss):
+        self.scaler.scale(loss).backward()
+"""),
+        # An expression device: float16 only on cuda, where the file's scaler is built.
+        Valid("""
+import torch
+class Trainer:
+    def __init__(self, device):
+        self.device = device
+        self.scaler = torch.amp.GradScaler(enabled=device.type == "cuda")
+    def train_step(self, x, y):
+        with torch.autocast(device_type=self.device.type):
+            loss = self.model(x, y)
+        loss.backward()
+"""),
     )
     invalid = (
         Invalid("""
@@ -112,15 +272,55 @@ for x, y in loader:
     loss.backward()
     optimizer.step()
 """, at=((4, 10, 'float16 autocast with a backward pass but no GradScaler'),)),
+        # The region calls a method that runs the backward; the class's scaler serves another path.
+        Invalid("""
+import torch
+class CriticTrainer:
+    def __init__(self):
+        self.scaler = torch.amp.GradScaler("cuda")
+    def train_net(self, batches):
+        for batch in batches:
+            with torch.amp.autocast("cuda", enabled=self.mixed_precision):
+                self.train_critic(batch)
+    def train_critic(self, batch):
+        loss = self.model(batch).mean()
+        loss.backward()
+        self.optimizer.step()
+    def train_on_batch(self, batch):
+        with torch.amp.autocast("cuda", enabled=self.mixed_precision):
+            loss = self.model(batch).mean()
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+""", at=((8, 18, '`loss.backward()` on line 12 runs unscaled'),)),
+        # The backward is in the caller, on the loss the region's method returns.
+        Invalid("""
+import torch
+class Trainer:
+    def train_one_epoch(self, loader):
+        for sample in loader:
+            loss = self.train_one_batch(sample)
+            loss.backward()
+            self.optimizer.step()
+    def train_one_batch(self, sample):
+        with torch.autocast(device_type=self.device.type):
+            return self.loss_fn(self.model(sample["x"]), sample["y"])
+""", at=((10, 14, '`loss.backward()` on line 7 runs unscaled'),)),
     )
 
     def check(self, ctx: FileContext) -> None:
-        if known_scalers(ctx) or any((mc := method_call(c)) and mc[1] == "scale" for c in calls(ctx)):
-            return
-        backward_scopes = {id(enclosing_function(ctx, c)) for c in calls(ctx) if is_backward(ctx, c)}
+        paths = _TrainingPaths(ctx)
+        file_has_scaler = paths.uses_scaler(None, whole_file=True)
         for ac in autocast_calls(ctx):
-            if ac.enabled is False or id(enclosing_function(ctx, ac.node)) not in backward_scopes:
+            if ac.enabled is False or region_dtype(ctx, ac) != "float16":
                 continue
-            if region_dtype(ctx, ac) == "float16":
-                ctx.report(ac.node, "float16 autocast with a backward pass but no GradScaler: small "
+            # float16 only as the configured device's default: the device is an expression that
+            # may name a bfloat16 device, so a scaler anywhere in the file may be its pair.
+            if ac.device is None and ac.dtype is None and file_has_scaler:
+                continue
+            backward = paths.unscaled_backward(ac)
+            if backward is not None:
+                row = ctx.location(ctx.offsets(backward)[0]).row
+                ctx.report(ac.node, f"float16 autocast with a backward pass but no GradScaler: "
+                                    f"`{ctx.code(backward.func)}()` on line {row} runs unscaled, so small "
                                     "gradients underflow to zero; use torch.amp.GradScaler (or bfloat16)")

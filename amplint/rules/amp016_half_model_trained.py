@@ -1,10 +1,20 @@
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
 from ..engine.context import FileContext
+from ..engine.outline import Outline
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
-from ..engine.semantics import DTYPES, calls, is_backward, method_call
+from ..engine.semantics import DTYPES, calls, enclosing_function, is_backward, method_call
+
+# torch.optim's modules that hold no optimizer classes.
+_NOT_OPTIMIZERS = ("torch.optim.lr_scheduler", "torch.optim.swa_utils")
+_PARAMETERS = frozenset({"parameters", "named_parameters"})
+# Calls that pass the parameters they are given through unchanged.
+_PASS_THROUGH = frozenset({"filter", "list", "tuple", "itertools.chain", "itertools.chain.from_iterable"})
+_COLLECT = frozenset({"append", "extend", "add", "update"})
 
 
 def _halved(ctx: FileContext, call: cst.Call) -> str | None:
@@ -22,17 +32,148 @@ def _halved(ctx: FileContext, call: cst.Call) -> str | None:
     return None
 
 
+def _may_fire(outline: Outline) -> bool:
+    refers = any(q.startswith("torch.optim") for kind in (ast.Name, ast.Attribute)
+                 for n in outline.nodes(kind) for q in outline.qualified_names(n))
+    return refers and bool(outline.method_calls("backward") or outline.calls_to({"torch.autograd.backward"}))
+
+
+def _optimizer_class(ctx: FileContext, func: cst.BaseExpression, depth: int = 2) -> bool:
+    """``torch.optim.AdamW``, ``getattr(torch.optim, name)``, or a local bound to either."""
+    names = ctx.qualified_names(func)
+    if any(n.startswith("torch.optim.") and not n.startswith(_NOT_OPTIMIZERS) for n in names):
+        return True
+    if isinstance(func, cst.Call) and ctx.code(func.func) == "getattr" and func.args:
+        return ctx.resolves_to(func.args[0].value, {"torch.optim"}) is not None
+    if isinstance(func, cst.Name) and depth:
+        bound = _bindings(ctx, func).get(func.value, [])
+        return len(bound) == 1 and isinstance(bound[0], cst.BaseExpression) and _optimizer_class(ctx, bound[0], depth - 1)
+    return False
+
+
+def _bindings(ctx: FileContext, node: cst.CSTNode) -> dict[str, list]:
+    """What each name of ``node``'s function is bound to: assigned values, the iterables of the
+    ``for`` loops that bind it (as ``cst.For``), and what ``name.append(...)`` collects (as
+    ``cst.Arg``)."""
+    scope = enclosing_function(ctx, node) or ctx.module
+    cache = ctx.__dict__.setdefault("_amp016_bindings", {})
+    if id(scope) not in cache:
+        found: dict[str, list] = {}
+        for assign in ctx.nodes(cst.Assign):
+            if ctx.contains(scope, assign) and (enclosing_function(ctx, assign) or ctx.module) is scope:
+                for target in assign.targets:
+                    if isinstance(target.target, cst.Name):
+                        found.setdefault(target.target.value, []).append(assign.value)
+        for loop in ctx.nodes(cst.For):
+            if ctx.contains(scope, loop) and (enclosing_function(ctx, loop) or ctx.module) is scope:
+                stack = [loop.target]
+                while stack:
+                    target = stack.pop()
+                    if isinstance(target, cst.Name):
+                        found.setdefault(target.value, []).append(loop)
+                    elif isinstance(target, (cst.Tuple, cst.List)):
+                        stack.extend(e.value for e in target.elements)
+        for call in ctx.nodes(cst.Call):
+            mc = method_call(call)
+            if mc and mc[1] in _COLLECT and isinstance(mc[0], cst.Name) and ctx.contains(scope, call) \
+                    and (enclosing_function(ctx, call) or ctx.module) is scope:
+                found.setdefault(mc[0].value, []).extend(call.args)
+        cache[id(scope)] = found
+    return cache[id(scope)]
+
+
+def _owners(ctx: FileContext, expr: cst.BaseExpression, seen: set[str]) -> set[str]:
+    """The models whose own parameters ``expr`` holds (``model.parameters()``, a filter or list of
+    them, param groups, lists filled in a loop over ``named_parameters()``). A copy of them
+    (``p.detach().clone().float()``) is no model's: that is a float32 master copy."""
+    if isinstance(expr, cst.Call):
+        mc = method_call(expr)
+        if mc is not None and mc[1] in _PARAMETERS:
+            return {ctx.code(mc[0])}
+        if ctx.code(expr.func) in _PASS_THROUGH or ctx.resolves_to(expr.func, _PASS_THROUGH):
+            return set().union(*(_owners(ctx, a.value, seen) for a in expr.args))
+        return set()
+    if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
+        return set().union(*(_owners(ctx, e.value, seen) for e in expr.elements))
+    if isinstance(expr, cst.Dict):
+        return set().union(*(_owners(ctx, e.value, seen) for e in expr.elements if isinstance(e, cst.DictElement)))
+    if isinstance(expr, (cst.ListComp, cst.GeneratorExp, cst.SetComp)):
+        target, elt = expr.for_in.target, expr.elt
+        if isinstance(elt, cst.Name) and (ctx.code(target) == elt.value or isinstance(target, cst.Tuple) and
+                                          elt.value in {ctx.code(e.value) for e in target.elements}):
+            return _owners(ctx, expr.for_in.iter, seen)
+        return set()
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
+        return _owners(ctx, expr.left, seen) | _owners(ctx, expr.right, seen)
+    if isinstance(expr, cst.Name) and expr.value not in seen:
+        seen.add(expr.value)
+        found = set()
+        for bound in _bindings(ctx, expr).get(expr.value, []):
+            value = bound.iter if isinstance(bound, cst.For) else bound.value if isinstance(bound, cst.Arg) else bound
+            found |= _owners(ctx, value, seen)
+        return found
+    return set()
+
+
+def _model_key(ctx: FileContext, node: cst.CSTNode, model: str) -> tuple[int, str]:
+    """Where the spelling ``model`` names one model: ``self.model`` throughout its class, a
+    local throughout its function."""
+    function = enclosing_function(ctx, node)
+    if function is None:
+        return id(ctx.module), model
+    owner = ctx.parent(ctx.parent(function))
+    if isinstance(owner, cst.ClassDef) and function.params.params \
+            and model.split(".")[0] == function.params.params[0].name.value and "." in model:
+        return id(owner), model.replace(function.params.params[0].name.value, "self", 1)
+    return id(function), model
+
+
+def _params_argument(call: cst.Call) -> cst.BaseExpression | None:
+    for arg in call.args:
+        if arg.keyword is None and not arg.star or arg.keyword is not None and arg.keyword.value == "params":
+            return arg.value
+    return None
+
+
+def _wrapped(ctx: FileContext, call: cst.Call) -> bool:
+    """An optimizer handed to something that keeps master weights for it: built inside another
+    call (``FP16_Optimizer(torch.optim.Adam(...))``), or its variable rebound by a call that
+    takes it (``optimizer = Wrapper(optimizer)``, ``model, optimizer = amp.initialize(model,
+    optimizer)``). Schedulers take the optimizer too, but are bound to other names."""
+    parent = ctx.parent(call)
+    if isinstance(parent, cst.Arg):
+        return True
+    if not isinstance(parent, cst.Assign):
+        return False
+    variables = {ctx.code(t.target) for t in parent.targets}
+    for other in ctx.nodes(cst.Assign):
+        if other is parent or not isinstance(other.value, cst.Call):
+            continue
+        targets = {ctx.code(t.target) for t in other.targets} | {
+            ctx.code(e.value) for t in other.targets if isinstance(t.target, (cst.Tuple, cst.List))
+            for e in t.target.elements}
+        if targets & variables and any(ctx.code(a.value) in variables for a in other.value.args):
+            return True
+    return False
+
+
 class HalfModelTrained(Rule):
     """
     ## What it does
-    Finds `model.half()` / `model.to(torch.float16)` on a model whose `.parameters()` a
-    `torch.optim` optimizer then updates, in a file that runs a backward pass.
+    Finds a `torch.optim` optimizer built over the parameters of a model that the file
+    converts to float16 (`model.half()`, `model.to(torch.float16)`, `self.model =
+    self.model.half()` under a config flag), in a file that runs a backward pass. The optimizer
+    class may come straight from `torch.optim`, from a variable holding it, or from
+    `getattr(torch.optim, name)`; its parameters may be `model.parameters()`, a filter or list
+    of them, or param groups filled in a loop over `model.named_parameters()`. The finding sits
+    on the optimizer and names the line of the conversion.
 
     ## Why is this bad?
     Pure float16 training keeps the weights themselves in float16: updates smaller than the
-    weight's precision (about 1e-3 relative) round away, so learning stalls, and gradients
-    underflow with no loss scaling. Mixed precision keeps float32 master weights and runs
-    only the ops that benefit in float16.
+    weight's precision (about 1e-3 relative) round away, so learning stalls, the optimizer's
+    state (Adam's moments) is float16 too, and gradients underflow with no loss scaling (a
+    loss scaler alone does not restore the lost updates). Mixed precision keeps float32
+    master weights and runs only the ops that benefit in float16.
 
     ## Example
     ```python
@@ -47,23 +188,31 @@ class HalfModelTrained(Rule):
     scaler = torch.amp.GradScaler("cuda")
     # and run the forward under torch.autocast("cuda")
     ```
+    or keep float32 master weights: give the optimizer float32 copies of the parameters and
+    copy the updated values back into the float16 model after each step.
 
     ## Fix safety
     No automatic fix.
 
     ## False positives
-    `.half()` for inference (no optimizer over that model's parameters) is not reported.
-    Optimizers that keep float32 master weights themselves (apex's FP16_Optimizer,
-    DeepSpeed) are not `torch.optim` and do not count.
+    `.half()` for inference (no optimizer over that model's parameters) is not reported. Nor
+    is an optimizer that gets float32 master weights: copies of the parameters
+    (`[p.detach().clone().float() for p in model.parameters()]`) rather than the parameters
+    themselves, or an optimizer handed to a wrapper that keeps master weights, built inside
+    its call (`FP16_Optimizer(torch.optim.Adam(...))`) or rebound to its result (`optimizer =
+    wrap(optimizer)`, `model, optimizer = amp.initialize(model, optimizer)`). The model is
+    matched by its spelling (`self.model`) within the file, in any branch and either order:
+    `.half()` converts the parameters in place, so an optimizer built before it trains them
+    in float16 too.
     """
 
     code = "AMP016"
     name = "half-model-trained"
-    summary = "Model converted to float16 and then trained (no float32 master weights)"
+    summary = "Optimizer over the parameters of a model converted to float16 (no float32 master weights)"
     fragments = (("optim", AnyOf(r"\.half\(\)", r"\.to\([^\n]*(?:float16|torch\.half)")),)  # a half model, an optimizer
-    # A torch.optim optimizer and a backward pass.
-    may_fire = staticmethod(lambda outline: outline.calls_under("torch.optim.") and bool(
-        outline.method_calls("backward") or outline.calls_to({"torch.autograd.backward"})))
+    # Something from torch.optim (called, held in a variable or looked up with getattr) and a
+    # backward pass.
+    may_fire = staticmethod(_may_fire)
 
     valid = (
         Valid("""
@@ -80,6 +229,27 @@ x = x.half()
 loss = model(x.float()).mean()
 loss.backward()
 """),
+        # float32 master weights: the optimizer updates copies, which are copied back.
+        Valid("""
+import torch
+model = Net().cuda().half()
+master = [p.detach().clone().float().requires_grad_() for p in model.parameters()]
+optimizer = torch.optim.SGD(master, lr=0.1)
+model(x).mean().backward()
+for p, m in zip(model.parameters(), master):
+    m.grad = p.grad.float()
+optimizer.step()
+"""),
+        # A wrapper that keeps master weights.
+        Valid("""
+import torch
+from apex.fp16_utils import FP16_Optimizer
+model = Net().cuda().half()
+optimizer = torch.optim.Adam(model.parameters())
+optimizer = FP16_Optimizer(optimizer, dynamic_loss_scale=True)
+optimizer.backward(model(x).mean())
+optimizer.step()
+"""),
     )
     invalid = (
         Invalid("""
@@ -91,7 +261,7 @@ for x, y in loader:
     loss = loss_fn(model(x.cuda().half()), y)
     loss.backward()
     optimizer.step()
-""", at=((4, 1, '`model` is converted to float16 and trained'),)),
+""", at=((5, 13, "the float16 parameters of `model` (`model.half()` on line 4)"),)),
         Invalid("""
 import torch
 def build(net):
@@ -101,28 +271,65 @@ def build(net):
 def train(net, opt, x):
     net(x).mean().backward()
     opt.step()
-""", at=((4, 11, '`net` is converted to float16 and trained'),)),
+""", at=((5, 11, "the float16 parameters of `net` (`net.to(dtype=torch.float16)` on line 4)"),)),
+        # A model attribute halved under a config flag; param groups filled from named_parameters.
+        Invalid("""
+import torch.optim as optim
+class Trainer:
+    def __init__(self, model, config):
+        self.model = model.cuda()
+        if config.fp16:
+            self.model = self.model.half()
+        decay, no_decay = [], []
+        for name, p in self.model.named_parameters():
+            if p.ndim == 1:
+                no_decay.append(p)
+            else:
+                decay.append(p)
+        groups = [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}]
+        self.optimizer = optim.AdamW(groups, lr=config.lr)
+
+    def step(self, batch):
+        self.model(batch).mean().backward()
+        self.optimizer.step()
+""", at=((15, 26, "the float16 parameters of `self.model` (`self.model.half()` on line 7)"),)),
+        # The optimizer class looked up by name.
+        Invalid("""
+import torch
+model = Net().cuda().half()
+optimizer_class = getattr(torch.optim, config.optimizer)
+optimizer = optimizer_class(filter(lambda p: p.requires_grad, model.parameters()), lr=1e-3)
+model(x).mean().backward()
+optimizer.step()
+""", at=((5, 13, "the float16 parameters of `model` (`Net().cuda().half()` on line 3)"),)),
     )
 
     def check(self, ctx: FileContext) -> None:
         all_calls = calls(ctx)
         if not any(is_backward(ctx, c) for c in all_calls):
             return
-        trained = set()
-        for call in all_calls:
-            optimizer = any(n.startswith("torch.optim.") for n in ctx.qualified_names(call.func))
-            if optimizer and call.args:
-                first = call.args[0].value
-                if isinstance(first, cst.Call) and (mc := method_call(first)) and mc[1] == "parameters":
-                    trained.add(ctx.code(mc[0]))
+        halved: dict[tuple[int, str], cst.Call] = {}
         for call in all_calls:
             model = _halved(ctx, call)
             if model is None:
                 continue
             parent = ctx.parent(call)
-            targets = {ctx.code(t.target) for t in parent.targets} if isinstance(parent, cst.Assign) else set()
             # `model.half()` converts model in place; `m = net.half()` makes m the half model.
-            if model in trained or targets & trained:
-                ctx.report(call, f"`{(targets & trained or {model}).pop()}` is converted to float16 and "
-                                 "trained: updates round away without float32 master weights; "
-                                 "use autocast + GradScaler")
+            targets = {ctx.code(t.target) for t in parent.targets} if isinstance(parent, cst.Assign) else set()
+            for name in {model} | targets:
+                halved.setdefault(_model_key(ctx, call, name), call)
+        if not halved:
+            return
+        for call in all_calls:
+            params = _params_argument(call)
+            if params is None or not _optimizer_class(ctx, call.func) or _wrapped(ctx, call):
+                continue
+            keys = {_model_key(ctx, call, m) for m in _owners(ctx, params, set())} & halved.keys()
+            if keys:
+                key = min(keys, key=lambda k: ctx.order(halved[k]))
+                half = halved[key]
+                line = ctx.location(ctx.offsets(half)[0]).row
+                ctx.report(call, f"this optimizer updates the float16 parameters of `{key[1]}` (`{ctx.code(half)}` "
+                                 f"on line {line}): without float32 master weights updates round away; keep "
+                                 "the model in float32 and use autocast + GradScaler, or give the optimizer a "
+                                 "float32 copy of the parameters")

@@ -1,11 +1,15 @@
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
 from ..engine.context import FileContext
 from ..engine.diagnostics import Edit, Fix
+from ..engine.outline import Outline
 from ..engine.rule import Invalid, Rule, Valid
 from ..engine.semantics import bind, has_star_args
+from ..engine.version_gates import is_successor, version_fallback
 
 # qualified name -> (name in torch.amp, device)
 _DEPRECATED = {}
@@ -54,6 +58,86 @@ def _is_attr_name(ctx: FileContext, node: cst.CSTNode) -> bool:
     return isinstance(parent, cst.Attribute) and parent.attr is node
 
 
+def _imports_or_uses_deprecated(outline: Outline) -> bool:
+    """A use or an import of a deprecated name, not a mention in a comment or a docstring."""
+    return outline.refers_to(_DEPRECATED.keys()) or any(
+        f"{node.module}.{alias.name}" in _DEPRECATED
+        for node in outline.nodes(ast.ImportFrom) if node.module and not node.level for alias in node.names)
+
+
+def _shown(target: str) -> str:
+    new_name, device = _DEPRECATED[target]
+    device_arg = f'device_type="{device}"' if new_name.startswith("custom") else f'"{device}"'
+    return f"torch.amp.{new_name}({device_arg}, ...)"
+
+
+_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+
+
+def _scope(ctx: FileContext, node: cst.CSTNode) -> cst.CSTNode:
+    return next((a for a in ctx.ancestors(node) if isinstance(a, _SCOPES)), ctx.module)
+
+
+def _name_imports(ctx: FileContext) -> dict[int, tuple[cst.ImportFrom, dict[str, str]]]:
+    """`from torch.cuda.amp import autocast as ac`-like statements: id -> (statement, the
+    deprecated names it binds, local name -> qualified name)."""
+    found = {}
+    for stmt in ctx.nodes(cst.ImportFrom):
+        if stmt.relative or stmt.module is None or isinstance(stmt.names, cst.ImportStar):
+            continue
+        module = _dotted(stmt.module)
+        targets = {alias.evaluated_alias or alias.evaluated_name: f"{module}.{alias.evaluated_name}"
+                   for alias in stmt.names if f"{module}.{alias.evaluated_name}" in _DEPRECATED}
+        if targets:
+            found[id(stmt)] = (stmt, targets)
+    return found
+
+
+def _importing_statement(ctx: FileContext, ref: cst.Name, target: str, name_imports) -> cst.ImportFrom | None:
+    """The `from ... import` of a deprecated name that ``ref`` uses: of those binding its name,
+    the one in the innermost scope around it."""
+    candidates = [stmt for stmt, targets in name_imports.values() if targets.get(ref.value) == target]
+    if not candidates:
+        return None
+    scopes = [a for a in ctx.ancestors(ref) if isinstance(a, _SCOPES)] + [ctx.module]
+    for scope in scopes:
+        for stmt in candidates:
+            if _scope(ctx, stmt) is scope:
+                return stmt
+    return candidates[0]
+
+
+def _type_check(ctx: FileContext, ref: cst.CSTNode) -> cst.BaseExpression | None:
+    """The classes of the `isinstance`/`issubclass` call or `except` clause that ``ref`` is one
+    of (in a tuple, a concatenation of tuples or a conditional expression), or None."""
+    node = ref
+    for parent in ctx.ancestors(ref):
+        if isinstance(parent, cst.Arg):
+            call = ctx.parent(parent)
+            if isinstance(call, cst.Call) and isinstance(call.func, cst.Name) \
+                    and call.func.value in ("isinstance", "issubclass") \
+                    and len(call.args) == 2 and call.args[1] is parent:
+                return parent.value
+            return None
+        if isinstance(parent, cst.ExceptHandler):
+            return node if parent.type is node else None
+        if not isinstance(parent, (cst.Tuple, cst.Element, cst.BinaryOperation, cst.IfExp)):
+            return None
+        node = parent
+    return None
+
+
+def _compat_reference(ctx: FileContext, ref: cst.CSTNode) -> bool:
+    """A reference that calls nothing and accepts the torch.amp API as well: an annotation, or
+    a type check whose classes also include a torch.amp one (the old classes subclass them)."""
+    if any(isinstance(a, cst.Annotation) for a in ctx.ancestors(ref)):
+        return True
+    classes = _type_check(ctx, ref)
+    return classes is not None and any(
+        is_successor(q) for n in _subtree(classes) if isinstance(n, (cst.Name, cst.Attribute))
+        for q in ctx.qualified_names(n))
+
+
 class DeprecatedAmpApi(Rule):
     """
     ## What it does
@@ -61,6 +145,21 @@ class DeprecatedAmpApi(Rule):
     `torch.cpu.amp.autocast`, `torch.cuda.amp.GradScaler`, `torch.cpu.amp.GradScaler`,
     `torch.cuda.amp.custom_fwd` / `custom_bwd` — in any spelling: `import torch as th`,
     `from torch.cuda.amp import autocast as ac`, `from torch.cuda import amp`.
+
+    An import of the deprecated names themselves (`from torch.cuda.amp import autocast,
+    GradScaler`) is reported once, at the import, with the lines of their uses; a
+    module-qualified use (`torch.cuda.amp.autocast(...)`, `amp.autocast()` after
+    `from torch.cuda import amp`) is reported where it is.
+
+    Not reported: version-gated fallbacks, code that only older torch runs, where the torch.amp
+    API is missing or not yet deprecated — the `else`/`elif` branch of a condition on the torch
+    version (`if version.parse(torch.__version__) >= version.parse("2.4")`, a module-level flag
+    or helper function computing one, `hasattr(torch.amp, "custom_fwd")`) evaluated for the
+    configured `torch-version`, and an `except AttributeError/ImportError/TypeError` handler
+    around a use of torch.amp. Nor references that call nothing and accept the torch.amp
+    classes as well: annotations, and `isinstance`/`issubclass`/`except` classes that include
+    a torch.amp one (the deprecated classes subclass them). A type check on a deprecated
+    class alone is reported: it rejects `torch.amp.GradScaler("cuda")`.
 
     ## Why is this bad?
     PyTorch deprecated them in 2.4 in favour of `torch.amp.autocast(device_type, ...)`,
@@ -89,11 +188,13 @@ class DeprecatedAmpApi(Rule):
     are rewritten as keywords: `autocast(False)` becomes `autocast("cuda", enabled=False)`,
     never `("cuda", False)`. The import statement is rewritten together with every use of the
     names it binds, or not at all. No fix for a call with `*args`/`**kwargs`, for a reference
-    that is not called (`ctx = autocast`, an annotation), or when a name from the deprecated
-    import is used in any other way.
+    that is not called (`ctx = autocast`, a type check on the old class alone), when a name
+    from the deprecated import is used in any other way, or when one of its uses is a
+    version-gated fallback (the fix never rewrites one).
 
     ## False positives
-    None: these names are deprecated wherever they appear.
+    A fallback whose condition cannot be evaluated in the file — a flag or helper imported from
+    another module, a condition that is not about the torch version — is reported as if it ran.
     """
 
     code = "AMP004"
@@ -101,8 +202,7 @@ class DeprecatedAmpApi(Rule):
     summary = "Deprecated torch.cuda.amp / torch.cpu.amp API"
     fixable = True
     fragments = (r"(?:cuda|cpu)\.amp\b", r"from\s+torch\.(?:cuda|cpu)\s+import[^\n]*\bamp\b")
-    # A use, not a mention in a comment or a docstring.
-    may_fire = staticmethod(lambda outline: outline.refers_to(_DEPRECATED.keys()))
+    may_fire = staticmethod(lambda outline: _imports_or_uses_deprecated(outline))
 
     valid = (
         Valid("""
@@ -118,6 +218,76 @@ class F(torch.autograd.Function):
     @custom_fwd(device_type="cuda")
     def forward(ctx, x):
         return x
+"""),
+        # Version-gated fallbacks: the else of a gate on the version, an except handler
+        # around torch.amp, the dead side of a conditional expression.
+        Valid("""
+import torch
+from typing import TYPE_CHECKING
+from packaging import version
+def torch_version():
+    return torch.__version__.partition("+")[0]
+def torch_version_ge(major, minor, patch=None):
+    _version = version.parse(torch_version())
+    if patch is None:
+        return _version >= version.parse(f"{major}.{minor}")
+    return _version >= version.parse(f"{major}.{minor}.{patch}")
+if TYPE_CHECKING:
+    autocast = None
+elif torch_version_ge(2, 4):
+    autocast = torch.amp.autocast
+else:
+    autocast = torch.cuda.amp.autocast
+TORCH_GE_2_4 = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 4)
+ctx = torch.amp.autocast("cuda") if TORCH_GE_2_4 else torch.cuda.amp.autocast()
+"""),
+        Valid("""
+try:
+    from torch.amp import GradScaler, autocast
+    DEPRECATED_AMP = False
+except ImportError:
+    from torch.cuda.amp import GradScaler, autocast
+    DEPRECATED_AMP = True
+if DEPRECATED_AMP:
+    scaler = GradScaler(enabled=use_amp)
+else:
+    scaler = GradScaler("cuda", enabled=use_amp)
+"""),
+        Valid("""
+import torch
+from functools import partial
+def amp_custom_fwd(cast_inputs=None):
+    try:
+        return partial(torch.amp.custom_fwd, device_type="cuda", cast_inputs=cast_inputs)
+    except AttributeError:
+        return partial(torch.cuda.amp.custom_fwd, cast_inputs=cast_inputs)
+"""),
+        Valid("""
+import torch
+from packaging import version
+torch_version = torch.__version__.split("+")[0]
+if version.parse(torch_version) >= version.parse("2.3.0"):
+    from torch.amp import GradScaler as TorchGradScaler
+else:
+    from torch.cuda.amp import GradScaler as TorchGradScaler
+class GradScaler(TorchGradScaler):
+    pass
+"""),
+        # References that call nothing and accept the torch.amp class too; probes that only
+        # ask whether the old module exists.
+        Valid("""
+import torch
+from torch.amp import GradScaler
+from torch.cuda.amp import GradScaler as CudaGradScaler
+def attach(scaler: torch.cuda.amp.GradScaler):
+    assert isinstance(scaler, (torch.cuda.amp.GradScaler, torch.amp.GradScaler))
+    assert isinstance(scaler, (CudaGradScaler, GradScaler))
+def amp_available():
+    try:
+        import torch.cuda.amp as amp
+        return hasattr(torch.cuda.amp, "autocast")
+    except ModuleNotFoundError:
+        return False
 """),
     )
     invalid = (
@@ -146,7 +316,41 @@ from torch.amp import GradScaler, autocast as ac
 scaler = GradScaler("cuda", init_scale=1024.0)
 with ac("cuda", enabled=use_amp, dtype=torch.float16):
     out = model(x)
-""", at=((3, 10, '`GradScaler` is deprecated (torch.cuda.amp.GradScaler)'), (4, 6, '`ac` is deprecated (torch.cuda.amp.autocast)'),)),
+""", at=((2, 1, 'deprecated torch.cuda.amp.GradScaler, torch.cuda.amp.autocast (used at lines 3, 4)'),)),
+        # Used as decorators: custom_fwd/custom_bwd take the device as a keyword.
+        Invalid("""
+import torch
+from torch.cuda.amp import custom_fwd, custom_bwd
+class Fn(torch.autograd.Function):
+    @staticmethod
+    @custom_fwd
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    @custom_bwd
+    def backward(ctx, g):
+        return g
+""", fixed="""
+import torch
+from torch.amp import custom_fwd, custom_bwd
+class Fn(torch.autograd.Function):
+    @staticmethod
+    @custom_fwd(device_type="cuda")
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    @custom_bwd(device_type="cuda")
+    def backward(ctx, g):
+        return g
+""", at=((3, 1, '(used at lines 6, 11): import from `torch.amp`'),)),
+        # Re-exported for others to call.
+        Invalid("""
+from torch.cuda.amp import autocast
+""", fixed="""
+from torch.amp import autocast
+""", at=((2, 1, 'torch.cuda.amp.autocast (not used in this file)'),)),
         Invalid("""
 import torch
 from torch.cuda import amp
@@ -195,7 +399,62 @@ from torch.cuda.amp import autocast
 ctx_factory = autocast if use_amp else nullcontext
 with autocast():
     out = model(x)
-""", at=((3, 15, '`autocast` is deprecated (torch.cuda.amp.autocast)'), (4, 6, '`autocast` is deprecated (torch.cuda.amp.autocast)'),)),
+""", at=((2, 1, 'torch.cuda.amp.autocast (used at lines 3, 4)'),)),
+        # The branch that runs on the torch version in use: always, this torch has the attribute.
+        Invalid("""
+import torch
+if torch.cuda.is_available() and hasattr(torch.cuda.amp, "autocast"):
+    autocast = torch.cuda.amp.autocast
+def fwd_decorator(f):
+    if hasattr(torch.cuda.amp, "custom_fwd"):
+        return torch.cuda.amp.custom_fwd(f)
+    return f
+""", fixed="""
+import torch
+if torch.cuda.is_available() and hasattr(torch.cuda.amp, "autocast"):
+    autocast = torch.cuda.amp.autocast
+def fwd_decorator(f):
+    if hasattr(torch.cuda.amp, "custom_fwd"):
+        return torch.amp.custom_fwd(f, device_type="cuda")
+    return f
+""", at=((4, 16, '`torch.cuda.amp.autocast` is deprecated'), (7, 16, '`torch.cuda.amp.custom_fwd` is deprecated'),)),
+        Invalid("""
+import torch
+from packaging.version import parse as V
+if V(torch.__version__) >= V("1.6.0"):
+    from torch.cuda.amp import autocast
+else:
+    from contextlib import contextmanager
+    @contextmanager
+    def autocast(enabled=True):
+        yield
+""", fixed="""
+import torch
+from packaging.version import parse as V
+if V(torch.__version__) >= V("1.6.0"):
+    from torch.amp import autocast
+else:
+    from contextlib import contextmanager
+    @contextmanager
+    def autocast(enabled=True):
+        yield
+""", at=((5, 5, 'torch.cuda.amp.autocast (not used in this file)'),)),
+        # One use is a fallback for older torch, which the fix would rewrite too: no fix.
+        Invalid("""
+import torch
+from torch.cuda.amp import GradScaler
+NEW_SCALER = hasattr(torch.amp, "GradScaler")
+scaler = torch.amp.GradScaler("cuda") if NEW_SCALER else GradScaler()
+other = GradScaler()
+""", at=((3, 1, 'torch.cuda.amp.GradScaler (used at line 6)'),)),
+        # A type check on the old class alone rejects torch.amp.GradScaler("cuda"); the
+        # annotation calls nothing.
+        Invalid("""
+import torch
+def attach(scaler: torch.cuda.amp.GradScaler):
+    if not isinstance(scaler, torch.cuda.amp.GradScaler):
+        raise TypeError(scaler)
+""", at=((4, 31, 'a type check on it alone rejects a `torch.amp.GradScaler`'),)),
         Invalid("""
 import torch
 def make(args, kwargs):
@@ -209,13 +468,19 @@ def make(args, kwargs):
         # References outside import statements.
         references = [n for n in ctx.nodes(cst.Attribute) + ctx.nodes(cst.Name)
                       if id(n) not in in_imports and not _is_attr_name(ctx, n)]
-        uses = []
+        name_imports = _name_imports(ctx)  # reported at the import, with their uses
+        uses, by_import = [], {}
         for ref in references:
             parent = ctx.parent(ref)
             if isinstance(parent, cst.Attribute) and parent.value is ref:
                 continue  # a prefix of a longer reference
             target = ctx.resolves_to(ref, _DEPRECATED.keys())
-            if target is not None:
+            if target is None:
+                continue
+            stmt = _importing_statement(ctx, ref, target, name_imports) if isinstance(ref, cst.Name) else None
+            if stmt is not None:
+                by_import.setdefault(id(stmt), []).append(ref)
+            elif version_fallback(ctx, ref) is None and not _compat_reference(ctx, ref):
                 uses.append((ref, target))
         bindings = self._import_bindings(imports)
         planned = [(ref, target, self._plan(ctx, ref, target, bindings)) for ref, target in uses]
@@ -227,7 +492,7 @@ def make(args, kwargs):
             binding = bindings.get(root.value) if root is not None else None
             if binding is not None and (plan is None or plan[1] is None):
                 broken.add(id(binding[0]))
-        # So is one whose names are also used for something else.
+        # So is one whose names are also used for something else (in a fallback, say).
         deprecated_refs = {id(r) for r, _, _ in planned}
         for ref in references:
             root = _root(ref)
@@ -239,8 +504,9 @@ def make(args, kwargs):
 
         for ref, target, plan in planned:
             new_name, device = _DEPRECATED[target]
-            shown = f"torch.amp.{new_name}(" + ('device_type=' if new_name.startswith('custom') else '') + f'"{device}", ...)'
-            message = f"`{_dotted(ref) or ctx.code(ref)}` is deprecated ({target}): use `{shown}`"
+            message = f"`{_dotted(ref) or ctx.code(ref)}` is deprecated ({target}): use `{_shown(target)}`"
+            if _type_check(ctx, ref) is not None:
+                message += f"; a type check on it alone rejects a `torch.amp.{new_name}`"
             fix = None
             if plan is not None:
                 node, replacement, import_edit = plan
@@ -250,8 +516,45 @@ def make(args, kwargs):
                     if import_edit is not None:
                         edits.append(import_edit[1])
                         group = f"{self.code}-import-{import_edit[1].start}"
-                    fix = Fix(f"Use `{shown}`", tuple(edits), "safe", group)
+                    fix = Fix(f"Use `{_shown(target)}`", tuple(edits), "safe", group)
             ctx.report(ref, message, fix)
+
+        for stmt, targets in name_imports.values():
+            if version_fallback(ctx, stmt) is None:
+                self._check_import(ctx, stmt, targets, by_import.get(id(stmt), []), bindings)
+
+    def _check_import(self, ctx: FileContext, stmt: cst.ImportFrom, targets: dict[str, str],
+                      refs: list[cst.Name], bindings) -> None:
+        """One finding for `from torch.cuda.amp import ...`, naming its uses' lines; its fix
+        rewrites the import and every use together. Not reported when all its uses are
+        version-gated fallbacks or type checks that also accept the torch.amp class."""
+        live = [r for r in refs if version_fallback(ctx, r) is None]
+        findings = [r for r in live if not _compat_reference(ctx, r)]
+        if refs and not findings:
+            return
+        names = ", ".join(dict.fromkeys(targets.values()))
+        lines = sorted({ctx.location(ctx.offsets(r)[0]).row for r in findings})
+        used = f"used at line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))}" if lines \
+            else "not used in this file"
+        shown = ", ".join(f"`{_shown(t)}`" for t in dict.fromkeys(targets.values()))
+        message = (f"`{ctx.code(stmt)}` imports the deprecated {names} ({used}): "
+                   f"import from `torch.amp` and pass the device: {shown}")
+        fix = None
+        import_edit = self._import_edit(ctx, stmt, None)
+        dropped = len(live) < len(refs)  # a fallback's use would be rewritten too
+        bound_once = all(bindings.get(local, (None,))[0] is stmt for local in targets)
+        if import_edit is not None and not dropped and bound_once:
+            edits = [import_edit]
+            for ref in refs:
+                if _compat_reference(ctx, ref):
+                    continue  # now names the torch.amp class, which the old one subclasses
+                plan = self._plan_use(ctx, ref, ctx.code(ref), targets[ref.value])
+                if plan is None:
+                    break
+                edits.append(ctx.replace(*plan))
+            else:
+                fix = Fix("Import from `torch.amp` and pass the device", tuple(edits), "safe")
+        ctx.report(stmt, message, fix)
 
     @staticmethod
     def _import_bindings(imports) -> dict[str, tuple[cst.CSTNode, cst.ImportAlias]]:
@@ -292,12 +595,18 @@ def make(args, kwargs):
                 return None
             new_ref, import_edit = ctx.code(ref), (binding[0], import_edit)
 
+        use = self._plan_use(ctx, ref, new_ref, target)
+        return None if use is None else (*use, import_edit)
+
+    def _plan_use(self, ctx: FileContext, ref, new_ref: str, target: str) -> tuple[cst.CSTNode, str] | None:
+        """(node to replace, its replacement) for a call or a decorator, or None."""
+        new_name, device = _DEPRECATED[target]
         parent = ctx.parent(ref)
         if isinstance(parent, cst.Call) and parent.func is ref:
             call = self._call(parent, new_ref, new_name, device)
-            return None if call is None else (parent, ctx.module.code_for_node(call), import_edit)
+            return None if call is None else (parent, ctx.module.code_for_node(call))
         if isinstance(parent, cst.Decorator) and new_name in ("custom_fwd", "custom_bwd"):
-            return ref, f'{new_ref}(device_type="{device}")', import_edit
+            return ref, f'{new_ref}(device_type="{device}")'
         return None
 
     @staticmethod
@@ -330,7 +639,7 @@ def make(args, kwargs):
         return call.with_changes(func=cst.parse_expression(new_ref), args=args)
 
     @staticmethod
-    def _import_edit(ctx: FileContext, stmt, alias: cst.ImportAlias) -> Edit | None:
+    def _import_edit(ctx: FileContext, stmt, alias: cst.ImportAlias | None) -> Edit | None:
         if isinstance(stmt, cst.ImportFrom):
             module = _dotted(stmt.module) if stmt.module is not None and not stmt.relative else None
             if module is None:

@@ -1,0 +1,636 @@
+"""A function's control flow, reduced to the AMP events rules care about, and a forward
+analysis over it.
+
+``flow_of(ctx, scope)`` lowers a function (or the module's own code) into blocks of
+``Event``s (backward, scaled backward, ``unscale_``, gradient clipping, optimizer and scaler
+steps, ``update()``, scaler creation, autocast enter/exit), ``Branch``es on condition
+``Atom``s, ``Loop``s, ``Exit``s (return/raise/break/continue) and ``Try``s.
+
+``propagate(flow, analysis)`` pushes a rule's facts forward over that structure. Each state
+is a fact plus the atoms assumed on its path, so ``if scaler is not None:`` twice takes the
+same branch both times and a branch contradicting an earlier one is never entered. States are
+sets merged at every join and capped, so the cost stays linear in the function's size.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Hashable, Iterator
+
+import libcst as cst
+
+from .context import FileContext
+from .semantics import (
+    CLIP_GRAD,
+    GRAD_SCALER,
+    autocast_of_with_item,
+    is_backward,
+    known_scalers,
+    method_call,
+    named_like_optimizer,
+    scaled_backward_scaler,
+)
+
+from .version_gates import gate_value
+
+BACKWARD = "backward"  # loss.backward(), torch.autograd.backward(...)
+SCALED_BACKWARD = "scaled_backward"  # S.scale(loss).backward()
+UNSCALE = "unscale_"  # S.unscale_(opt)
+CLIP = "clip"  # clip_grad_norm_/clip_grad_value_, or a helper of this file that calls one
+STEP = "step"  # opt.step() on something named like an optimizer
+SCALER_STEP = "scaler_step"  # S.step(opt)
+UPDATE = "update"  # S.update()
+SCALER_NEW = "scaler_new"  # S = GradScaler(...)
+AUTOCAST_ENTER = "autocast_enter"
+AUTOCAST_EXIT = "autocast_exit"
+
+# States kept at one point of the analysis before the atoms on their paths are dropped.
+MAX_STATES = 64
+# Rounds of a loop's body before its back edge counts as settled.
+MAX_LOOP_ROUNDS = 4
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: str
+    node: cst.CSTNode  # the call (the with item for autocast enter/exit)
+    scaler: str | None = None  # canonical text of the GradScaler
+    optimizer: str | None = None  # canonical text of the optimizer (S.step/S.unscale_ argument, opt.step receiver)
+    via: cst.Call | None = None  # for a helper's CLIP: the clip call inside the helper
+
+
+@dataclass(frozen=True)
+class Atom:
+    """A condition's normalised text, its version (bumped when a name it reads is assigned),
+    and the names it reads (a loop that assigns one of them forgets it on its back edge)."""
+
+    text: str
+    version: int
+    reads: frozenset[str]
+
+
+@dataclass
+class Branch:
+    atom: Atom
+    body: list
+    orelse: list
+    # Whether another branch tests the same atom: only then do paths remember its value.
+    shared: bool = False
+
+
+@dataclass
+class Loop:
+    node: cst.CSTNode
+    body: list
+    orelse: list
+    assigned: frozenset[str]  # what the body (and the loop's target) assigns
+
+
+@dataclass
+class Exit:
+    kind: str  # "return", "raise", "break", "continue"
+    node: cst.CSTNode
+
+
+@dataclass
+class Try:
+    body: list
+    handlers: list[list]
+    orelse: list
+    final: list
+
+
+@dataclass
+class Flow:
+    scope: cst.CSTNode  # a FunctionDef, or the Module for module-level code
+    block: list
+    events: list[Event]  # every event, in source order
+
+    def of(self, *kinds: str) -> list[Event]:
+        return [e for e in self.events if e.kind in kinds]
+
+
+def mentions(key: str, names: frozenset[str]) -> bool:
+    """Whether ``key`` (``self.opt``, ``opts[i]``) reads one of ``names``, or an attribute of one."""
+    for match in re.finditer(r"(?<![\w.])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*", key):
+        parts = match.group().split(".")
+        if any(".".join(parts[:i]) in names for i in range(1, len(parts) + 1)):
+            return True
+    return False
+
+
+# -- lowering --------------------------------------------------------------------------------
+
+def flows(ctx: FileContext) -> list[Flow]:
+    """The module's own code and every function in the file, lowered (once per file)."""
+    if "_flows" not in ctx.__dict__:
+        scopes = [ctx.module, *ctx.nodes(cst.FunctionDef)]
+        ctx.__dict__["_flows"] = [_Lowering(ctx, scope).flow() for scope in scopes]
+    return ctx.__dict__["_flows"]
+
+
+def scalers(ctx: FileContext) -> set[str]:
+    """Code of expressions that hold a GradScaler: ``known_scalers`` and receivers of
+    ``unscale_``, a method only GradScalers have."""
+    if "_flow_scalers" not in ctx.__dict__:
+        found = set(known_scalers(ctx))
+        for call in ctx.nodes(cst.Call):
+            mc = method_call(call)
+            if mc is not None and mc[1] == "unscale_":
+                found.add(ctx.code(mc[0]))
+        ctx.__dict__["_flow_scalers"] = found
+    return ctx.__dict__["_flow_scalers"]
+
+
+_NESTED = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+
+
+class _Lowering:
+    def __init__(self, ctx: FileContext, scope: cst.CSTNode):
+        self.ctx = ctx
+        self.scope = scope
+        self.scalers = scalers(ctx)
+        self.version: dict[str, int] = {}  # text -> the version its last assignment made
+        self.counter = 0
+        self.aliases: dict[str, str] = {}  # s -> self.scaler after `s = self.scaler`
+        self.assigned_stack: list[set[str]] = []
+        self.events: list[Event] = []
+
+    def flow(self) -> Flow:
+        body = self.scope.body.body if isinstance(self.scope, cst.FunctionDef) else self.scope.body
+        if isinstance(self.scope, cst.FunctionDef):
+            for param in _params(self.scope.params):
+                self._assign_text(param.name.value)
+        block = self._block(body)
+        branches = [b for b in _items(block) if isinstance(b, Branch)]
+        counts = Counter(b.atom for b in branches)
+        for branch in branches:
+            branch.shared = counts[branch.atom] > 1
+        return Flow(self.scope, block, sorted(self.events, key=lambda e: self.ctx.order(e.node)))
+
+    # -- statements
+
+    def _block(self, statements) -> list:
+        out: list = []
+        for statement in statements:
+            out.extend(self._statement(statement))
+        return out
+
+    def _suite(self, suite: cst.BaseSuite) -> list:
+        return self._block(suite.body)
+
+    def _statement(self, node: cst.CSTNode) -> list:
+        if isinstance(node, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+            return self._block(node.body)
+        if isinstance(node, cst.If):
+            return self._events_in(node.test) + self._condition(node.test, self._suite(node.body),
+                                                                self._orelse(node.orelse))
+        if isinstance(node, cst.For):
+            head = self._events_in(node.iter)
+            self.assigned_stack.append(set())
+            self._assign(node.target)
+            body = self._suite(node.body)
+            assigned = self.assigned_stack.pop()
+            self._propagate_assigned(assigned)
+            orelse = self._suite(node.orelse.body) if node.orelse else []
+            return head + [Loop(node, body, orelse, frozenset(assigned))]
+        if isinstance(node, cst.While):
+            self.assigned_stack.append(set())
+            body = self._events_in(node.test) + self._suite(node.body)
+            assigned = self.assigned_stack.pop()
+            self._propagate_assigned(assigned)
+            orelse = self._suite(node.orelse.body) if node.orelse else []
+            return [Loop(node, body, orelse, frozenset(assigned))]
+        if isinstance(node, cst.With):
+            return self._with(node)
+        if isinstance(node, (cst.Try, cst.TryStar)):
+            body = self._suite(node.body)
+            handlers = []
+            for handler in node.handlers:
+                if handler.name is not None:
+                    self._assign(handler.name.name)
+                handlers.append(self._suite(handler.body))
+            orelse = self._suite(node.orelse.body) if node.orelse else []
+            final = self._suite(node.finalbody.body) if node.finalbody else []
+            return [Try(body, handlers, orelse, final)]
+        if isinstance(node, cst.Match):
+            return self._events_in(node.subject) + self._match(node, list(node.cases))
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            self._assign_text(node.name.value)
+            return []
+        return self._small(node)
+
+    def _orelse(self, orelse) -> list:
+        if orelse is None:
+            return []
+        if isinstance(orelse, cst.If):
+            return self._statement(orelse)
+        return self._suite(orelse.body)
+
+    def _match(self, node: cst.Match, cases: list) -> list:
+        if not cases:
+            return []
+        case = cases[0]
+        # Cases are told apart by their own atoms: no two are ever correlated.
+        atom = Atom(f"<case {self.ctx.order(case)}>", 0, frozenset())
+        return [Branch(atom, self._suite(case.body), self._match(node, cases[1:]))]
+
+    def _with(self, node: cst.With) -> list:
+        out: list = []
+        regions = []
+        for item in node.items:
+            out.extend(self._events_in(item.item))
+            if autocast_of_with_item(self.ctx, item) is not None:
+                regions.append(self._event(Event(AUTOCAST_ENTER, item)))
+            if item.asname is not None:
+                self._assign(item.asname.name)
+        out.extend(regions)
+        out.extend(self._suite(node.body))
+        # Only the normal way out is modelled; a return inside the region skips the exit event.
+        out.extend(self._event(Event(AUTOCAST_EXIT, r.node)) for r in reversed(regions))
+        return out
+
+    def _small(self, node: cst.CSTNode) -> list:
+        if isinstance(node, cst.Break):
+            return [Exit("break", node)]
+        if isinstance(node, cst.Continue):
+            return [Exit("continue", node)]
+        out = self._events_in(node)
+        if isinstance(node, cst.Return):
+            out.append(Exit("return", node))
+        elif isinstance(node, cst.Raise):
+            out.append(Exit("raise", node))
+        elif isinstance(node, cst.Assign):
+            for target in node.targets:
+                self._assign(target.target, node.value)
+        elif isinstance(node, (cst.AnnAssign, cst.AugAssign)) and node.value is not None:
+            self._assign(node.target, node.value if isinstance(node, cst.AnnAssign) else None)
+        elif isinstance(node, (cst.Import, cst.ImportFrom)) and not isinstance(node.names, cst.ImportStar):
+            for alias in node.names:
+                target = alias.asname.name if alias.asname else alias.name
+                self._assign_text(self.ctx.code(target).split(".")[0])
+        return out
+
+    # -- assignments, aliases, versions
+
+    def _assign(self, target: cst.CSTNode, value: cst.BaseExpression | None = None) -> None:
+        if isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                self._assign(element.value)
+            return
+        if isinstance(target, cst.StarredElement):
+            self._assign(target.value)
+            return
+        text = self.ctx.code(target)
+        self._assign_text(text)
+        if isinstance(target, cst.Name) and (isinstance(value, cst.Attribute) or isinstance(value, cst.Name)
+                                             and value.value not in ("None", "True", "False")):
+            self.aliases[text] = self.canonical(value)
+
+    def _assign_text(self, text: str) -> None:
+        self.counter += 1
+        self.version[text] = self.counter
+        self.aliases.pop(text, None)
+        for stale in [a for a, target in self.aliases.items() if mentions(target, frozenset({text}))]:
+            del self.aliases[stale]
+        if self.assigned_stack:
+            self.assigned_stack[-1].add(text)
+
+    def _propagate_assigned(self, assigned: set[str]) -> None:
+        if self.assigned_stack:  # an inner loop's assignments are the outer loop's too
+            self.assigned_stack[-1].update(assigned)
+
+    def canonical(self, expr: cst.BaseExpression) -> str:
+        text = _text(self.ctx, expr)
+        return self.aliases.get(text, text)
+
+    # -- conditions
+
+    def _condition(self, test: cst.BaseExpression, then: list, orelse: list) -> list:
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            return self._condition(test.expression, orelse, then)
+        if isinstance(test, cst.BooleanOperation):
+            if isinstance(test.operator, cst.And):
+                return self._condition(test.left, self._condition(test.right, then, orelse), orelse)
+            return self._condition(test.left, then, self._condition(test.right, then, orelse))
+        gate = gate_value(self.ctx, test)  # a torch-version condition: one branch never runs
+        if gate is not None:
+            return then if gate else orelse
+        subject, positive = _truth_subject(test)
+        if not positive:
+            then, orelse = orelse, then
+        return [Branch(self._atom(subject), then, orelse)]
+
+    def _atom(self, expr: cst.BaseExpression) -> Atom:
+        text = _text(self.ctx, expr)
+        if text in self.aliases:  # `s` after `s = self.scaler` reads `self.scaler`
+            text = self.aliases[text]
+            parts = text.split(".")
+            reads = frozenset(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+        else:
+            reads = frozenset(_reads(self.ctx, expr))
+        return Atom(text, max((self.version.get(r, 0) for r in reads), default=0), reads)
+
+    # -- events
+
+    def _events_in(self, node: cst.CSTNode) -> list:
+        found = [c for c in _walk(node) if isinstance(c, cst.Call)]
+        found.sort(key=self.ctx.order)
+        return [e for call in found if (e := self._call_event(call)) is not None]
+
+    def _event(self, event: Event) -> Event:
+        self.events.append(event)
+        return event
+
+    def _call_event(self, call: cst.Call) -> Event | None:
+        ctx = self.ctx
+        scaled = scaled_backward_scaler(ctx, call)
+        if scaled is not None:
+            return self._event(Event(SCALED_BACKWARD, call, self.aliases.get(scaled, scaled)))
+        if is_backward(ctx, call):
+            return self._event(Event(BACKWARD, call))
+        mc = method_call(call)
+        if mc is not None:
+            receiver, method = mc
+            is_scaler = _text(ctx, receiver) in self.scalers or self.canonical(receiver) in self.scalers
+            if is_scaler and method in ("unscale_", "step", "update"):
+                kind = {"unscale_": UNSCALE, "step": SCALER_STEP, "update": UPDATE}[method]
+                first = call.args[0] if call.args and call.args[0].keyword is None and not call.args[0].star else None
+                optimizer = self.canonical(first.value) if first is not None and kind != UPDATE else None
+                return self._event(Event(kind, call, self.canonical(receiver), optimizer))
+            if method == "step" and not call.args and not is_scaler \
+                    and named_like_optimizer(_text(ctx, receiver)):
+                return self._event(Event(STEP, call, None, self.canonical(receiver)))
+        if ctx.resolves_to(call.func, CLIP_GRAD):
+            return self._event(Event(CLIP, call))
+        inner = _helper_clip(ctx, call)
+        if inner is not None:
+            return self._event(Event(CLIP, call, via=inner))
+        if ctx.resolves_to(call.func, GRAD_SCALER):
+            parent = ctx.parent(call)
+            if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+                return self._event(Event(SCALER_NEW, call, _text(ctx, parent.targets[0].target)))
+        return None
+
+
+def _items(block: list) -> Iterator:
+    for item in block:
+        yield item
+        if isinstance(item, Branch):
+            yield from _items(item.body)
+            yield from _items(item.orelse)
+        elif isinstance(item, Loop):
+            yield from _items(item.body)
+            yield from _items(item.orelse)
+        elif isinstance(item, Try):
+            for part in (item.body, *item.handlers, item.orelse, item.final):
+                yield from _items(part)
+
+
+def _params(params: cst.Parameters) -> Iterator[cst.Param]:
+    yield from params.posonly_params
+    yield from params.params
+    yield from params.kwonly_params
+    for star in (params.star_arg, params.star_kwarg):
+        if isinstance(star, cst.Param):
+            yield star
+
+
+def _walk(node: cst.CSTNode, into_suites: bool = False) -> Iterator[cst.CSTNode]:
+    """``node`` and what it holds, minus nested functions, classes and lambdas, and minus the
+    bodies of compound statements (which the lowering walks itself) unless ``into_suites``."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        for child in current.children:
+            if not isinstance(child, _NESTED) and (into_suites or not isinstance(child, cst.BaseSuite)):
+                stack.append(child)
+
+
+def _reads(ctx: FileContext, expr: cst.CSTNode) -> Iterator[str]:
+    """The names and attribute chains an expression reads (``self.amp`` and ``self``)."""
+    stack = [expr]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, (cst.Name, cst.Attribute)):
+            yield _text(ctx, current)
+        if isinstance(current, cst.Attribute):
+            stack.append(current.value)
+        else:
+            stack.extend(c for c in current.children if not isinstance(c, _NESTED))
+
+
+def _text(ctx: FileContext, expr: cst.BaseExpression) -> str:
+    if getattr(expr, "lpar", None):
+        expr = expr.with_changes(lpar=(), rpar=())
+        return ctx.module.code_for_node(expr)
+    return ctx.code(expr)
+
+
+def _truth_subject(test: cst.BaseExpression) -> tuple[cst.BaseExpression, bool]:
+    """``x is not None``, ``x != None``, ``bool(x)`` and ``x`` test one thing, ``x``; ``x is None``
+    its negation."""
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        target = test.comparisons[0]
+        if isinstance(target.comparator, cst.Name) and target.comparator.value == "None":
+            if isinstance(target.operator, (cst.IsNot, cst.NotEqual)):
+                return _truth_subject(test.left)
+            if isinstance(target.operator, (cst.Is, cst.Equal)):
+                subject, positive = _truth_subject(test.left)
+                return subject, not positive
+    if isinstance(test, cst.Call) and isinstance(test.func, cst.Name) and test.func.value == "bool" \
+            and len(test.args) == 1 and test.args[0].keyword is None and not test.args[0].star:
+        return _truth_subject(test.args[0].value)
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        subject, positive = _truth_subject(test.expression)
+        return subject, not positive
+    return test, True
+
+
+def _helper_clip(ctx: FileContext, call: cst.Call) -> cst.Call | None:
+    """The clip inside a helper of this file that ``call`` runs: ``self.m(...)`` for a method
+    of the enclosing class, or ``f(...)`` for a module-level function, whose own body clips
+    gradients and never unscales them."""
+    func = call.func
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
+        cls = next((a for a in ctx.ancestors(call) if isinstance(a, cst.ClassDef)), None)
+        body = cls.body.body if cls is not None else ()
+        name = func.attr.value
+    elif isinstance(func, cst.Name):
+        body, name = ctx.module.body, func.value
+    else:
+        return None
+    helper = next((s for s in body if isinstance(s, cst.FunctionDef) and s.name.value == name), None)
+    if helper is None:
+        return None
+    clips = []
+    for node in _walk(helper.body, into_suites=True):
+        if isinstance(node, cst.Call):
+            mc = method_call(node)
+            if mc is not None and mc[1] == "unscale_":
+                return None
+            if ctx.resolves_to(node.func, CLIP_GRAD):
+                clips.append(node)
+    return min(clips, key=ctx.order) if clips else None
+
+
+# -- analysis ---------------------------------------------------------------------------------
+
+Fact = Hashable
+State = tuple  # (fact, frozenset[tuple[Atom, bool]])
+
+
+class Analysis:
+    """A rule's forward analysis: its facts are hashable values; ``event`` moves one over an
+    event (and may record what the rule finds there)."""
+
+    # Whether a loop's end flows back to its start (questions about the next iteration).
+    back_edges = False
+
+    def start(self) -> Fact:
+        raise NotImplementedError
+
+    def event(self, fact: Fact, event: Event) -> Fact:
+        raise NotImplementedError
+
+    def loop_entry(self, fact: Fact) -> Fact:
+        """The fact at the start of each iteration of a loop."""
+        return fact
+
+    def forget(self, fact: Fact, names: frozenset[str]) -> Fact:
+        """The fact carried over a back edge, minus what the loop's assignments made stale."""
+        return fact
+
+
+@dataclass
+class Outcome:
+    fall: set = field(default_factory=set)
+    exits: dict[str, set] = field(default_factory=lambda: {k: set() for k in ("return", "raise", "break", "continue")})
+
+    def absorb(self, other: "Outcome", *, fall: bool = True) -> None:
+        if fall:
+            self.fall |= other.fall
+        for kind, states in other.exits.items():
+            self.exits[kind] |= states
+
+
+def propagate(flow: Flow, analysis: Analysis) -> set:
+    """Run ``analysis`` over ``flow`` from its start; the facts at the function's normal ends
+    (falling off its end or returning)."""
+    out = _run(flow.block, {(analysis.start(), frozenset())}, analysis, None)
+    return {fact for fact, _ in out.fall | out.exits["return"]}
+
+
+def _cap(states: set) -> set:
+    """Over the cap, states that differ only in the atoms on their paths merge (the facts'
+    own domain is small: sets of scalers, optimizers and calls of one function)."""
+    if len(states) <= MAX_STATES:
+        return states
+    return {(fact, frozenset()) for fact, _ in states}
+
+
+def _run(block: list, states: set, analysis: Analysis, trace: list | None) -> Outcome:
+    out = Outcome()
+    for item in block:
+        if not states:
+            break
+        if trace is not None:
+            trace.append(states)
+        if isinstance(item, Event):
+            states = {(analysis.event(fact, item), atoms) for fact, atoms in states}
+        elif isinstance(item, Exit):
+            out.exits[item.kind] |= states
+            states = set()
+        elif isinstance(item, Branch):
+            states = _branch(item, states, analysis, trace, out)
+        elif isinstance(item, Loop):
+            states = _loop(item, states, analysis, trace, out)
+        elif isinstance(item, Try):
+            states = _try(item, states, analysis, trace, out)
+        states = _cap(states)
+    out.fall |= states
+    return out
+
+
+def _branch(item: Branch, states: set, analysis: Analysis, trace, out: Outcome) -> set:
+    if not item.shared:
+        then = orelse = states
+    else:
+        then, orelse = set(), set()
+        for fact, atoms in states:
+            if (item.atom, False) not in atoms:
+                then.add((fact, atoms | {(item.atom, True)}))
+            if (item.atom, True) not in atoms:
+                orelse.add((fact, atoms | {(item.atom, False)}))
+    first = _run(item.body, then, analysis, trace)
+    second = _run(item.orelse, orelse, analysis, trace)
+    out.absorb(first, fall=False)
+    out.absorb(second, fall=False)
+    return first.fall | second.fall
+
+
+def _loop(item: Loop, states: set, analysis: Analysis, trace, out: Outcome) -> set:
+    head = {(analysis.loop_entry(fact), atoms) for fact, atoms in states}
+    body = _run(item.body, head, analysis, trace)
+    rounds = 1
+    while analysis.back_edges and rounds < MAX_LOOP_ROUNDS:
+        back = {(analysis.loop_entry(analysis.forget(fact, item.assigned)),
+                 frozenset(a for a in atoms if not (a[0].reads & item.assigned)))
+                for fact, atoms in body.fall | body.exits["continue"]}
+        grown = _cap(head | back)
+        if grown == head:
+            break
+        head = grown
+        body = _run(item.body, head, analysis, trace)
+        rounds += 1
+    # How a loop ends: a `for` is taken to run at least once, and a `continue` that skips the
+    # rest of the body to filter items (`if i != k: continue`) to let some item through, so
+    # its states end the loop only where no path runs the whole body.
+    ended = body.fall or body.exits["continue"]
+    if isinstance(item.node, cst.While):
+        ended = ended | states
+    orelse = _run(item.orelse, ended, analysis, trace)
+    out.exits["return"] |= body.exits["return"] | orelse.exits["return"]
+    out.exits["raise"] |= body.exits["raise"] | orelse.exits["raise"]
+    out.exits["break"] |= orelse.exits["break"]
+    out.exits["continue"] |= orelse.exits["continue"]
+    return orelse.fall | body.exits["break"]
+
+
+def _try(item: Try, states: set, analysis: Analysis, trace, out: Outcome) -> set:
+    seen: list = []
+    body = _run(item.body, states, analysis, seen)
+    if trace is not None:
+        trace.extend(seen)
+    outcome = Outcome()
+    outcome.absorb(_run(item.orelse, body.fall, analysis, trace))
+    outcome.exits["return"] |= body.exits["return"]
+    outcome.exits["break"] |= body.exits["break"]
+    outcome.exits["continue"] |= body.exits["continue"]
+    if item.handlers:
+        # Any point of the body may raise into a handler.
+        raised = _cap(set().union(*seen, body.fall, body.exits["raise"]) if seen else set(states))
+        for handler in item.handlers:
+            outcome.absorb(_run(handler, raised, analysis, trace))
+    else:
+        outcome.exits["raise"] |= body.exits["raise"]
+    if not item.final:
+        out.absorb(outcome, fall=False)
+        return outcome.fall
+    # The finally block runs on every way out, which it then continues.
+    final = _run(item.final, outcome.fall, analysis, trace)
+    out.absorb(final, fall=False)
+    for kind, pending in outcome.exits.items():
+        if pending:
+            through = _run(item.final, pending, analysis, trace)
+            out.absorb(through, fall=False)
+            out.exits[kind] |= through.fall
+    return final.fall
+
+
+def line_of(ctx: FileContext, node: cst.CSTNode) -> int:
+    """The 1-based line where ``node`` starts (for messages that name another place)."""
+    return ctx.location(ctx.offsets(node)[0]).row

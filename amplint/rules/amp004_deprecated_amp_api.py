@@ -1,12 +1,9 @@
 from __future__ import annotations
 
-import ast
-
 import libcst as cst
 
 from ..engine.context import FileContext
 from ..engine.diagnostics import Edit, Fix
-from ..engine.outline import Outline
 from ..engine.rule import Invalid, Rule, Valid
 from ..engine.semantics import bind, has_star_args
 from ..engine.version_gates import is_successor, version_fallback
@@ -56,13 +53,6 @@ def _is_attr_name(ctx: FileContext, node: cst.CSTNode) -> bool:
     """`autocast` in `x.autocast` does not refer to a name `autocast`."""
     parent = ctx.parent(node)
     return isinstance(parent, cst.Attribute) and parent.attr is node
-
-
-def _imports_or_uses_deprecated(outline: Outline) -> bool:
-    """A use or an import of a deprecated name, not a mention in a comment or a docstring."""
-    return outline.refers_to(_DEPRECATED.keys()) or any(
-        f"{node.module}.{alias.name}" in _DEPRECATED
-        for node in outline.nodes(ast.ImportFrom) if node.module and not node.level for alias in node.names)
 
 
 def _shown(target: str) -> str:
@@ -190,7 +180,8 @@ class DeprecatedAmpApi(Rule):
     names it binds, or not at all. No fix for a call with `*args`/`**kwargs`, for a reference
     that is not called (`ctx = autocast`, a type check on the old class alone), when a name
     from the deprecated import is used in any other way, or when one of its uses is a
-    version-gated fallback (the fix never rewrites one).
+    version-gated fallback (the fix never rewrites one). The fixed code needs a torch that
+    has the torch.amp API (`autocast` 1.10, `GradScaler` 2.3, `custom_fwd` 2.4).
 
     ## False positives
     A fallback whose condition cannot be evaluated in the file — a flag or helper imported from
@@ -202,7 +193,8 @@ class DeprecatedAmpApi(Rule):
     summary = "Deprecated torch.cuda.amp / torch.cpu.amp API"
     fixable = True
     fragments = (r"(?:cuda|cpu)\.amp\b", r"from\s+torch\.(?:cuda|cpu)\s+import[^\n]*\bamp\b")
-    may_fire = staticmethod(lambda outline: _imports_or_uses_deprecated(outline))
+    # A use, not a mention in a comment or a docstring (nor an unused import).
+    may_fire = staticmethod(lambda outline: outline.refers_to(_DEPRECATED.keys()))
 
     valid = (
         Valid("""
@@ -345,12 +337,6 @@ class Fn(torch.autograd.Function):
     def backward(ctx, g):
         return g
 """, at=((3, 1, '(used at lines 6, 11): import from `torch.amp`'),)),
-        # Re-exported for others to call.
-        Invalid("""
-from torch.cuda.amp import autocast
-""", fixed="""
-from torch.amp import autocast
-""", at=((2, 1, 'torch.cuda.amp.autocast (not used in this file)'),)),
         Invalid("""
 import torch
 from torch.cuda import amp
@@ -428,6 +414,8 @@ else:
     @contextmanager
     def autocast(enabled=True):
         yield
+with autocast():
+    out = model(x)
 """, fixed="""
 import torch
 from packaging.version import parse as V
@@ -438,7 +426,9 @@ else:
     @contextmanager
     def autocast(enabled=True):
         yield
-""", at=((5, 5, 'torch.cuda.amp.autocast (not used in this file)'),)),
+with autocast("cuda"):
+    out = model(x)
+""", at=((5, 5, 'torch.cuda.amp.autocast (used at line 11)'),)),
         # One use is a fallback for older torch, which the fix would rewrite too: no fix.
         Invalid("""
 import torch
@@ -526,16 +516,16 @@ def make(args, kwargs):
     def _check_import(self, ctx: FileContext, stmt: cst.ImportFrom, targets: dict[str, str],
                       refs: list[cst.Name], bindings) -> None:
         """One finding for `from torch.cuda.amp import ...`, naming its uses' lines; its fix
-        rewrites the import and every use together. Not reported when all its uses are
-        version-gated fallbacks or type checks that also accept the torch.amp class."""
+        rewrites the import and every use together. Importing calls nothing: not reported when
+        its names are unused, or used only in version-gated fallbacks or in type checks that
+        also accept the torch.amp class."""
         live = [r for r in refs if version_fallback(ctx, r) is None]
         findings = [r for r in live if not _compat_reference(ctx, r)]
-        if refs and not findings:
+        if not findings:
             return
         names = ", ".join(dict.fromkeys(targets.values()))
         lines = sorted({ctx.location(ctx.offsets(r)[0]).row for r in findings})
-        used = f"used at line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))}" if lines \
-            else "not used in this file"
+        used = f"used at line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))}"
         shown = ", ".join(f"`{_shown(t)}`" for t in dict.fromkeys(targets.values()))
         message = (f"`{ctx.code(stmt)}` imports the deprecated {names} ({used}): "
                    f"import from `torch.amp` and pass the device: {shown}")

@@ -1,34 +1,62 @@
 from __future__ import annotations
 
-import re
+import ast
 
 import libcst as cst
 
+from ..engine.checkpoints import (Scaler, checkpoints, holds, key_text, last_name, name_words, named_like_scaler,
+                                  optimizer_restores, restores_from_checkpoint, scaler_creations, scalers,
+                                  subexpressions)
 from ..engine.context import FileContext
+from ..engine.outline import Outline
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
-from ..engine.semantics import calls, enclosing_function, known_scalers, named_like_optimizer
+from ..engine.semantics import enclosing_function, named_like_optimizer, statement_of
 
-_SAVE = frozenset({"torch.save"})
-
-
-def _state_dict_calls(ctx: FileContext, node: cst.CSTNode) -> list[cst.Call]:
-    """``x.state_dict()`` / ``x.load_state_dict(...)`` calls inside ``node`` (by walk order:
-    walking each function's subtree again is slow on large trainers)."""
-    return [c for c in calls(ctx) if isinstance(c.func, cst.Attribute)
-            and c.func.attr.value in ("state_dict", "load_state_dict") and ctx.contains(node, c)]
+_CHECKPOINT_WORDS = frozenset({"save", "checkpoint", "ckpt"})
 
 
-def _is_scaler(code: str, in_scope: set[str]) -> bool:
-    return code in in_scope or "scaler" in code.split(".")[-1].lower()
+def _unit(ctx: FileContext, node: cst.CSTNode) -> cst.CSTNode:
+    """The class a node is in (its methods share their scalers and checkpoints), else the module."""
+    return next((a for a in ctx.ancestors(node) if isinstance(a, cst.ClassDef)), ctx.module)
+
+
+def self_call(call: cst.Call) -> bool:
+    """``self.method(...)``."""
+    return isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name) \
+        and call.func.value.value == "self"
+
+
+def _line(ctx: FileContext, node: cst.CSTNode) -> int:
+    return ctx.location(ctx.offsets(node)[0]).row
+
+
+def _may_fire(outline: Outline) -> bool:
+    """A save, load, restore or resume call, an optimizer's state, or a key naming an optimizer:
+    what every finding needs."""
+    for call in outline.nodes(ast.Call):
+        func = call.func
+        name = (func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else "").lower()
+        if any(word in name for word in ("save", "load", "restore", "resume")) or ("state_dict" in name and (
+                "optim" in name or isinstance(func, ast.Attribute) and named_like_optimizer(ast.unparse(func.value)))):
+            return True
+        if any(k.arg and "optim" in k.arg.lower() for k in call.keywords):
+            return True
+    keys = [*(k for d in outline.nodes(ast.Dict) for k in d.keys), *(s.slice for s in outline.nodes(ast.Subscript))]
+    return any(isinstance(k, ast.Constant) and isinstance(k.value, str) and "optim" in k.value.lower() for k in keys)
 
 
 class ScalerStateNotCheckpointed(Rule):
     """
     ## What it does
-    Where a GradScaler is in scope (used in the same function, or bound to `self.` in the same
-    class), finds a checkpoint — `torch.save` of a payload with `.state_dict()` calls — that
-    saves no `scaler.state_dict()`, and a resume that loads state dicts
-    (`optimizer.load_state_dict(...)`) but never `scaler.load_state_dict(...)`.
+    Where a file uses a GradScaler, finds training checkpoints (state that holds an
+    optimizer's state) that do not save the scaler's state, resumes that restore an optimizer
+    but not the scaler, and a new GradScaler created after a checkpoint restored the old one.
+
+    A checkpoint is a dict (a literal, `dict(...)`, a constructor's keyword arguments such as
+    `Snapshot(optimizer_state=...)`, or `ckpt["optimizer"] = ...`) with an optimizer's state
+    in it, or an optimizer's state saved as a file of its own (`torch.save(optimizer.state_dict(),
+    "optimizer.pt")`). It is reported once, where it is built, naming the scaler and, when the
+    resume forgets the scaler too, the line of that resume.
 
     ## Why is this bad?
     The scaler's state (the current loss scale and its growth tracker) is part of the
@@ -46,29 +74,37 @@ class ScalerStateNotCheckpointed(Rule):
     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                 "scaler": scaler.state_dict()}, path)
     ```
+    and `scaler.load_state_dict(checkpoint["scaler"])` where the optimizer is restored. Create
+    the scaler before the checkpoint is restored, and do not replace it afterwards.
 
     ## Fix safety
     No automatic fix: the key name and the loading side are the author's.
 
     ## False positives
-    A GradScaler is recognised as: a name or attribute assigned `torch.amp.GradScaler(...)` /
-    `torch.cuda.amp.GradScaler(...)` anywhere in the file, the receiver `S` of
-    `S.scale(loss).backward()`, or a parameter named `scaler`, `grad_scaler` or `amp_scaler`.
-    A scaler state saved or restored anywhere in the same class (a separate resume helper), or
-    through any attribute named like a scaler, counts. The resume side is only checked where an optimizer (named like one: `optimizer`, `opt`,
-    `optim*`) is restored from a checkpoint; loading model or EMA weights alone is not a
-    resume. A scaler saved by another function (a separate `state_dict()` method of a trainer) is not
-    seen when `torch.save` is called elsewhere with `trainer.state_dict()`; that payload has
-    no scaler in scope, so it is not reported either.
+    A file uses a GradScaler where it assigns one (`torch.amp.GradScaler(...)`,
+    `torch.cuda.amp.GradScaler`, `ShardedGradScaler`, a module-level alias of one), receives one
+    (a parameter named `scaler`, `grad_scaler` or `amp_scaler`, or annotated with a GradScaler
+    class), or scales a loss with one (`S.scale(loss).backward()`). Scalers and checkpoints are
+    matched within a class (all its methods), or, outside classes, within the module: a scaler
+    in a class does not make a module-level function's checkpoint need it.
+    The scaler's state counts as saved anywhere in that class or module if some scaler's
+    `state_dict()` is taken (an attribute named like a scaler, or the object that holds it:
+    `self.state.state_dict()` for `self.state.scaler`), a dict key or subscript names a scaler
+    (`"grad_scaler_state"`), or the scaler (or its holder) is passed to a call named like a
+    save or a checkpoint. It counts as restored if some scaler's `load_state_dict` is called,
+    a checkpoint entry naming a scaler is read, or the scaler (or its holder) is passed to or
+    assigned from a call named like a load, a restore or a resume.
+    A replacement is reported when it follows a restore of the same scaler in the same block
+    (or one around it), or when a method other than `__init__` assigns a new scaler, outside
+    any condition, to what `__init__` restored from a checkpoint; one under a condition (a new
+    precision asked for) is taken as deliberate.
     """
 
     code = "AMP015"
     name = "scaler-state-not-checkpointed"
     summary = "Checkpoint saved or loaded without the GradScaler's state"
-    fragments = ((AnyOf("scaler", "Scaler", r"\.scale\("), AnyOf("save", "state_dict")),)  # a scaler, a checkpoint
-    # What it reports: a torch.save call, or a load_state_dict call.
-    may_fire = staticmethod(lambda outline: bool(outline.calls_to(_SAVE)
-                                                 or outline.method_calls("load_state_dict")))
+    fragments = ((AnyOf("scaler", "Scaler", r"\.scale\("), AnyOf("state_dict", "save", "load", "restore", "resume")),)
+    may_fire = staticmethod(_may_fire)
 
     valid = (
         Valid("""
@@ -83,13 +119,13 @@ def load(model, optimizer, scaler, path):
     optimizer.load_state_dict(ckpt["optimizer"])
     scaler.load_state_dict(ckpt["scaler"])
 """),
+        # No scaler in the file.
         Valid("""
 import torch
 def save(model, optimizer, path):
     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
 """),
-    )
-    valid = valid + (
+        # Restored in a helper method.
         Valid("""
 import torch
 class Trainer:
@@ -103,6 +139,60 @@ class Trainer:
     def _restore_amp(self, ckpt):
         self.scaler.load_state_dict(ckpt["scaler"])
 """),
+        # Model weights alone are not a training checkpoint; the scaler belongs to another class.
+        Valid("""
+import torch
+class Trainer:
+    def __init__(self):
+        self.scaler = torch.amp.GradScaler("cuda")
+
+    def export(self, path):
+        torch.save({"model": self.model.state_dict()}, path)
+
+def save(model, optimizer, path):
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
+"""),
+        # Saved under another key, built up entry by entry, in a conditional expression.
+        Valid("""
+import torch
+def save(model, optimizer, grad_scaler, path):
+    state = {"model": model.state_dict()}
+    state["optimizer"] = optimizer.state_dict()
+    state["grad_scaler_state"] = grad_scaler.state_dict() if grad_scaler is not None else None
+    torch.save(state, path)
+"""),
+        # The scaler lives in a state object that is saved and loaded whole.
+        Valid("""
+import torch
+class Trainer:
+    def __init__(self, path):
+        self.state.scaler = torch.amp.GradScaler("cuda")
+        load_checkpoint(state=self.state, path=path)
+
+    def save(self, path):
+        torch.save({"state": self.state.state_dict(), "optimizer": self.optimizer.state_dict()}, path)
+"""),
+        # Passed to the helper that saves the checkpoint.
+        Valid("""
+import torch
+def train(model, optimizer, loader):
+    scaler = torch.amp.GradScaler("cuda")
+    for x in loader:
+        scaler.scale(model(x).mean()).backward()
+    save_checkpoint({"optimizer": optimizer.state_dict()}, scaler=scaler)
+"""),
+        # A new scaler only when a new precision is asked for; the restore creates none.
+        Valid("""
+import torch
+class Trainer:
+    def __init__(self, path):
+        self.scaler = torch.amp.GradScaler("cuda")
+        self.restore(path, self.scaler)
+
+    def fit(self, precision=None):
+        if precision is not None:
+            self.scaler = torch.amp.GradScaler("cuda")
+"""),
     )
     invalid = (
         Invalid("""
@@ -115,7 +205,7 @@ def train(model, optimizer, loader, path):
         scaler.update()
     state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
     torch.save(state, path)
-""", at=((10, 5, 'checkpoint without `scaler.state_dict()`'),)),
+""", at=((9, 13, "`scaler` (line 4) is not saved"),)),
         Invalid("""
 import torch
 class Trainer:
@@ -126,75 +216,261 @@ class Trainer:
         ckpt = torch.load(path)
         self.model.load_state_dict(ckpt["model"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
-""", at=((10, 9, 'state restored without `self.scaler.load_state_dict(...)`'),)),
+""", at=((10, 9, "`self.scaler` (line 5) is not restored"),)),
+        # Checkpoint and resume both forget it: one finding, at the checkpoint, naming the resume.
+        Invalid("""
+import torch
+def train(model, optimizer, loader, resume_from=None):
+    if resume_from:
+        optimizer.load_state_dict(torch.load(resume_from)["optimizer"])
+    scaler = torch.amp.GradScaler("cuda")
+    for x in loader:
+        scaler.scale(model(x).mean()).backward()
+
+    def save_state(step):
+        checkpoint = {
+            "optimizer": optimizer.state_dict(),
+            "step": step,
+        }
+        torch.save(checkpoint, f"state_{step}.pt")
+    save_state(0)
+""", at=((11, 22, "the resume at line 5 does not restore it either"),)),
+        # Separate files, in a method of the class whose other method uses the scaler.
+        Invalid("""
+import torch
+class Model:
+    def train(self, optimizer, scheduler):
+        scaler = torch.amp.GradScaler("cuda")
+        scaler.scale(self.loss()).backward()
+        self.save_model("out", optimizer, scheduler)
+
+    def save_model(self, output_dir, optimizer, scheduler):
+        torch.save(optimizer.state_dict(), output_dir + "/optimizer.pt")
+        torch.save(scheduler.state_dict(), output_dir + "/scheduler.pt")
+""", at=((10, 9, "`scaler` (line 5) is not saved"),)),
+        # Module-level code, a helper constructor, a dict() call, a dict filled entry by entry.
+        Invalid("""
+import torch
+scaler = torch.amp.GradScaler("cuda")
+torch.save(dict(model=model.state_dict(), optimizer=optimizer.state_dict()), "last.pt")
+snapshot = Snapshot(model_state=model.state_dict(), optimizer_state=optimizer.state_dict())
+
+def checkpoint(model, opt_g, opt_d):
+    ckpt = {}
+    ckpt["generator_optimizer"] = opt_g.state_dict()
+    ckpt["discriminator_optimizer"] = opt_d.state_dict()
+    return ckpt
+""", at=((4, 12, "`scaler` (line 3) is not saved"), (5, 12, "checkpoint without the GradScaler's state"),
+         (9, 5, "checkpoint without the GradScaler's state"))),
+        # The optimizer restored through a wrapper's method, the scaler never.
+        Invalid("""
+import torch
+def resume(model, optimizer, path, grad_scaler):
+    state = torch.load(path)
+    model.load_optim_state_dict(optimizer, state["optimizer"])
+""", at=((5, 5, "`grad_scaler` (line 3) is not restored"),)),
+        # The restored scaler is replaced by a new one.
+        Invalid("""
+import torch
+class Trainer:
+    def __init__(self, args):
+        self.scaler = torch.amp.GradScaler("cuda")
+        if args.restore_path:
+            self.model, self.optimizer, self.scaler = self.restore_model(args.restore_path, self.scaler)
+            self.scaler = torch.amp.GradScaler("cuda")
+""", at=((8, 13, "replaces the scaler restored at line 7"),)),
+        # A scaler (re)created after `__init__` restored the state that holds it.
+        Invalid("""
+import torch
+class Trainer:
+    def __init__(self, path):
+        self.state = State()
+        load_checkpoint(state=self.state, path=path)
+
+    def _train_loop(self):
+        self.state.scaler = torch.amp.GradScaler("cuda")
+        for batch in self.loader:
+            self.state.scaler.scale(self.loss(batch)).backward()
+""", at=((9, 9, "restored by `__init__` at line 6"),)),
     )
 
     def check(self, ctx: FileContext) -> None:
-        scalers = known_scalers(ctx)
-        if not scalers:
+        by_unit: dict[int, list[Scaler]] = {}
+        for scaler in scalers(ctx):
+            by_unit.setdefault(id(_unit(ctx, scaler.node)), []).append(scaler)
+        if not by_unit:
             return
-        by_function: dict[int, list[cst.Call]] = {}
-        functions: dict[int, cst.FunctionDef] = {}
-        for call in calls(ctx):
-            func = enclosing_function(ctx, call)
-            if func is not None:
-                by_function.setdefault(id(func), []).append(call)
-                functions[id(func)] = func
-        for key, func_calls in by_function.items():
-            func = functions[key]
-            in_scope = self._scalers_in_scope(ctx, func, scalers)
-            if not in_scope:
+        self._replaced_after_restore(ctx)
+        restores: dict[int, list[cst.Call]] = {}
+        for call in optimizer_restores(ctx):
+            restores.setdefault(id(_unit(ctx, call)), []).append(call)
+        reported_units: set[int] = set()
+        for node in checkpoints(ctx):
+            unit = _unit(ctx, node)
+            visible = self._visible(ctx, node, unit, by_unit.get(id(unit), []))
+            if not visible or self._saved(ctx, unit, by_unit[id(unit)]):
                 continue
-            state_calls = _state_dict_calls(ctx, func)
-            # The scaler's state may be handled elsewhere in the class (a resume helper).
-            cls = next((a for a in ctx.ancestors(func) if isinstance(a, cst.ClassDef)), None)
-            handled = _state_dict_calls(ctx, cls) if cls is not None else state_calls
-            if any(_is_scaler(ctx.code(c.func.value), in_scope) for c in handled):
+            reported_units.add(id(unit))
+            message = (f"checkpoint without the GradScaler's state: `{visible[0].code}` (line "
+                       f"{_line(ctx, visible[0].node)}) is not saved, so a resumed run restarts its loss scale")
+            unrestored = next((c for c in restores.get(id(unit), ()) if self._visible(ctx, c, unit, visible)), None)
+            if unrestored is not None and not self._restored(ctx, unit, by_unit[id(unit)]):
+                message += f"; the resume at line {_line(ctx, unrestored)} does not restore it either"
+            ctx.report(node, message)
+        for key, calls in restores.items():
+            unit = _unit(ctx, calls[0])
+            if key in reported_units or key not in by_unit or self._restored(ctx, unit, by_unit[key]):
                 continue
-            assignments = None
-            # A resume restores an optimizer from a checkpoint (not `opt.load_state_dict(opt.state_dict())`).
-            loads = [c for c in state_calls if c.func.attr.value == "load_state_dict"
-                     and named_like_optimizer(ctx.code(c.func.value)) and c.args
-                     and not _state_dict_calls(ctx, c.args[0].value)]
-            for call in func_calls:
-                if ctx.resolves_to(call.func, _SAVE) and call.args:
-                    payload = call.args[0].value
-                    if isinstance(payload, cst.Name):
-                        if assignments is None:
-                            assignments = self._assignments(ctx, func)
-                        payload = assignments.get(payload.value, payload)
-                    if any(c.func.attr.value == "state_dict" for c in _state_dict_calls(ctx, payload)):
-                        ctx.report(call, f"checkpoint without `{sorted(in_scope)[0]}.state_dict()`: a "
-                                         "resumed run restarts the loss scale")
-            if loads:
-                ctx.report(loads[0], f"state restored without `{sorted(in_scope)[0]}.load_state_dict(...)`: "
-                                     "the loss scale restarts from its initial value")
+            seen_functions: set[int] = set()
+            for call in calls:
+                function = id(enclosing_function(ctx, call))
+                visible = self._visible(ctx, call, unit, by_unit[key])
+                if function in seen_functions or not visible:
+                    continue
+                seen_functions.add(function)
+                ctx.report(call, f"optimizer state restored without the GradScaler's: `{visible[0].code}` (line "
+                                 f"{_line(ctx, visible[0].node)}) is not restored, so its loss scale restarts; "
+                                 f"call `{visible[0].code}.load_state_dict(...)` here")
 
     @staticmethod
-    def _scalers_in_scope(ctx: FileContext, func, scalers: set[str]) -> set[str]:
-        if func is None:
-            return set()
-        def mentions(code: str, name: str) -> bool:
-            return re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", code) is not None
+    def _callees(ctx: FileContext, unit: cst.CSTNode) -> dict[int, list[cst.FunctionDef]]:
+        """For each function of a unit (a method, or a module-level function), those of the same
+        unit it calls (``self.save(...)``, ``save(...)``), itself and the functions it defines
+        included."""
+        cache = ctx.__dict__.setdefault("_amp015_callees", {})
+        if id(unit) not in cache:
+            body = unit.body.body if isinstance(unit, cst.ClassDef) else unit.body
+            by_name = {f.name.value: f for f in body if isinstance(f, cst.FunctionDef)}
+            calls = [c for c in ctx.nodes(cst.Call) if isinstance(c.func, cst.Name) or self_call(c)]
+            direct = {}
+            for function in by_name.values():
+                direct[id(function)] = [function] + [
+                    by_name[last_name(c.func)] for c in calls if ctx.contains(function, c)
+                    and last_name(c.func) in by_name and self_call(c) is isinstance(unit, cst.ClassDef)]
+            reach = {}
+            for key, first in direct.items():
+                seen, stack = {}, list(first)
+                while stack:
+                    function = stack.pop()
+                    if id(function) not in seen:
+                        seen[id(function)] = function
+                        stack.extend(direct.get(id(function), ()))
+                reach[key] = list(seen.values())
+            cache[id(unit)] = reach
+        return cache[id(unit)]
 
-        code = ctx.code(func)
-        found = {s for s in scalers if mentions(code, s)}
-        cls = next((a for a in ctx.ancestors(func) if isinstance(a, cst.ClassDef)), None)
-        if cls is not None:
-            cache = ctx.__dict__.setdefault("_class_code", {})
-            class_code = cache.setdefault(id(cls), ctx.code(cls))
-            found |= {s for s in scalers if s.startswith("self.") and mentions(class_code, s)}
-        return found
+    def _visible(self, ctx: FileContext, node: cst.CSTNode, unit: cst.CSTNode,
+                 unit_scalers: list[Scaler]) -> list[Scaler]:
+        """The scalers that the code at ``node`` runs with, nearest first: those of its function
+        or one around it, then the class's (``self.scaler``) and the module's, then the locals of
+        functions that call it."""
+        functions = [a for a in ctx.ancestors(node) if isinstance(a, cst.FunctionDef)]
+        around = {id(f) for f in functions}
+        callees = self._callees(ctx, unit)
+        near, shared, callers = [], [], []
+        for scaler in unit_scalers:
+            if scaler.function is not None and id(scaler.function) in around:
+                near.append(scaler)
+            elif scaler.function is None or scaler.code.startswith("self."):
+                shared.append(scaler)
+            else:
+                top = next((a for a in [scaler.function, *ctx.ancestors(scaler.function)]
+                            if id(a) in callees), None)
+                if top is not None and any(ctx.contains(f, node) for f in callees[id(top)]):
+                    callers.append(scaler)
+        return near + shared + callers
 
     @staticmethod
-    def _assignments(ctx: FileContext, body) -> dict[str, cst.BaseExpression]:
-        found: dict[str, cst.BaseExpression] = {}
+    def _in_unit(ctx: FileContext, unit: cst.CSTNode, kind: type) -> list:
+        return [n for n in ctx.nodes(kind) if ctx.contains(unit, n) and _unit(ctx, n) is unit]
 
-        class Collect(cst.CSTVisitor):
-            def visit_Assign(self, node: cst.Assign) -> None:
-                for t in node.targets:
-                    if isinstance(t.target, cst.Name):
-                        found[t.target.value] = node.value
+    @staticmethod
+    def _is_scaler(ctx: FileContext, expr: cst.BaseExpression, unit_scalers: list[Scaler]) -> bool:
+        """A scaler of the unit, the object holding one, or something named like a scaler."""
+        code = ctx.code(expr)
+        return (isinstance(expr, (cst.Name, cst.Attribute)) and named_like_scaler(code)) \
+            or any(holds(code, s.code) for s in unit_scalers)
 
-        body.visit(Collect())
+    def _saved(self, ctx: FileContext, unit: cst.CSTNode, unit_scalers: list[Scaler]) -> bool:
+        for call in self._in_unit(ctx, unit, cst.Call):
+            if last_name(call.func) == "state_dict" and isinstance(call.func, cst.Attribute) \
+                    and self._is_scaler(ctx, call.func.value, unit_scalers):
+                return True
+            if not name_words(call.func).isdisjoint(_CHECKPOINT_WORDS) and not restores_from_checkpoint(call) \
+                    and any(self._is_scaler(ctx, a.value, unit_scalers) for a in call.args):
+                return True
+        for node in self._in_unit(ctx, unit, cst.DictElement):
+            if "scaler" in (key_text(node.key) or ""):
+                return True
+        for node in self._in_unit(ctx, unit, cst.Assign):
+            target = node.targets[0].target
+            if isinstance(target, cst.Subscript) and any(
+                    "scaler" in (key_text(e.slice.value) or "") for e in target.slice if isinstance(e.slice, cst.Index)):
+                return True
+        return False
+
+    def _restored(self, ctx: FileContext, unit: cst.CSTNode, unit_scalers: list[Scaler]) -> bool:
+        for call in self._in_unit(ctx, unit, cst.Call):
+            name = last_name(call.func).lower()
+            if name == "load_state_dict" and isinstance(call.func, cst.Attribute) \
+                    and self._is_scaler(ctx, call.func.value, unit_scalers):
+                return True
+            if name in ("get", "pop") and call.args and "scaler" in (key_text(call.args[0].value) or ""):
+                return True
+            if restores_from_checkpoint(call) and self._restores(
+                    ctx, call, lambda e: self._is_scaler(ctx, e, unit_scalers)):
+                return True
+        stores = {id(t.target) for node in self._in_unit(ctx, unit, cst.Assign) for t in node.targets}
+        for node in self._in_unit(ctx, unit, cst.Subscript):
+            if id(node) not in stores and any("scaler" in (key_text(e.slice.value) or "") for e in node.slice if isinstance(e.slice, cst.Index)):
+                return True
+        return False
+
+    @staticmethod
+    def _restores(ctx: FileContext, call: cst.Call, is_scaler) -> bool:
+        """A restore call given the scaler (or its holder), or whose result is assigned to it."""
+        if any(is_scaler(a.value) for a in call.args):
+            return True
+        statement = statement_of(ctx, call)
+        assign = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
+        return isinstance(assign, cst.Assign) and assign.value is call and any(
+            isinstance(n, (cst.Name, cst.Attribute)) and is_scaler(n)
+            for t in assign.targets for n in subexpressions(t.target))
+
+    def _replaced_after_restore(self, ctx: FileContext) -> None:
+        for creation, code in scaler_creations(ctx):
+            function = enclosing_function(ctx, creation)
+            if function is None:
+                continue
+            statement = statement_of(ctx, creation)
+            block = ctx.parent(statement)
+            earlier = [c for c in self._restores_in(ctx, function, code)
+                       if ctx.order(c) < ctx.order(creation) and ctx.contains(block, c)]
+            if earlier:
+                ctx.report(statement, f"a new GradScaler replaces the scaler restored at line {_line(ctx, earlier[0])}: "
+                                      "its loss scale restarts; keep the restored one")
+                continue
+            method_of = ctx.parent(ctx.parent(function))
+            if isinstance(method_of, cst.ClassDef) and function.name.value != "__init__" \
+                    and block is function.body:
+                init = next((m for m in method_of.body.body
+                             if isinstance(m, cst.FunctionDef) and m.name.value == "__init__"), None)
+                restored = self._restores_in(ctx, init, code) if init is not None else []
+                if restored:
+                    ctx.report(statement, f"a new GradScaler replaces `{code}`, restored by `__init__` at line "
+                                          f"{_line(ctx, restored[0])} from a checkpoint: its loss scale restarts; "
+                                          "create the scaler before the checkpoint is loaded")
+
+    def _restores_in(self, ctx: FileContext, function: cst.FunctionDef, code: str) -> list[cst.Call]:
+        """Calls directly in ``function`` that restore the scaler held by ``code``, or the object holding it."""
+        found = []
+        for call in ctx.nodes(cst.Call):
+            if not ctx.contains(function, call) or enclosing_function(ctx, call) is not function:
+                continue
+            if last_name(call.func) == "load_state_dict" and isinstance(call.func, cst.Attribute) \
+                    and holds(ctx.code(call.func.value), code):
+                found.append(call)
+            elif restores_from_checkpoint(call) and self._restores(ctx, call, lambda e: holds(ctx.code(e), code)):
+                found.append(call)
         return found
+

@@ -8,11 +8,14 @@ from ..engine.context import FileContext
 from ..engine.outline import Outline
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import (
+    DTYPES,
     FP32_FAMILY,
     autocast_region,
     call_spelling,
     calls_autocast,
+    enclosing_function,
     inferred_dtype,
+    method_call,
     policies_of,
     region_dtype,
     region_table,
@@ -21,13 +24,27 @@ from ..engine.semantics import (
 # float16's smallest subnormal is 2**-24; anything below half of it rounds to 0.
 FP16_SMALLEST = 2.0 ** -24
 _EPS_KEYWORDS = frozenset({"eps", "epsilon", "min"})
+_CLAMPS = frozenset({"clamp", "clamp_min", "clip", "clamp_", "clamp_min_"})
+# Ops that are inf or NaN at 0: what a tiny epsilon is there to guard.
+_SINGULAR = frozenset({"log", "log2", "log10", "sqrt", "rsqrt", "reciprocal"})
+_WIDE = frozenset({"float32", "float64"})
+_NORMS = frozenset({"norm", "vector_norm", "matrix_norm"})
+_PROBABILITIES = frozenset({"sigmoid", "softmax"})
+
+
+def _tiny_float(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, float) and 0 < node.value < FP16_SMALLEST
 
 
 def _may_fire(outline: Outline) -> bool:
-    """A region, and a float literal the rule would call tiny (libcst's ``Float`` nodes are
-    the ``float`` constants of Python's ast)."""
-    return any(isinstance(c.value, float) and 0 < c.value < FP16_SMALLEST for c in outline.nodes(ast.Constant)) \
-        and calls_autocast(outline)
+    """A float literal the rule would call tiny (libcst's ``Float`` nodes are the ``float``
+    constants of Python's ast), and either a region or an op such an epsilon guards (a
+    division, a log or a square root)."""
+    if not any(_tiny_float(c) for c in outline.nodes(ast.Constant)):
+        return False
+    return calls_autocast(outline) or any(isinstance(b.op, ast.Div) for b in outline.nodes(ast.BinOp)) or any(
+        isinstance(c.func, ast.Attribute) and c.func.attr in _SINGULAR or
+        isinstance(c.func, ast.Name) and c.func.id in _SINGULAR for c in outline.nodes(ast.Call))
 
 
 def _tiny(node: cst.BaseExpression) -> float | None:
@@ -40,15 +57,286 @@ def _tiny(node: cst.BaseExpression) -> float | None:
     return None
 
 
+def _single_binding(scope_body, name: str) -> cst.BaseExpression | None:
+    """The value of the one plain assignment to ``name`` directly in ``scope_body`` (a module
+    constant); None when it is assigned more than once or not at all."""
+    values = []
+    for statement in scope_body:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.Assign) and any(
+                        isinstance(t.target, cst.Name) and t.target.value == name for t in small.targets):
+                    values.append(small.value)
+                elif isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) \
+                        and small.target.value == name and small.value is not None:
+                    values.append(small.value)
+    return values[0] if len(values) == 1 else None
+
+
+def _rebound(ctx: FileContext, function: cst.FunctionDef, name: str) -> bool:
+    return any(isinstance(t.target, cst.Name) and t.target.value == name
+               for a in ctx.nodes(cst.Assign) if ctx.contains(function, a) for t in a.targets) or any(
+        isinstance(a.target, cst.Name) and a.target.value == name
+        for kind in (cst.AugAssign, cst.AnnAssign) for a in ctx.nodes(kind) if ctx.contains(function, a))
+
+
+def _epsilon(ctx: FileContext, node: cst.BaseExpression) -> tuple[float, cst.CSTNode] | None:
+    """The value of a tiny epsilon and where it is written: a literal, a module constant
+    (``EPS = 1e-15``), or a parameter's default (``eps: float = 1e-8``) the function does not
+    reassign."""
+    value = _tiny(node)
+    if value is not None:
+        return value, node
+    if not isinstance(node, cst.Name):
+        return None
+    function = enclosing_function(ctx, node)
+    if function is not None:
+        for param in (*function.params.params, *function.params.kwonly_params):
+            if param.name.value == node.value:
+                value = _tiny(param.default) if param.default is not None else None
+                return (value, param) if value is not None and not _rebound(ctx, function, node.value) else None
+    constant = _single_binding(ctx.module.body, node.value)
+    value = _tiny(constant) if constant is not None else None
+    return (value, constant) if value is not None else None
+
+
+def _walk(node: cst.CSTNode, skip: type | tuple = ()):
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(c for c in current.children if not isinstance(c, skip))
+
+
+def _guard(ctx: FileContext, eps: cst.BaseExpression) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
+    """(the guarded expression, the value it guards) for ``x + eps``, ``x.clamp(min=eps)``,
+    ``x.clamp_min(eps)``, ``torch.clamp(x, min=eps)``."""
+    parent = ctx.parent(eps)
+    if isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, cst.Add):
+        return parent, parent.left if parent.right is eps else parent.right
+    if not isinstance(parent, cst.Arg) or not isinstance(call := ctx.parent(parent), cst.Call):
+        return None
+    positional = [a for a in call.args if a.keyword is None]
+    is_min = parent.keyword is not None and parent.keyword.value == "min"
+    if any(n.startswith("torch.") and n.rsplit(".", 1)[-1] in _CLAMPS for n in ctx.qualified_names(call.func)):
+        if positional and (is_min or len(positional) > 1 and positional[1] is parent):
+            return call, positional[0].value
+        return None
+    mc = method_call(call)
+    if mc is not None and mc[1] in _CLAMPS and not ctx.qualified_names(call.func) and \
+            (is_min or positional and positional[0] is parent):
+        return call, mc[0]
+    return None
+
+
+def _singular_use(ctx: FileContext, expr: cst.BaseExpression) -> str | None:
+    """The op at 0 that ``expr`` feeds directly: a division by it, ``log(expr)``,
+    ``expr.sqrt()``."""
+    parent = ctx.parent(expr)
+    if isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, cst.Divide) and parent.right is expr:
+        return "division"
+    if isinstance(parent, cst.Arg) and isinstance(call := ctx.parent(parent), cst.Call) and call.args[0] is parent:
+        name = ctx.code(call.func).rsplit(".", 1)[-1]
+        return name if name in _SINGULAR else None
+    if isinstance(parent, cst.Attribute) and parent.value is expr and parent.attr.value in _SINGULAR \
+            and isinstance(ctx.parent(parent), cst.Call):
+        return parent.attr.value
+    return None
+
+
+def _guarded_op(ctx: FileContext, guard: cst.BaseExpression, function: cst.FunctionDef) -> str | None:
+    """What the guard protects: its direct use, or that of the name it is assigned to
+    (``norm = x.norm().clamp(min=eps)``; ``v / norm``)."""
+    direct = _singular_use(ctx, guard)
+    if direct is not None:
+        return direct
+    parent = ctx.parent(guard)
+    targets = [t.target for t in parent.targets] if isinstance(parent, cst.Assign) else \
+        [parent.target] if isinstance(parent, cst.AnnAssign) else []
+    names = {t.value for t in targets if isinstance(t, cst.Name)}
+    for name in ctx.nodes(cst.Name):
+        if name.value in names and ctx.contains(function, name) and ctx.order(name) > ctx.order(guard):
+            use = _singular_use(ctx, name)
+            if use is not None:
+                return use
+    return None
+
+
+def _bound_values(ctx: FileContext, function: cst.FunctionDef) -> dict[str, list[cst.BaseExpression]]:
+    cache = ctx.__dict__.setdefault("_amp018_bound", {})
+    if id(function) not in cache:
+        found: dict[str, list[cst.BaseExpression]] = {}
+        for kind in (cst.Assign, cst.AnnAssign):
+            for node in ctx.nodes(kind):
+                if node.value is None or not ctx.contains(function, node):
+                    continue
+                targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+                for target in targets:
+                    for name in _walk(target):
+                        if isinstance(name, cst.Name):
+                            found.setdefault(name.value, []).append(node.value)
+        cache[id(function)] = found
+    return cache[id(function)]
+
+
+def _names_wide_dtype(ctx: FileContext, expr: cst.BaseExpression, bound: dict) -> bool:
+    """``torch.float32``, or a name bound to an expression that names float32/float64
+    (``work_dtype = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype``)."""
+    values = bound.get(expr.value, []) if isinstance(expr, cst.Name) else []
+    return any(DTYPES.get(n) in _WIDE for node in (expr, *values) for part in _walk(node)
+               if isinstance(part, (cst.Name, cst.Attribute)) for n in ctx.qualified_names(part))
+
+
+def _widens(ctx: FileContext, call: cst.Call, bound: dict) -> bool:
+    """``x.float()``, ``x.double()``, ``x.to(torch.float32)``, ``x.to(work_dtype)`` or a
+    ``dtype=torch.float32`` argument: the value is computed in a dtype the epsilon survives."""
+    mc = method_call(call)
+    if mc is not None and mc[1] in ("float", "double") and not call.args:
+        return True
+    if mc is not None and mc[1] in ("to", "type") and any(
+            (a.keyword is None or a.keyword.value == "dtype") and _names_wide_dtype(ctx, a.value, bound)
+            for a in call.args):
+        return True
+    return any(a.keyword is not None and a.keyword.value == "dtype" and _names_wide_dtype(ctx, a.value, bound)
+               for a in call.args)
+
+
+def _caller_tensor(ctx: FileContext, value: cst.BaseExpression,
+                   function: cst.FunctionDef) -> tuple[str, str] | None:
+    """The ``Tensor``-annotated parameter whose dtype ``value`` keeps and the op on the way
+    that makes it exactly 0 in float16 (followed through the function's assignments and one
+    level into this file's submodules), or None when either is missing or the computation is
+    widened to float32 on the way."""
+    tensors = [p.name.value for p in (*function.params.params, *function.params.kwonly_params)
+               if p.annotation is not None and "Tensor" in ctx.code(p.annotation.annotation)]
+    bound = _bound_values(ctx, function)
+    pending, seen, zero = [value], set(), None
+    while pending:
+        expr = pending.pop()
+        for node in _walk(expr, skip=cst.SubscriptElement):  # an index is no data: `logits[task_ids]`
+            if isinstance(node, cst.Call):
+                if _widens(ctx, node, bound):
+                    return None
+                made = _zero_producer(ctx, node)
+                if made == "norm" and _model_output(ctx, node, function, bound):
+                    made = None  # a model's dense output or features: its norm is not 0 in practice
+                zero = zero or made or next(
+                    (z for out in _module_outputs(ctx, node, function) for c in _walk(out)
+                     if isinstance(c, cst.Call) and (z := _zero_producer(ctx, c))), None)
+            if isinstance(node, cst.Name) and node.value not in seen:
+                seen.add(node.value)
+                pending.extend(bound.get(node.value, []))
+    tensor = next((t for t in tensors if t in seen), None)  # the first in the signature: the data, not an index
+    return (tensor, zero) if tensor is not None and zero is not None else None
+
+
+def _zero_producer(ctx: FileContext, call: cst.Call) -> str | None:
+    """'norm' or 'probability' for an op whose float16 result is exactly 0 on ordinary input:
+    the norm of a zero (or tiny) vector, a sigmoid or softmax that saturates."""
+    names = {n.rsplit(".", 1)[-1] for n in ctx.qualified_names(call.func) if n.startswith("torch.")}
+    mc = method_call(call)
+    if not names and mc is not None and not ctx.qualified_names(call.func):
+        names = {mc[1]}
+    if names & _NORMS:
+        return "norm"
+    if names & _PROBABILITIES:
+        return "probability"
+    return None
+
+
+def _module_outputs(ctx: FileContext, call: cst.Call, function: cst.FunctionDef) -> list[cst.BaseExpression]:
+    """For ``self.m(...)`` in a method, where ``__init__`` stores an instance of a class of this
+    file on ``self.m``: what that class's ``forward`` returns."""
+    func = call.func
+    if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and function.params.params
+            and func.value.value == function.params.params[0].name.value):
+        return []
+    owner = ctx.parent(ctx.parent(function))
+    if not isinstance(owner, cst.ClassDef):
+        return []
+    classes = {c.name.value: c for c in ctx.nodes(cst.ClassDef)}
+    found = []
+    for assign in ctx.nodes(cst.Assign):
+        if not ctx.contains(owner, assign) or not any(
+                isinstance(t.target, cst.Attribute) and t.target.attr.value == func.attr.value for t in assign.targets):
+            continue
+        for made in _walk(assign.value):
+            if isinstance(made, cst.Call) and isinstance(made.func, cst.Name) and made.func.value in classes:
+                forward = next((m for m in classes[made.func.value].body.body
+                                if isinstance(m, cst.FunctionDef) and m.name.value == "forward"), None)
+                if forward is not None:
+                    found.extend(r.value for r in ctx.nodes(cst.Return) if ctx.contains(forward, r) and r.value)
+    return found
+
+
+def _model_output(ctx: FileContext, call: cst.Call, function: cst.FunctionDef, bound: dict) -> bool:
+    """Whether ``call``'s arguments come from a submodule or method of ``self``
+    (``self.transformer(...)``), followed through the function's assignments."""
+    owner = function.params.params[0].name.value if function.params.params else None
+    pending, seen = [a.value for a in call.args], set()
+    while pending:
+        for node in _walk(pending.pop(), skip=cst.SubscriptElement):
+            if isinstance(node, cst.Call):
+                root = node.func
+                while isinstance(root, (cst.Attribute, cst.Subscript, cst.Call)):
+                    root = root.func if isinstance(root, cst.Call) else root.value
+                if isinstance(root, cst.Name) and root.value == owner and owner in ("self", "cls"):
+                    return True
+            if isinstance(node, cst.Name) and node.value not in seen:
+                seen.add(node.value)
+                pending.extend(bound.get(node.value, []))
+    return False
+
+
+def _private(ctx: FileContext, function: cst.FunctionDef) -> bool:
+    """A helper named ``_like_this`` (or in such a class): its callers in the project decide
+    its dtypes, which one file does not show."""
+    names = [function.name.value] + [a.name.value for a in ctx.ancestors(function) if isinstance(a, cst.ClassDef)]
+    return any(n.startswith("_") and not n.endswith("__") for n in names)
+
+
+def _tested_positive(ctx: FileContext, eps: cst.CSTNode, value: cst.BaseExpression, function: cst.FunctionDef) -> bool:
+    """The guard runs only where a condition compares the guarded value (``if norm > eps:``
+    ``x / (norm + 1e-12)``): the epsilon is not what keeps it finite."""
+    names = {n.value for n in _walk(value) if isinstance(n, cst.Name)}
+    for ancestor in ctx.ancestors(eps):
+        if ancestor is function:
+            return False
+        test = ancestor.test if isinstance(ancestor, (cst.If, cst.IfExp, cst.While)) else None
+        if test is not None and any(isinstance(c, cst.Comparison) and names & {n.value for n in _walk(c)
+                                                                               if isinstance(n, cst.Name)}
+                                    for c in _walk(test)):
+            return True
+    return False
+
+
+def _handles_half(ctx: FileContext, function: cst.FunctionDef) -> bool:
+    """The function deals with float16 itself (``torch.float16``, ``torch.finfo``): its
+    author chose what happens there."""
+    return any(n in ("torch.float16", "torch.half", "torch.finfo") for node in _walk(function)
+               if isinstance(node, (cst.Name, cst.Attribute)) for n in ctx.qualified_names(node))
+
+
 class EpsilonUnderflowsInFp16(Rule):
     """
     ## What it does
-    Inside a float16 autocast region, finds a float literal smaller than float16's smallest
-    subnormal (2**-24 ≈ 5.96e-8) used as an epsilon: an operand of `+`, `-`, `/`, `*`, or an
-    `eps=`/`epsilon=`/`min=` argument.
+    Finds an epsilon smaller than float16's smallest subnormal (2**-24 ≈ 5.96e-8) where the
+    value it is added to or clamps is float16. The epsilon is a float literal, a module
+    constant (`EPS = 1e-15`) or a parameter's default (`eps: float = 1e-8`) the function does
+    not reassign. Two places count:
+    - a float16 autocast region: the epsilon as an operand of `+`, `-`, `/`, `*`, or an
+      `eps=`/`epsilon=`/`min=` argument;
+    - outside any region, a public function or method on tensors of its caller's dtype (a
+      parameter annotated `Tensor`), where `x + eps`, `x.clamp(min=eps)` or
+      `torch.clamp(x, min=eps)` guards a division, `log` or `sqrt` of a value that is exactly 0
+      in float16 on ordinary input: the norm of the caller's data (the vector part of an
+      identity quaternion) or a sigmoid/softmax probability, which saturates to 0 or 1
+      (`-log(1 - sigmoid(x) + EPS)`), also one that a submodule this file defines returns.
+      Libraries whose functions take float16 tensors (a `.half()` model, float16 images)
+      run that guard in float16.
 
     ## Why is this bad?
-    In float16 the literal rounds to exactly 0, so `x / (norm + 1e-8)` divides by zero and
+    In float16 the epsilon rounds to exactly 0, so `x / (norm + 1e-8)` divides by zero and
     `torch.log(p.clamp(min=1e-10))` takes the log of 0: the guard does nothing and the loss
     becomes inf/NaN as soon as the value it protects reaches 0.
 
@@ -56,28 +344,41 @@ class EpsilonUnderflowsInFp16(Rule):
     ```python
     with torch.autocast("cuda"):
         y = x / (x.norm(dim=-1, keepdim=True) + 1e-8)
+
+    def quaternion_exp_to_log(quaternion: Tensor, eps: float = 1e-8) -> Tensor:
+        norm = quaternion[..., 1:].norm(dim=-1, keepdim=True).clamp(min=eps)
+        return quaternion[..., 1:] * torch.acos(quaternion[..., :1]) / norm
     ```
 
     ## Fix
-    Use an epsilon float16 can hold (≥ 6e-8; 1e-5 to 1e-6 in practice), or compute that step in
-    float32 (`x.float()`).
+    Use an epsilon float16 can hold (≥ 6e-8; 1e-5 to 1e-6 in practice, or one from
+    `torch.finfo(x.dtype)`), or compute that step in float32 (`x.float()`, then cast back).
 
     ## Fix safety
     No automatic fix: the right epsilon depends on the computation.
 
     ## False positives
-    Operands that the policy tables say come out of a float32 op (a `softmax`, `norm` or
-    `sum` under autocast on cuda) are not reported, nor are keyword arguments of calls whose
-    ops autocast runs in float32 (`F.layer_norm(..., eps=1e-12)`). Operands of unknown origin
-    in a float16 region are assumed float16.
+    In a region, operands that the policy tables say come out of a float32 op (a `softmax`,
+    `norm` or `sum` under autocast on cuda) are not reported, nor are keyword arguments of
+    calls whose ops autocast runs in float32 (`F.layer_norm(..., eps=1e-12)`). Operands of
+    unknown origin in a float16 region are assumed float16.
+    Outside regions the rule stays silent on computation widened to float32 or float64 on
+    the way (`.float()`, `.to(torch.float32)`, `.to(work_dtype)` with `work_dtype` naming
+    float32, `dtype=torch.float32`); on functions that deal with float16 themselves (they name
+    `torch.float16` or `torch.finfo`); on private helpers (`_name`, or in a `_Class`), whose
+    callers decide their dtypes; on the norm of a model's output or features (`self.net(x)`),
+    which is not 0 in practice; on a guard that runs only where a condition compares the
+    guarded value (`if norm > 0.9:`); and on values that do not reach 0 by a norm or a
+    probability (sums, counts, variances: not known to be 0). A float16 model's forward in
+    another file, or a function whose callers pass float16 from another file, is not seen.
     """
 
     code = "AMP018"
     name = "epsilon-underflows-in-fp16"
-    summary = "Epsilon below float16's smallest value inside a float16 region"
+    summary = "Epsilon below float16's smallest value where the value it guards is float16"
     uses_policy = True
-    # A region and a float literal below 5.96e-8 (an exponent, or seven zeros after the point).
-    fragments = (("autocast", AnyOf("e-", "E-", r"\.0(?:_?0){6}")),)
+    # A float literal below 5.96e-8 (an exponent, or seven zeros after the point).
+    fragments = ((AnyOf(r"e-0*(?:[89]|[1-9]\d)", r"E-0*(?:[89]|[1-9]\d)", r"\.0(?:_?0){6}"),),)
     may_fire = staticmethod(_may_fire)
 
     valid = (
@@ -95,6 +396,36 @@ import torch
 with torch.autocast("cuda", dtype=torch.bfloat16):
     y = x / (x.abs().amax() + 1e-8)
 """),
+        # Computed in float32 whatever the caller's dtype, then cast back.
+        Valid("""
+import torch
+from torch import Tensor
+def quaternion_exp_to_log(quaternion: Tensor, eps: float = 1.0e-8) -> Tensor:
+    orig_dtype = quaternion.dtype
+    work_dtype = torch.float32 if orig_dtype in (torch.float16, torch.bfloat16) else orig_dtype
+    work = quaternion.to(work_dtype)
+    norm = torch.norm(work[..., 1:4], p=2, dim=-1, keepdim=True).clamp(min=eps)
+    return (work[..., 1:4] / norm).to(orig_dtype)
+"""),
+        # A private helper, the norm of a model's output, a guard under a comparison, a value
+        # that is not a norm or a probability.
+        Valid("""
+import torch
+from torch import Tensor, nn
+def _normalize(points: Tensor, eps: float = 1e-8) -> Tensor:
+    return points / (points.norm(dim=-1, keepdim=True) + eps)
+class Guidance(nn.Module):
+    def forward(self, latents: Tensor) -> Tensor:
+        pred = self.net(latents)
+        return pred / (torch.norm(pred, dim=-1, keepdim=True) + 1e-8)
+def project(q: Tensor, limit: float = 0.9) -> Tensor:
+    norm = torch.linalg.norm(q)
+    if norm > limit:
+        q = q * (limit / (norm + 1e-12))
+    return q
+def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
+    return (x * mask).sum() / (mask.sum() + 1e-8)
+"""),
     )
     invalid = (
         Invalid("""
@@ -104,16 +435,81 @@ with torch.autocast("cuda"):
     y = h / (h.abs().amax(dim=-1, keepdim=True) + 1e-8)
     z = torch.log(y.clamp(min=1e-10))
 """, at=((5, 51, "`1e-8` is below float16's smallest value (≈5.96e-8) and roun"), (6, 31, "`min=1e-10` is below float16's smallest value (≈5.96e-8) and"),)),
+        # A module constant in a region.
+        Invalid("""
+import torch
+EPS = 1e-10
+with torch.autocast("cuda"):
+    h = model(x)
+    y = h / (h.abs().amax() + EPS)
+""", at=((6, 31, "`EPS` is below float16's smallest value"),)),
+        # A default epsilon clamps the norm of the caller's vector, then divides by it.
+        Invalid("""
+import torch
+from torch import Tensor
+def quaternion_exp_to_log(quaternion: Tensor, eps: float = 1.0e-8) -> Tensor:
+    vector = quaternion[..., 1:4]
+    norm_q: Tensor = torch.norm(vector, p=2, dim=-1, keepdim=True).clamp(min=eps)
+    return vector * torch.acos(torch.clamp(quaternion[..., 0:1], min=-1.0, max=1.0)) / norm_q
+""", at=((6, 78, "`eps` (line 4) is below float16's smallest value (≈5.96e-8) and rounds to 0 when `quaternion` is float16, where the norm it guards reaches 0: the division"),)),
+        # A module constant guards the log of a probability a submodule of this file returns.
+        Invalid("""
+import torch
+from torch import Tensor
+EPS = 1e-15
+class InnerProductDecoder(torch.nn.Module):
+    def forward(self, z: Tensor, edge_index: Tensor, sigmoid: bool = True) -> Tensor:
+        value = (z[edge_index[0]] * z[edge_index[1]]).sum(dim=1)
+        return torch.sigmoid(value) if sigmoid else value
+class GAE(torch.nn.Module):
+    def __init__(self, encoder, decoder=None):
+        super().__init__()
+        self.encoder = encoder
+        self.decoder = InnerProductDecoder() if decoder is None else decoder
+    def recon_loss(self, z: Tensor, pos_edge_index: Tensor) -> Tensor:
+        return -torch.log(self.decoder(z, pos_edge_index, sigmoid=True) + EPS).mean()
+""", at=((15, 75, "`EPS` (line 4) is below float16's smallest value (≈5.96e-8) and rounds to 0 when `z` is float16, where the probability it guards reaches 0: the log"),)),
     )
 
     def check(self, ctx: FileContext) -> None:
+        # Names that may hold a tiny epsilon: module constants and parameters with such a default.
+        candidates = {p.name.value for p in ctx.nodes(cst.Param) if p.default is not None and _tiny(p.default)}
+        candidates |= {t.target.value for a in ctx.nodes(cst.Assign) if _tiny(a.value) for t in a.targets
+                       if isinstance(t.target, cst.Name)}
+
+        def epsilon(node: cst.CSTNode) -> tuple[float, cst.CSTNode] | None:
+            if isinstance(node, cst.Float) or isinstance(node, cst.Name) and node.value in candidates:
+                return _epsilon(ctx, node)
+            return None
+
         for node in ctx.nodes(cst.BinaryOperation):
             for literal, other in ((node.right, node.left), (node.left, node.right)):
-                if _tiny(literal) is not None:
+                if epsilon(literal) is not None:
                     self._check_operand(ctx, literal, other)
         for node in ctx.nodes(cst.Arg):
-            if node.keyword is not None and node.keyword.value in _EPS_KEYWORDS and _tiny(node.value):
+            if node.keyword is not None and node.keyword.value in _EPS_KEYWORDS and epsilon(node.value):
                 self._check_keyword(ctx, node)
+        for kind in (cst.Float, cst.Name):
+            for node in ctx.nodes(kind):
+                if (found := epsilon(node)) is not None and autocast_region(ctx, node) is None:
+                    self._check_caller_dtype(ctx, node, found[1])
+
+    def _check_caller_dtype(self, ctx: FileContext, eps: cst.BaseExpression, written: cst.CSTNode) -> None:
+        """Outside any region: a guard in a function on tensors of its caller's dtype."""
+        function = enclosing_function(ctx, eps)
+        guard = _guard(ctx, eps)
+        if function is None or guard is None or _private(ctx, function) or _handles_half(ctx, function):
+            return
+        op = _guarded_op(ctx, guard[0], function)
+        found = _caller_tensor(ctx, guard[1], function) if op is not None else None
+        if found is None or _tested_positive(ctx, eps, guard[1], function):
+            return
+        tensor, zero = found
+        origin = "" if written is eps else f" (line {ctx.location(ctx.offsets(written)[0]).row})"
+        ctx.report(eps, f"`{ctx.code(eps)}`{origin} is below float16's smallest value (≈5.96e-8) and rounds "
+                        f"to 0 when `{tensor}` is float16, where the {zero} it guards reaches 0: the {op} "
+                        "gives inf/NaN; use ≥ 1e-6 (or one from `torch.finfo(x.dtype)`), or compute this "
+                        "step in float32")
 
     @staticmethod
     def _fp16_table(ctx: FileContext, node: cst.CSTNode):

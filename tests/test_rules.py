@@ -104,52 +104,37 @@ def test_every_table_knows_cuda_and_cpu_and_their_default_dtypes():
 
 
 @pytest.mark.parametrize("code,found", [
-    ("torch.zeros(3, device=x.device)", True),
-    ("torch.zeros(\n    (b, len(x)),  # (batch, tokens)\n    device=h[:, 0].device,\n)", True),
-    ("torch.ones(n, device=next(self.parameters()).device)", True),
-    ("torch.zeros(f(device=x.device))", False),  # the keyword of another call
-    ("torch.zeros(n).to(device=x.device)", False),
+    ("torch.zeros(3, device=x.device, dtype=x.dtype)", True),
+    ("torch.zeros(\n    (b, len(x)),  # (batch, tokens)\n    dtype=h[:, 0].dtype,\n)", True),
+    ("torch.ones(n, dtype=next(self.parameters()).dtype)", True),
+    ("torch.zeros(f(dtype=x.dtype))", False),  # the keyword of another call
+    ("torch.zeros(n).to(dtype=x.dtype)", False),
 ])
 def test_call_fragment_reads_the_call_own_arguments(code, found):
-    amp003 = next(r for r in all_rules() if r.code == "AMP003")
-    assert bool(Prefilter([amp003]).matching("def forward(self, x):\n    " + code)) is found
+    amp020 = next(r for r in all_rules() if r.code == "AMP020")
+    assert bool(Prefilter([amp020]).matching("def forward(self, x):\n    " + code)) is found
 
 
 @pytest.mark.parametrize("rule_code,code,fires", [
-    # A factory with device=x.device in a module's forward: AMP003 may fire.
-    ("AMP003", "import torch\nclass M:\n    def forward(self, x):\n        return torch.zeros(3, device=x.device)\n", True),
-    # The same call outside forward and outside any autocast region: it may not.
-    ("AMP003", "import torch\ndef helper(x):\n    return torch.zeros(3, device=x.device)\n", False),
-    ("AMP003", "import torch\ndef f(x):\n    with torch.autocast('cuda'):\n        return torch.zeros(3, device=x.device)\n", True),
-    # Another dtype is asked for: the rule stays quiet, so does its outline test.
-    ("AMP003", "import torch\nclass M:\n    def forward(self, x):\n        return torch.zeros(3, device=x.device, dtype=torch.long)\n", False),
-    # What check() skips, the outline test skips too: an index tensor's device, another tensor's
-    # dtype, a 0-dim tensor, a submodule's device, **kwargs.
-    ("AMP003", "import torch\nclass M:\n    def forward(self, input_ids, x, y):\n"
-               "        a = torch.ones(3, device=input_ids.device)\n"
-               "        b = torch.zeros(3, device=x.device, dtype=y.dtype)\n"
-               "        c = torch.tensor(-1.0, device=x.device)\n"
-               "        d = torch.zeros(3, device=self.encoder.device)\n"
-               "        return torch.zeros(3, device=x.device, **kw)\n", False),
-    ("AMP003", "import torch\nclass M:\n    def forward(self, x):\n        return torch.tensor([1.0], device=x.device)\n",
-     True),
-    # Without a dtype, torch.full and torch.tensor make what their values are: an int fill,
-    # a lone number, data in a variable may not be float32. With the tensor's own dtype, the
-    # call is `x.new_*` whatever the values.
-    ("AMP003", "import torch\nclass M:\n    def forward(self, x, data):\n        a = torch.full((3,), 1, device=x.device)\n"
-               "        return torch.tensor(data, device=x.device), torch.tensor(0.5, device=x.device)\n", False),
-    ("AMP003", "import torch\nclass M:\n    def forward(self, x):\n        return torch.full((3,), -1e4, device=x.device)\n",
-     True),
-    ("AMP003", "import torch\nclass M:\n    def forward(self, x):\n"
-               "        return torch.tensor(0.0, device=x.device, dtype=x.dtype)\n", True),
-    ("AMP003", "import torch\nclass M:\n    def __init__(self):\n        self.register_buffer('scale', s)\n"
-               "    def forward(self):\n        return torch.ones(3, device=self.scale.device)\n", True),
-    ("AMP003", "import torch\nclass M:\n    def __init__(self):\n        self.register_buffer('scale', s)\n"
-               "    def forward(self):\n        return torch.ones(3, device=self.shift.device)\n", False),
-    # `autocast` in a comment or a string is no region.
-    ("AMP003", "import torch\n# torch.autocast would be nice\nx = 'autocast'\ntorch.zeros(3, device=x.device)\n", False),
-    # An alias, imported inside a function, still counts.
-    ("AMP003", "def f(x):\n    from torch import autocast as ac, zeros\n    with ac('cuda'):\n        return zeros(3, device=x.device)\n", True),
+    # AMP003: a float32 maker placed on a device, and a place where two values meet.
+    ("AMP003", "import torch\ndef f(x):\n    return x + torch.zeros(3, device=x.device)\n", True),
+    ("AMP003", "import torch\ndef f(x, i):\n    out = torch.zeros(3).to(x.device)\n    out[i] = x\n", True),
+    # No device (a CPU tensor), a dtype asked for, nowhere to meet, **kwargs, data in a variable.
+    ("AMP003", "import torch\ndef f(x):\n    return x + torch.zeros(3)\n", False),
+    ("AMP003", "import torch\ndef f(x):\n    return x + torch.zeros(3, device=x.device, dtype=torch.long)\n", False),
+    ("AMP003", "import torch\ndef f(x):\n    return torch.zeros(3, device=x.device)\n", False),
+    ("AMP003", "import torch\ndef f(x):\n    return x + torch.zeros(3, device=x.device, **kw)\n", False),
+    ("AMP003", "import torch\ndef f(x, data):\n    return x + torch.tensor(data, device=x.device)\n", False),
+    # A factory by torch's name from another package, given a device.
+    ("AMP003", "from lib import zeros\ndef f(x, i):\n    out = zeros(3, device=x.device)\n    out[i] = x\n", True),
+    # `.float()` only where an op needs equal dtypes.
+    ("AMP003", "def f(x, m):\n    return x + m.float()\n", False),
+    ("AMP003", "def f(x, i, m):\n    x.scatter_add_(1, i, m.float())\n", True),
+    # AMP020: `dtype=x.dtype` with `device=x.device`, in a forward or with autocast.
+    ("AMP020", "import torch\nclass M:\n    def forward(self, x):\n        return torch.zeros(3, device=x.device, dtype=x.dtype)\n", True),
+    ("AMP020", "import torch\ndef helper(x):\n    return torch.zeros(3, device=x.device, dtype=x.dtype)\n", False),
+    ("AMP020", "import torch\nclass M:\n    def forward(self, x, y):\n        return torch.zeros(3, device=x.device, dtype=y.dtype)\n", False),
+    ("AMP020", "def f(x):\n    from torch import autocast as ac, zeros\n    with ac('cuda'):\n        return zeros(3, device=x.device, dtype=x.dtype)\n", True),
     # AMP004: a use, not a docstring mentioning torch.cuda.amp.
     ("AMP004", '"""Unlike torch.cuda.amp.autocast, this works on CPU."""\nimport torch\n', False),
     ("AMP004", "from torch.cuda import amp\nwith amp.autocast():\n    pass\n", True),

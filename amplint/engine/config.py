@@ -43,12 +43,14 @@ class Config:
 
     def rules(self, select: list[str] | None = None, ignore: Iterable[str] = (),
               extend_select: Iterable[str] = ()) -> list[type[Rule]]:
-        """Selected rules: the command line's --select replaces the file's, --ignore adds."""
+        """Selected rules: the command line's --select replaces the file's, --ignore adds; without
+        a select, the rules that are on by default."""
         chosen = select if select is not None else self.select
         extend = list(self.extend_select) + list(extend_select)
         ignored = set(self.ignore) | set(ignore)
         return [r for r in all_rules()
-                if (chosen is None or _matches(r.code, chosen) or _matches(r.code, extend))
+                if ((r.on_by_default if chosen is None else _matches(r.code, chosen))
+                    or _matches(r.code, extend))
                 and not _matches(r.code, ignored)]
 
     def ignored_for(self, path: Path) -> set[str]:

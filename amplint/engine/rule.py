@@ -128,6 +128,8 @@ class Rule:
     may_fire: ClassVar[Callable[["Outline"], bool] | None] = None
     # Whether the rule reads the op-policy tables in policies/.
     uses_policy: ClassVar[bool] = False
+    # False for a style rule: only a select that names it (or a prefix of it) turns it on.
+    on_by_default: ClassVar[bool] = True
     valid: ClassVar[tuple[Valid, ...]] = ()
     invalid: ClassVar[tuple[Invalid, ...]] = ()
 

@@ -1,142 +1,52 @@
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 
 import libcst as cst
 
 from ..engine.context import FileContext
 from ..engine.diagnostics import Fix
+from ..engine.factories import NEW_METHODS, chain_without_calls, new_method_fix
 from ..engine.outline import Outline
-from ..engine.rule import PARENTHESIZED, AnyOf, Invalid, Rule, Valid, call_with
-from ..engine.semantics import autocast_region, calls, calls_autocast, enclosing_function, has_star_args
+from ..engine.rule import AnyOf, Invalid, Rule, Valid, call_with
+from ..engine.semantics import FP32_FAMILY, autocast_region, call_spelling, dtype_of, method_call, policies_of
 
-_FACTORIES = {
-    "torch.zeros": "new_zeros", "torch.ones": "new_ones", "torch.empty": "new_empty",
-    "torch.full": "new_full", "torch.tensor": "new_tensor",
+# What a value's dtype is known to be: float32 whatever the model runs in; half (`.half()`,
+# `dtype=torch.bfloat16`); half under autocast (what a `lower_precision_fp` op makes of
+# values of unknown dtype); or the activations' dtype (a tensor argument, a module's output:
+# half in a half model, and mostly under autocast).
+FLOAT32, HALF, AUTOCAST_HALF, ACTIVATION = "float32", "half", "autocast half", "activation"
+_HALF_KINDS = (HALF, AUTOCAST_HALF, ACTIVATION)
+
+_FACTORIES = frozenset({"torch.zeros", "torch.ones", "torch.empty", "torch.full", "torch.tensor",
+                        "torch.rand", "torch.randn"})
+_LIKE_FACTORIES = frozenset({"torch.zeros_like", "torch.ones_like", "torch.empty_like",
+                             "torch.full_like", "torch.rand_like", "torch.randn_like"})
+_CONCATENATIONS = frozenset({"torch.cat", "torch.concat", "torch.concatenate", "torch.stack",
+                             "torch.hstack", "torch.vstack", "torch.dstack"})
+# In-place ops that need the source in the destination's dtype: the source's position and
+# keyword. An index-put (`dest[i] = src`) is the same op.
+_STRICT_METHODS = {
+    "scatter_": (2, "src"), "scatter_add_": (2, "src"), "scatter_reduce_": (2, "src"),
+    "index_add_": (2, "source"), "index_copy_": (2, "source"), "index_put_": (1, "values"),
+    "masked_scatter_": (1, "source"),
 }
-# Keywords the new_* methods accept besides dtype and device.
-_KEPT_KEYWORDS = {"requires_grad", "layout", "pin_memory"}
-
-
-# Names of tensors that hold integers or booleans: a float32 tensor made on their device is
-# what the author wants, and `new_zeros` would make it integer.
+# Methods and functions whose result is not a floating tensor, or whose float result does not
+# follow the input's dtype.
+_NOT_FLOAT = frozenset({
+    "long", "int", "bool", "byte", "short", "char", "double", "argmax", "argmin", "argsort",
+    "nonzero", "size", "dim", "numel", "item", "tolist", "numpy", "eq", "ne", "lt", "le", "gt",
+    "ge", "isnan", "isinf", "isfinite", "logical_and", "logical_or", "logical_not", "logical_xor",
+    "all", "any", "searchsorted", "bucketize", "multinomial", "unique", "count_nonzero",
+    "is_floating_point", "type", "arange", "randint", "randperm",
+})
+# Functions returning (values, indices): only the values follow the input's dtype.
+_VALUES_AND_INDICES = frozenset({"max", "min", "topk", "sort", "kthvalue", "median", "mode",
+                                 "cummax", "cummin"})
+_PROMOTING = {cst.Add: "adds it to", cst.Subtract: "subtracts", cst.Multiply: "multiplies it with",
+              cst.Divide: "divides"}
 _NON_FLOAT_HINTS = ("ids", "idx", "index", "indices", "mask", "len", "label", "target", "count")
-
-
-def _parameter_like(attribute: str) -> bool:
-    return attribute in ("weight", "bias") or attribute.endswith(("_weight", "_bias"))
-
-
-def _float_like(name: str) -> bool:
-    lowered = name.lower()
-    return name not in ("self", "cls") and not any(h in lowered for h in _NON_FLOAT_HINTS)
-
-
-def _buffers_named_in(ctx: FileContext, cls: cst.ClassDef) -> set[str]:
-    """The strings of a class that calls ``register_buffer``: the names of its buffers among
-    them, however they are registered (``for name in ("mean", "std"): ...`` included)."""
-    calls = [c for c in ctx.nodes(cst.Call) if isinstance(c.func, cst.Attribute)
-             and c.func.attr.value == "register_buffer" and ctx.contains(cls, c)]
-    if not calls:
-        return set()
-    return {s.evaluated_value for s in ctx.nodes(cst.SimpleString)
-            if ctx.contains(cls, s) and isinstance(s.evaluated_value, str)}
-
-
-def _float_tensor(ctx: FileContext, source: cst.BaseExpression, cls: cst.ClassDef | None) -> bool:
-    """Whether ``source`` (the x of ``device=x.device``) is plausibly a floating tensor: a
-    name, subscript or ``self.weight``-like parameter, not a module (``self.model.device``)
-    and not named like an index or a mask."""
-    root = source
-    while isinstance(root, cst.Subscript):
-        root = root.value
-    if isinstance(root, cst.Call) and isinstance(root.func, cst.Name) and root.func.value == "next" \
-            and "parameters" in ctx.code(root):
-        return True  # next(self.parameters()): a parameter
-    if isinstance(root, cst.Name):
-        name = root.value
-    elif isinstance(root, cst.Attribute) and isinstance(root.value, cst.Name) and root.value.value == "self":
-        name = root.attr.value
-        # Parameters and buffers; any other attribute of a module may be a module itself.
-        if not (_parameter_like(name) or (cls is not None and name in _buffers_named_in(ctx, cls))):
-            return False
-    else:
-        return False
-    return _float_like(name)
-
-
-def _buffers_named_in_file(outline: Outline) -> set[str]:
-    """``_buffers_named_in`` for the whole file."""
-    if not outline.method_calls("register_buffer"):
-        return set()
-    return {c.value for c in outline.nodes(ast.Constant) if isinstance(c.value, str)}
-
-
-def _plausible_float_tensor(outline: Outline, source: ast.expr) -> bool:
-    """``_float_tensor`` on the ast, as far as the ast shows it (any registered buffer counts)."""
-    root = source
-    while isinstance(root, ast.Subscript):
-        root = root.value
-    if isinstance(root, ast.Call) and isinstance(root.func, ast.Name) and root.func.id == "next":
-        return True
-    if isinstance(root, ast.Name):
-        name = root.id
-    elif isinstance(root, ast.Attribute) and isinstance(root.value, ast.Name) and root.value.id == "self":
-        name = root.attr
-        if not (_parameter_like(name) or name in _buffers_named_in_file(outline)):
-            return False
-    else:
-        return False
-    return _float_like(name)
-
-
-def _may_make_float(outline: Outline, call: ast.Call, keywords: dict[str, ast.expr]) -> bool:
-    """``_makes_float`` on the ast, loosely: ``torch.tensor`` of a list or tuple, ``torch.full``
-    with a fill value that is neither a name nor an int."""
-    names = outline.qualified_names(call.func)
-    if "torch.tensor" in names:
-        data = keywords.get("data", call.args[0] if call.args else None)
-        return isinstance(data, (ast.List, ast.Tuple))
-    if "torch.full" in names:
-        fill = keywords.get("fill_value", call.args[1] if len(call.args) > 1 else None)
-        return fill is not None and not isinstance(fill, ast.Name) \
-            and not (isinstance(fill, ast.Constant) and type(fill.value) is int)
-    return True
-
-
-def _candidate(outline: Outline, call: ast.Call) -> bool:
-    """What check() reports, as far as the ast shows it: ``device=<x>.device`` with ``x``
-    plausibly a floating tensor, no dtype other than ``x.dtype``, no ``*args``/``**kwargs``,
-    and without a dtype, a call that may make a floating tensor."""
-    if any(k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
-        return False
-    keywords = {k.arg: k.value for k in call.keywords}
-    device, dtype = keywords.get("device"), keywords.get("dtype")
-    if not (isinstance(device, ast.Attribute) and device.attr == "device"):
-        return False
-    if dtype is not None and not (isinstance(dtype, ast.Attribute) and dtype.attr == "dtype"
-                                  and ast.dump(dtype.value) == ast.dump(device.value)):
-        return False
-    if dtype is None and not _may_make_float(outline, call, keywords):
-        return False
-    return _plausible_float_tensor(outline, device.value)
-
-
-def _may_fire(outline: Outline) -> bool:
-    candidates = [c for c in outline.calls_to(_FACTORIES.keys()) if _candidate(outline, c)]
-    if not candidates:
-        return False
-    in_forward = outline.calls_in_methods("forward")
-    return any(id(c) in in_forward for c in candidates) or calls_autocast(outline)
-
-
-def _chain_without_calls(expr: cst.BaseExpression) -> bool:
-    """``x``, ``self.weight``, ``batch["x"]``: evaluating it again (or first) cannot matter."""
-    while isinstance(expr, (cst.Attribute, cst.Subscript)):
-        expr = expr.value
-    return isinstance(expr, cst.Name)
-
-
 _FLOAT_CONSTANTS = frozenset({"math.inf", "math.nan", "math.pi", "math.e", "math.tau",
                               "numpy.inf", "numpy.nan", "numpy.pi", "numpy.e"})
 
@@ -162,138 +72,689 @@ def _evidently_float(ctx: FileContext, expr: cst.BaseExpression) -> bool:
 
 def _float_data(ctx: FileContext, expr: cst.BaseExpression) -> bool:
     """``torch.tensor`` data that makes a floating tensor of one dimension or more: a list or
-    tuple with a float in it (``[0.5, 2]``). A lone number makes a 0-dim tensor, which does
-    not change the dtype of the tensors it meets; ints, and data whose type the code does not
-    show (a variable, ``[self.token_id] * n``), are left alone."""
+    tuple with a float in it (``[0.5, 2]``). A lone number makes a 0-dim tensor; ints, and data
+    whose type the code does not show, are left alone."""
     if not isinstance(expr, (cst.List, cst.Tuple)):
         return False
     values = [e.value for e in expr.elements if isinstance(e, cst.Element)]
     return any(_evidently_float(ctx, v) or _float_data(ctx, v) for v in values)
 
 
-def _makes_float(ctx: FileContext, factory: str, call: cst.Call, keywords: dict[str, cst.Arg]) -> bool:
-    """Whether the call, without ``dtype=``, makes a floating tensor: zeros, ones and empty
-    always do; ``torch.full`` takes the type of its fill value (an int fill makes int64);
-    ``torch.tensor`` infers it from its data."""
+def _empty_shape(expr: cst.BaseExpression | None) -> bool:
+    return isinstance(expr, (cst.Tuple, cst.List)) and not expr.elements
+
+
+def _makes_float32(ctx: FileContext, factory: str, call: cst.Call) -> bool:
+    """Whether the call, without ``dtype=``, makes a float32 tensor of one dimension or more
+    (a 0-dim tensor does not change the dtype of the tensors it meets): zeros, ones, empty and
+    the random ones always make a float; ``torch.full`` takes the type of its fill value (an int
+    fill makes int64); ``torch.tensor`` infers it from its data."""
     positional = [a.value for a in call.args if a.keyword is None]
+    keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
     if factory == "torch.tensor":
-        data = keywords["data"].value if "data" in keywords else (positional[0] if positional else None)
+        data = keywords.get("data", positional[0] if positional else None)
         return data is not None and _float_data(ctx, data)
+    size = keywords.get("size", positional[0] if positional else None)
+    if _empty_shape(size):
+        return False
     if factory == "torch.full":
-        fill = keywords["fill_value"].value if "fill_value" in keywords else \
-            (positional[1] if len(positional) > 1 else None)
+        fill = keywords.get("fill_value", positional[1] if len(positional) > 1 else None)
         return fill is not None and _evidently_float(ctx, fill)
     return True
 
 
-def _in_module_forward(ctx: FileContext, node: cst.CSTNode) -> bool:
-    func = enclosing_function(ctx, node)
-    if func is None or func.name.value != "forward":
+@dataclass(frozen=True)
+class _Value:
+    kind: str | None  # one of the kinds above, or None: not known to be a floating tensor
+    # The call that made it float32 where that is the mistake: a factory without `dtype=`, or
+    # `.float()` of a mask or of integers.
+    origin: cst.Call | None = None
+
+
+_UNKNOWN = _Value(None)
+# Builtins that never return a tensor.
+_BUILTINS = frozenset({"len", "int", "float", "bool", "str", "range", "isinstance", "hasattr",
+                       "zip", "enumerate", "tuple", "list", "dict", "set", "print", "round",
+                       "sorted", "id", "type", "repr", "format"})
+
+
+def _promoted(values: list[_Value]) -> _Value:
+    """The dtype of an op that promotes its operands: float32 wins, then half."""
+    for kind in (FLOAT32, *_HALF_KINDS):
+        found = [v for v in values if v.kind == kind]
+        if found:
+            return next((v for v in found if v.origin is not None), found[0])
+    return _UNKNOWN
+
+
+def _lower_precision(operands: list[_Value]) -> _Value:
+    """A `lower_precision_fp` op: half under autocast, the activations' dtype in a half model."""
+    return next((_Value(v.kind) for v in operands if v.kind in (HALF, ACTIVATION)), _Value(AUTOCAST_HALF))
+
+
+@dataclass(frozen=True)
+class _Binding:
+    statement: cst.CSTNode  # the assignment, or the function for a parameter
+    value: cst.BaseExpression | None  # None: a loop or `with` target, or a parameter
+    index: int | None = None  # the target's position in an unpacking
+    parameter: cst.Param | None = None
+
+
+def _walk_same_scope(scope: cst.CSTNode):
+    stack = list(scope.body) if isinstance(scope, cst.Module) else [scope.body]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(c for c in node.children if not isinstance(c, (cst.FunctionDef, cst.ClassDef, cst.Lambda)))
+
+
+def _targets(target: cst.BaseExpression) -> list[tuple[str, int | None]]:
+    if isinstance(target, cst.Name):
+        return [(target.value, None)]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [(e.value.value, i) for i, e in enumerate(target.elements)
+                if isinstance(e, cst.Element) and isinstance(e.value, cst.Name)]
+    return []
+
+
+class _Flow:
+    """Which values of a file are float32, half or the activations' dtype, following plain
+    assignments backwards within a function."""
+
+    def __init__(self, ctx: FileContext):
+        self.ctx = ctx
+        self.table = ctx.policy()
+        self._bindings: dict[int, dict[str, list[_Binding]]] = {}
+        self._values: dict[int, _Value] = {}
+
+    def scope_of(self, node: cst.CSTNode) -> cst.CSTNode:
+        return next((a for a in self.ctx.ancestors(node) if isinstance(a, cst.FunctionDef)), self.ctx.module)
+
+    def bindings(self, scope: cst.CSTNode) -> dict[str, list[_Binding]]:
+        if id(scope) not in self._bindings:
+            found: dict[str, list[_Binding]] = {}
+            if isinstance(scope, cst.FunctionDef):
+                params = scope.params
+                for p in [*params.posonly_params, *params.params, *params.kwonly_params]:
+                    found.setdefault(p.name.value, []).append(_Binding(scope, None, parameter=p))
+            for node in _walk_same_scope(scope):
+                pairs: list[tuple[cst.BaseExpression, cst.BaseExpression | None]] = []
+                if isinstance(node, cst.Assign):
+                    pairs = [(t.target, node.value) for t in node.targets]
+                elif isinstance(node, cst.AnnAssign) and node.value is not None:
+                    pairs = [(node.target, node.value)]
+                elif isinstance(node, cst.For):
+                    pairs = [(node.target, None)]
+                elif isinstance(node, cst.WithItem) and node.asname is not None:
+                    pairs = [(node.asname.name, None)]
+                for target, value in pairs:
+                    for name, index in _targets(target):
+                        found.setdefault(name, []).append(_Binding(node, value, index))
+            for entries in found.values():
+                entries.sort(key=lambda b: self.ctx.order(b.statement))
+            self._bindings[id(scope)] = found
+        return self._bindings[id(scope)]
+
+    def binding(self, name: cst.Name) -> _Binding | None:
+        """The binding of ``name`` last made before it (a parameter, else an assignment that does
+        not contain it: ``x = f(x)`` reads the previous ``x``)."""
+        at = self.ctx.order(name)
+        last = None
+        for b in self.bindings(self.scope_of(name)).get(name.value, ()):
+            if b.parameter is None and (self.ctx.order(b.statement) >= at or self.ctx.contains(b.statement, name)):
+                break
+            last = b
+        return last
+
+    def value(self, expr: cst.BaseExpression, depth: int = 24) -> _Value:
+        if depth == 0:
+            return _UNKNOWN
+        if id(expr) not in self._values:
+            self._values[id(expr)] = self._value(expr, depth)
+        return self._values[id(expr)]
+
+    def _value(self, expr: cst.BaseExpression, depth: int) -> _Value:
+        ctx = self.ctx
+        if isinstance(expr, cst.Name):
+            b = self.binding(expr)
+            if b is None:
+                return _UNKNOWN
+            if b.parameter is not None:
+                if not _tensor_parameter(ctx, b.parameter):
+                    return _UNKNOWN
+                passed = self.arguments(b.statement, b.parameter, depth - 1)
+                # A helper the file only ever calls with float32 values gets float32 values.
+                if passed and all(v.kind == FLOAT32 for v in passed):
+                    return _Value(FLOAT32)
+                return _Value(ACTIVATION)
+            if b.value is None:
+                return _UNKNOWN
+            if b.index is not None and isinstance(b.value, (cst.Tuple, cst.List)):
+                element = b.value.elements[b.index] if b.index < len(b.value.elements) else None
+                return self.value(element.value, depth - 1) if isinstance(element, cst.Element) else _UNKNOWN
+            if b.index is not None and isinstance(b.value, cst.Call) and b.index > 0 \
+                    and _callee_name(b.value) in _VALUES_AND_INDICES:
+                return _UNKNOWN
+            return self.value(b.value, depth - 1)
+        if isinstance(expr, cst.Subscript):
+            return self.value(expr.value, depth - 1)
+        if isinstance(expr, cst.Attribute):
+            if expr.attr.value in ("T", "mT", "H", "mH", "data", "real"):
+                return self.value(expr.value, depth - 1)
+            if isinstance(expr.value, cst.Name) and expr.value.value == "self" and expr.attr.value in ("weight", "bias"):
+                return _Value(ACTIVATION)
+            return _UNKNOWN
+        if isinstance(expr, cst.UnaryOperation) and not isinstance(expr.operator, (cst.BitInvert, cst.Not)):
+            return self.value(expr.expression, depth - 1)
+        if isinstance(expr, cst.BinaryOperation):
+            operands = [self.value(expr.left, depth - 1), self.value(expr.right, depth - 1)]
+            if isinstance(expr.operator, cst.MatrixMultiply):
+                return _lower_precision(operands)
+            return _promoted(operands)
+        if isinstance(expr, cst.IfExp):
+            return _promoted([self.value(expr.body, depth - 1), self.value(expr.orelse, depth - 1)])
+        if isinstance(expr, cst.Call):
+            return self._call(expr, depth)
+        return _UNKNOWN
+
+    def arguments(self, func: cst.FunctionDef, param: cst.Param, depth: int) -> list[_Value]:
+        """The values the file passes for ``param`` where it calls ``func`` by its name (or
+        as ``self.name``); empty when it passes none it can read."""
+        params = [p.name.value for p in [*func.params.posonly_params, *func.params.params]]
+        if param.name.value not in params and param not in func.params.kwonly_params:
+            return []
+        position = params.index(param.name.value) if param.name.value in params else None
+        found = []
+        for call in self.ctx.nodes(cst.Call):
+            name = call.func
+            offset = 0
+            if isinstance(name, cst.Attribute) and isinstance(name.value, cst.Name) and name.value.value == "self":
+                name, offset = name.attr, 1
+            if not isinstance(name, cst.Name) or name.value != func.name.value or any(a.star for a in call.args):
+                continue
+            positional = [a.value for a in call.args if a.keyword is None]
+            keyword = next((a.value for a in call.args if a.keyword is not None
+                            and a.keyword.value == param.name.value), None)
+            if keyword is not None:
+                found.append(self.value(keyword, depth))
+            elif position is not None and 0 <= position - offset < len(positional):
+                found.append(self.value(positional[position - offset], depth))
+        return found
+
+    def _dtype(self, expr: cst.BaseExpression, depth: int) -> _Value:
+        """The value a ``dtype=`` argument gives: a literal, or ``y.dtype``."""
+        literal = dtype_of(self.ctx, expr)
+        if literal in ("float16", "bfloat16"):
+            return _Value(HALF)
+        if literal == "float32":
+            return _Value(FLOAT32)
+        if isinstance(expr, cst.Attribute) and expr.attr.value == "dtype":
+            return _Value(self.value(expr.value, depth - 1).kind)
+        return _UNKNOWN
+
+    def _call(self, call: cst.Call, depth: int) -> _Value:
+        ctx = self.ctx
+        keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+        positional = [a.value for a in call.args if a.keyword is None and not a.star]
+        factory = _factory(ctx, call)
+        if factory is not None:
+            if "dtype" in keywords:
+                return self._dtype(keywords["dtype"], depth)
+            if any(a.star for a in call.args) or not _makes_float32(ctx, factory, call):
+                return _UNKNOWN
+            return _Value(FLOAT32, call)
+        if ctx.resolves_to(call.func, _LIKE_FACTORIES) is not None:
+            if "dtype" in keywords:
+                return self._dtype(keywords["dtype"], depth)
+            return _Value(self.value(positional[0], depth - 1).kind) if positional else _UNKNOWN
+        if _callee_name(call) in _NOT_FLOAT or (isinstance(call.func, cst.Name) and call.func.value in _BUILTINS):
+            return _UNKNOWN
+        mc = method_call(call)
+        # The tensor a method is called on; none for `self.f(...)` or `torch.f(...)`.
+        receiver = None if mc is None or ctx.code(mc[0]) in ("self", "super()") \
+            or any(n.startswith("torch.") for n in ctx.qualified_names(call.func)) else mc[0]
+        if receiver is not None:
+            method = mc[1]
+            if method == "float" and not call.args:
+                return _Value(FLOAT32, call if _integral(self, receiver, depth - 1) else None)
+            if method in ("half", "bfloat16"):
+                return _Value(HALF)
+            if method == "type_as" and positional:
+                return _Value(self.value(positional[0], depth - 1).kind)
+            if method == "to":
+                return self._to(call, receiver, positional, keywords, depth)
+            if method.startswith("new_"):
+                if "dtype" in keywords:
+                    return self._dtype(keywords["dtype"], depth)
+                return _Value(self.value(receiver, depth - 1).kind)
+            if method in ("cuda", "cpu", "contiguous", "clone", "detach"):
+                return self.value(receiver, depth - 1)
+        spelling = call_spelling(ctx, call)
+        if spelling is not None and spelling.startswith("torch."):
+            policies = policies_of(self.table, spelling)
+            if policies and policies <= FP32_FAMILY:
+                return _Value(FLOAT32)
+            if receiver is not None:  # a method's other arguments are mostly sizes and dims
+                return self.value(receiver, depth - 1)
+            operands = []
+            for arg in positional:
+                operands.extend(e.value for e in arg.elements if isinstance(e, cst.Element)) \
+                    if isinstance(arg, (cst.List, cst.Tuple)) else operands.append(arg)
+            values = [self.value(o, depth - 1) for o in operands]
+            return _lower_precision(values) if policies == {"lower_precision_fp"} else _promoted(values)
+        # A call the tables do not know (a submodule, a helper): its result follows the
+        # activations if an activation goes in. What autocast alone makes half may come out
+        # float32 (a module that ends in `sum` or `softmax`).
+        inputs = [self.value(a.value, depth - 1) for a in call.args]
+        if any(v.kind in (HALF, ACTIVATION) for v in inputs):
+            return _Value(ACTIVATION)
+        return _UNKNOWN
+
+    def _to(self, call, receiver, positional, keywords, depth) -> _Value:
+        """``.to(...)``: a device keeps the receiver's value; a dtype or a tensor casts."""
+        ctx = self.ctx
+        if "dtype" in keywords:
+            return self._dtype(keywords["dtype"], depth)
+        for arg in positional:
+            cast = self._dtype(arg, depth)
+            if cast.kind is not None or dtype_of(ctx, arg) is not None:
+                return cast
+            if not _device_like(self, arg):
+                return _Value(self.value(arg, depth - 1).kind)  # .to(other): other's dtype
+        return self.value(receiver, depth - 1)
+
+
+def _factory(ctx: FileContext, call: cst.Call) -> str | None:
+    """The torch factory a call makes, as ``torch.zeros``: a torch factory, or a function of
+    that name given a device (a package's re-export of torch's)."""
+    factory = ctx.resolves_to(call.func, _FACTORIES)
+    if factory is not None or not any(a.keyword is not None and a.keyword.value == "device" for a in call.args):
+        return factory
+    name = f"torch.{_callee_name(call)}"
+    return name if name in _FACTORIES else None
+
+
+def _float_cast(call: cst.Call) -> bool:
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value == "float"
+
+
+def _callee_name(call: cst.Call) -> str | None:
+    if isinstance(call.func, cst.Attribute):
+        return call.func.attr.value
+    return call.func.value if isinstance(call.func, cst.Name) else None
+
+
+def _tensor_parameter(ctx: FileContext, param: cst.Param) -> bool:
+    """A parameter that plausibly holds a floating tensor: not ``self``, not named like indices
+    or a mask, not annotated with anything but a tensor, no number or string by default."""
+    name = param.name.value
+    if name in ("self", "cls") or any(h in name.lower() for h in _NON_FLOAT_HINTS):
         return False
-    block = ctx.parent(func)
-    return isinstance(ctx.parent(block), cst.ClassDef) if block is not None else False
+    if isinstance(param.default, (cst.Integer, cst.Float, cst.SimpleString)) or (
+            isinstance(param.default, cst.Name) and param.default.value in ("True", "False")):
+        return False
+    return param.annotation is None or "Tensor" in ctx.code(param.annotation.annotation)
+
+
+def _integral(flow: _Flow, expr: cst.BaseExpression, depth: int) -> bool:
+    """A boolean or integer tensor: a comparison, ``~m``, ``.long()``, ``argmax``, or a name, an
+    index or a reshape of one."""
+    if depth == 0:
+        return False
+    if isinstance(expr, cst.Comparison) or (isinstance(expr, cst.UnaryOperation)
+                                            and isinstance(expr.operator, cst.BitInvert)):
+        return True
+    if isinstance(expr, cst.Name):
+        b = flow.binding(expr)
+        return b is not None and b.value is not None and b.index is None and _integral(flow, b.value, depth - 1)
+    if isinstance(expr, cst.Subscript):
+        return _integral(flow, expr.value, depth - 1)
+    if isinstance(expr, cst.Call):
+        name = _callee_name(expr)
+        if name in _NOT_FLOAT - {"double", "size", "dim", "numel", "item", "tolist", "numpy", "type"}:
+            return True
+        mc = method_call(expr)
+        return mc is not None and name in ("view", "reshape", "unsqueeze", "squeeze", "expand", "flatten",
+                                           "transpose", "permute", "contiguous", "to") \
+            and _integral(flow, mc[0], depth - 1)
+    return False
+
+
+def _device_like(flow: _Flow, expr: cst.BaseExpression) -> bool:
+    """A device argument of ``.to``: ``x.device``, a string, ``torch.device(...)``, or a name
+    bound to one of those or named like one."""
+    if isinstance(expr, cst.Attribute):
+        return expr.attr.value == "device"
+    if isinstance(expr, (cst.SimpleString, cst.Integer)):
+        return True
+    if isinstance(expr, cst.Call):
+        return flow.ctx.resolves_to(expr.func, {"torch.device"}) is not None
+    if isinstance(expr, cst.Name):
+        if "device" in expr.value.lower():
+            return True
+        b = flow.binding(expr)
+        return b is not None and b.value is not None and b.index is None and _device_like(flow, b.value)
+    return False
+
+
+@dataclass(frozen=True)
+class _Meeting:
+    node: cst.CSTNode  # where they meet
+    origin: cst.Call  # the float32 value's maker
+    other: cst.BaseExpression  # the half value
+    text: str  # what happens there, for the message
+
+
+def _float32_origin(value: _Value, strict: bool) -> cst.Call | None:
+    """The reportable maker of a float32 value: a factory, or (where the op needs equal dtypes)
+    a `.float()` of integers."""
+    if value.kind != FLOAT32 or value.origin is None:
+        return None
+    return value.origin if strict or not _float_cast(value.origin) else None
+
+
+def _meetings(flow: _Flow) -> list[_Meeting]:
+    ctx = flow.ctx
+    found: list[_Meeting] = []
+
+    def strict(node, dest, source, verb):
+        d, s = flow.value(dest), flow.value(source)
+        if _float32_origin(d, True) is not None and s.kind in _HALF_KINDS:
+            found.append(_Meeting(node, d.origin, source, f"{verb} `{ctx.code(source)}` into it"))
+        elif _float32_origin(s, True) is not None and d.kind in _HALF_KINDS:
+            found.append(_Meeting(node, s.origin, dest, f"{verb} it into `{ctx.code(dest)}`"))
+
+    def promoting(node, operands, verb):
+        values = [flow.value(o) for o in operands]
+        # Outside a model, only a value the code makes half is known to be half.
+        half = _HALF_KINDS if _in_model(ctx, node) else (HALF,)
+        if _cast_back(flow, node):
+            return
+        for value in values:
+            if _float32_origin(value, False) is None:
+                continue
+            other = next((o for o, v in zip(operands, values) if v.kind in half), None)
+            if other is not None:
+                found.append(_Meeting(node, value.origin, other, f"{verb} `{ctx.code(other)}`"))
+
+    for node in ctx.nodes(cst.Assign):
+        for target in node.targets:
+            if isinstance(target.target, cst.Subscript) and any(
+                    isinstance(e.slice, cst.Index) and _tensor_index(flow, e.slice.value, 4)
+                    for e in target.target.slice):
+                strict(node, target.target.value, node.value, "index-puts")
+    for call in ctx.nodes(cst.Call):
+        mc = method_call(call)
+        if mc is not None and mc[1] in _STRICT_METHODS:
+            position, keyword = _STRICT_METHODS[mc[1]]
+            positional = [a.value for a in call.args if a.keyword is None and not a.star]
+            source = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == keyword),
+                          positional[position] if len(positional) > position else None)
+            if source is not None:
+                strict(call, mc[0], source, f"`{mc[1]}`s")
+        elif ctx.resolves_to(call.func, _CONCATENATIONS) is not None and call.args \
+                and isinstance(call.args[0].value, (cst.List, cst.Tuple)):
+            elements = [e.value for e in call.args[0].value.elements if isinstance(e, cst.Element)]
+            promoting(call, elements, "concatenates it with")
+    for node in ctx.nodes(cst.BinaryOperation):
+        verb = _PROMOTING.get(type(node.operator))
+        if verb is not None:
+            promoting(node, [node.left, node.right], verb)
+    return sorted(found, key=lambda m: ctx.order(m.node))
+
+
+def _cast_back(flow: _Flow, node: cst.CSTNode) -> bool:
+    """Whether the result of ``node`` is copied into a half tensor, which casts it back:
+    ``x[:, 0] = x[:, 0] + noise``, ``out.copy_(a + b)``."""
+    ctx = flow.ctx
+    for ancestor in ctx.ancestors(node):
+        if isinstance(ancestor, cst.Assign):
+            dest = [t.target.value for t in ancestor.targets if isinstance(t.target, cst.Subscript)]
+            return bool(dest) and ctx.contains(ancestor.value, node) and flow.value(dest[0]).kind in _HALF_KINDS
+        if isinstance(ancestor, cst.Call) and _callee_name(ancestor) == "copy_" \
+                and isinstance(ancestor.func, cst.Attribute) and not ctx.contains(ancestor.func, node):
+            return flow.value(ancestor.func.value).kind in _HALF_KINDS
+        if isinstance(ancestor, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+            return False
+    return False
+
+
+def _in_model(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """In a method of a module class (one that defines ``forward`` or derives from a
+    ``...Module``), or in an autocast region: where the activations may be half."""
+    if autocast_region(ctx, node) is not None:
+        return True
+    cls = next((a for a in ctx.ancestors(node) if isinstance(a, cst.ClassDef)), None)
+    if cls is None:
+        return False
+    return any(ctx.code(b.value).endswith("Module") for b in cls.bases) or any(
+        isinstance(s, cst.FunctionDef) and s.name.value == "forward" for s in cls.body.body)
+
+
+def _tensor_index(flow: _Flow, expr: cst.BaseExpression, depth: int) -> bool:
+    """An index that makes ``x[i] = v`` an index-put (a tensor, a mask, a list), which needs
+    ``v`` in ``x``'s dtype, rather than a copy into a slice (ints, slices), which casts."""
+    if depth == 0:
+        return False
+    if isinstance(expr, (cst.Comparison, cst.List, cst.Tuple)) or (
+            isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.BitInvert)):
+        return True
+    if isinstance(expr, cst.Subscript):
+        return _tensor_index(flow, expr.value, depth - 1)
+    if isinstance(expr, cst.Call):
+        return not (isinstance(expr.func, cst.Name) and expr.func.value in _BUILTINS) \
+            and _callee_name(expr) not in ("item", "size", "numel", "dim", "tolist")
+    if isinstance(expr, cst.Name):
+        b = flow.binding(expr)
+        if b is None or b.parameter is not None:
+            return b is not None and any(h in expr.value.lower() for h in ("idx", "index", "indices", "mask"))
+        if b.value is None:
+            return False
+        if b.index is not None:
+            return isinstance(b.value, cst.Call) and _tensor_index(flow, b.value, depth - 1)
+        return _tensor_index(flow, b.value, depth - 1)
+    return False
+
+
+def _placed_on_device(ctx: FileContext, factory: cst.Call) -> bool:
+    """A factory given a device (``device=...``, or ``.to(...)``/``.cuda()`` on its result): on
+    the CPU it could not meet a GPU's half values."""
+    if any(a.keyword is not None and a.keyword.value == "device" for a in factory.args):
+        return True
+    attribute = ctx.parent(factory)
+    return isinstance(attribute, cst.Attribute) and attribute.attr.value in ("to", "cuda") \
+        and isinstance(ctx.parent(attribute), cst.Call)
+
+
+def _bound_before(flow: _Flow, other: cst.BaseExpression, origin: cst.Call, meeting: cst.CSTNode) -> bool:
+    """Whether ``other``, a chain without calls, means the same at ``origin`` as at ``meeting``:
+    its name is bound before the origin and not again before the meeting."""
+    if not chain_without_calls(other):
+        return False
+    root = other
+    while isinstance(root, (cst.Attribute, cst.Subscript)):
+        root = root.value
+    binding = flow.binding(root)
+    if binding is None or flow.scope_of(root) is not flow.scope_of(origin):
+        return False
+    return binding.parameter is not None or (flow.ctx.order(binding.statement) < flow.ctx.order(origin)
+                                             and not flow.ctx.contains(binding.statement, origin))
+
+
+def _fix(flow: _Flow, m: _Meeting) -> Fix | None:
+    """Give the float32 value the other's dtype: ``other.new_zeros(...)`` where the factory
+    takes ``other``'s device, else ``dtype=other.dtype``; ``.to(other.dtype)`` for
+    ``.float()``."""
+    ctx = flow.ctx
+    if not _bound_before(flow, m.other, m.origin, m.node):
+        return None
+    other = ctx.code(m.other)
+    if _float_cast(m.origin):
+        return Fix(f"Use `.to({other}.dtype)`",
+                   (ctx.replace(m.origin, f"{ctx.code(m.origin.func.value)}.to({other}.dtype)"),), "unsafe")
+    factory = _factory(ctx, m.origin)
+    device = next((a.value for a in m.origin.args if a.keyword is not None and a.keyword.value == "device"), None)
+    if device is not None and isinstance(device, cst.Attribute) and device.attr.value == "device" \
+            and ctx.code(device.value) == other:
+        fix = new_method_fix(ctx, m.origin, factory, m.other, "unsafe")
+        if fix is not None:
+            return fix
+    if any(a.star for a in m.origin.args):
+        return None
+    args = list(m.origin.args)
+    # The new last argument takes over the old one's trailing comma (and line break), if any.
+    dtype = cst.Arg(cst.parse_expression(f"{other}.dtype"), keyword=cst.Name("dtype"), comma=args[-1].comma,
+                    equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+    args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    new = m.origin.with_changes(args=[*args, dtype])
+    return Fix(f"Pass `dtype={other}.dtype`", (ctx.replace(m.origin, ctx.module.code_for_node(new)),), "unsafe")
+
+
+def _may_make_float32(outline: Outline, call: ast.Call) -> bool:
+    """A factory call check() may take for a float32 maker, as far as the ast shows it: no
+    ``dtype=`` or ``**kwargs``, a call by a torch factory's name, data that may hold a float."""
+    if any(k.arg in ("dtype", None) for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
+        return False
+    names = outline.qualified_names(call.func)
+    name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", None)
+    if names.isdisjoint(_FACTORIES) and f"torch.{name}" not in _FACTORIES:
+        return False
+    if name == "tensor" or "torch.tensor" in names:
+        return bool(call.args) and isinstance(call.args[0], (ast.List, ast.Tuple))
+    return True
+
+
+def _may_fire(outline: Outline) -> bool:
+    """A float32 maker placed on a device (or a `.float()`) and a place where two values meet
+    (for `.float()`, one that needs equal dtypes): what check() reports, as far as the ast
+    shows it."""
+    strict = any(isinstance(t, ast.Subscript) for a in outline.nodes(ast.Assign) for t in a.targets) \
+        or any(outline.method_calls(m) for m in _STRICT_METHODS)
+    moved = {id(c.func.value) for c in outline.nodes(ast.Call)
+             if isinstance(c.func, ast.Attribute) and c.func.attr in ("to", "cuda")}
+    if any(_may_make_float32(outline, c) and (id(c) in moved or any(k.arg == "device" for k in c.keywords))
+           for c in outline.nodes(ast.Call)):
+        return strict or bool(outline.nodes(ast.BinOp)) or bool(outline.calls_to(_CONCATENATIONS))
+    return strict and any(isinstance(c.func, ast.Attribute) and c.func.attr == "float" and not c.args
+                          for c in outline.nodes(ast.Call))
 
 
 class TensorFactoryDropsDtype(Rule):
     """
     ## What it does
-    Inside `forward` of a module class, or inside an autocast region, finds
-    `torch.zeros/ones/empty/full/tensor(..., device=x.device)` that take the device from a
-    tensor `x` but not its dtype.
+    Finds a float32 tensor that meets the activations: a tensor factory
+    (`torch.zeros/ones/empty/full/tensor/rand/randn`) given a device but no `dtype=`, or
+    `.float()` of a mask or of integers, that is then index-put or scattered into, scattered
+    or index-put into an activation, or concatenated, added to or multiplied with one. An
+    activation is a value whose dtype follows the model's: a tensor argument, a module's
+    output, what a `lower_precision_fp` op (`F.linear`, `@`) makes under autocast, a
+    `.half()` tensor, and what is computed from those.
 
     ## Why is this bad?
-    Without `dtype=` a factory makes a float32 tensor (the default dtype), whatever `x` is. In a
-    model run in half precision (`model.half()`, or bf16/fp16 activations under autocast) that
-    tensor silently promotes what it touches to float32 (`torch.cat`, `+`), doubling memory
-    and time, or breaks ops that need equal dtypes ("expected scalar type Half but found
-    Float"). `x.new_zeros(...)` takes both the device and the dtype from `x`.
+    Without `dtype=` a factory makes float32 (the default dtype), whatever the model runs in.
+    In a `.half()`/bf16 model or under autocast the activations are float16 or bfloat16:
+    index-puts and scatters then fail ("Index put requires the source and destination dtypes
+    match", "scatter(): Expected self.dtype to be equal to src.dtype"), and `torch.cat`, `+`,
+    `*` silently promote the result to float32, doubling memory and time, until an op that
+    needs equal dtypes fails ("expected scalar type Half but found Float").
 
     ## Example
     ```python
     def forward(self, x):
-        mask = torch.zeros(x.shape[0], 1, device=x.device)
+        pad = torch.zeros(x.shape[0], 1, x.shape[2], device=x.device)
+        return torch.cat([x, pad], dim=1)
     ```
 
     ## Fix
     ```python
     def forward(self, x):
-        mask = x.new_zeros(x.shape[0], 1)
+        pad = x.new_zeros(x.shape[0], 1, x.shape[2])
+        return torch.cat([x, pad], dim=1)
     ```
 
     ## Fix safety
-    Safe when the call already passes `dtype=x.dtype` (same tensor as the device): the result
-    is the same. Unsafe when it passes no dtype: the new tensor gets `x`'s dtype instead of
-    float32 (the point of the fix, but a change of meaning), and `torch.tensor(data, ...)`
-    becomes `x.new_tensor(data)`, which also takes `x`'s dtype. No fix when `x` is not a plain
-    name, attribute or subscript chain, or the call has `out=` or `*args`/`**kwargs`.
+    Unsafe: the tensor gets the other value's dtype instead of float32 (the point of the fix,
+    but a change of meaning). The fix is `x.new_zeros(...)` where the factory takes its device
+    from that same `x`, else `dtype=x.dtype`, and `.to(x.dtype)` for `.float()`. No fix when
+    the other value is not a plain name, attribute or subscript chain already bound where the
+    float32 tensor is made.
 
     ## False positives
     A float32 tensor can be intended (an accumulator kept in float32 on purpose): then pass
-    `dtype=torch.float32` explicitly, which this rule never reports. Any method named `forward`
-    of a class counts as a module's forward. To stay quiet on correct code the rule skips
-    `x` that may not be a floating tensor: attributes of `self` other than `weight`, `bias`,
-    `*_weight`, `*_bias` and registered buffers (`self.model.device` is a module's), and names
-    that suggest integers or booleans (`input_ids`, `mask`, `lengths`, `labels`, …). Without
-    `dtype=`, `torch.full` and `torch.tensor` take their type from their values: the rule
-    reports them only when the code shows a float (`torch.full(s, -1e9, ...)`,
-    `torch.tensor([0.5, 2.0], ...)`); an int fill value, token ids (`[self.bos_id] * n`) and
-    data held in a variable are left alone, and so is `torch.tensor(<number>, ...)`: a 0-dim
-    tensor does not change other tensors' dtype.
+    `dtype=torch.float32`, which this rule never reports. The rule stays silent where the
+    other value is float32 too (another factory, `.float()`, the output of an op autocast runs
+    in float32 such as `softmax` or `sum`), where the tensor is cast before it is used
+    (`.to(x.dtype)`, `.type_as(x)`), on 0-dim tensors (`torch.full((), v)`,
+    `torch.tensor(0.0)`: they do not promote), and on factories without a device. It follows
+    plain assignments within a function, not values passed between functions or files.
+    Arguments named like indices or masks (`input_ids`, `mask`, `lengths`, …) or annotated
+    with a type other than a tensor are not taken for activations.
     """
 
     code = "AMP003"
     name = "tensor-factory-drops-dtype"
-    summary = "Tensor factory takes a tensor's device but not its dtype"
+    summary = "A float32 tensor (factory without dtype) meets half activations"
     fixable = True
-    # A forward method or an autocast region, and a factory call with `device=<...>.device`
-    # among its own arguments (the literal `.device` first: it is the cheap test).
-    fragments = ((r"\.device", AnyOf(r"def\s+forward\b", "autocast"),
-                  AnyOf(*(call_with(factory, rf"\bdevice\s*=\s*(?:[^()]|{PARENTHESIZED})*?\.device\b")
-                          for factory in ("zeros", "ones", "empty", "full", "tensor")))),)
-    # On the ast: such a call to a torch factory, with the arguments check() wants, in a
-    # method named forward or in a file that calls autocast.
+    uses_policy = True
+    # A factory call given a device among its own arguments, or moved to one afterwards, or
+    # a `.float()`.
+    fragments = ((AnyOf(*(call_with(factory, r"\bdevice\s*=")
+                          for factory in ("zeros", "ones", "empty", "full", "tensor", "rand", "randn")),
+                        r"\.to\(", r"\.cuda\(", r"\.float\(\)"),),)
     may_fire = staticmethod(_may_fire)
 
     valid = (
+        # Float32 on purpose: an explicit dtype, and float32 met with float32 (a scatter of
+        # float32 ones, a product with what autocast runs in float32: softmax, mean).
         Valid("""
 import torch
-from torch import nn
-class Head(nn.Module):
-    def forward(self, x):
-        acc = torch.zeros(x.shape[0], device=x.device, dtype=torch.float32)
-        mask = x.new_ones(x.shape[0], 1)
-        return acc, mask
+import torch.nn.functional as F
+class Gate(torch.nn.Module):
+    def forward(self, hidden, idx):
+        acc = torch.zeros(hidden.shape[0], device=hidden.device, dtype=torch.float32)
+        scores = F.linear(hidden, self.weight).softmax(dim=-1)
+        counts = torch.zeros(hidden.shape[0], 8, device=hidden.device)
+        counts.scatter_add_(1, idx, torch.ones(idx.shape, device=hidden.device))
+        return acc + hidden.sum(-1), (counts * scores.mean(dim=1)).sum()
 """),
+        # 0-dim tensors do not promote; a cast before use; a copy into a slice casts back.
         Valid("""
 import torch
-from torch import nn
-class Ranker(nn.Module):
-    def forward(self, input_ids, scores):
-        mask = torch.ones(input_ids.shape, device=input_ids.device)
-        target = torch.full((4,), 0.5, device=self.model.device)
-        zero = torch.tensor(0.0, device=scores.device)
-        return mask, target, zero
+class Sine(torch.nn.Module):
+    def forward(self, f0):
+        total = torch.tensor(0.0, device=f0.device)
+        eps = torch.full((), 1e-6, device=f0.device)
+        pos = torch.zeros(f0.shape[1], device=f0.device).to(f0.dtype)
+        table = torch.ones(f0.shape[1], device=f0.device).type_as(f0)
+        rad = f0 / 16000 + pos + table
+        noise = torch.rand(f0.shape[0], f0.shape[2], device=f0.device)
+        rad[:, 0, :] = rad[:, 0, :] + noise
+        return total + rad + eps
 """),
-        # Integer tensors: an int fill value, token ids, data the code does not show.
+        # Float32 into float32: logits upcast first; a helper only ever called with float32.
         Valid("""
 import torch
-class Decoder(torch.nn.Module):
-    def forward(self, x, step, ids):
-        prefix = torch.tensor([self.bos_id] * x.shape[0], device=x.device)
-        level = torch.full((x.shape[0],), fill_value=step, device=x.device)
-        tokens = torch.tensor(ids, device=x.device)
-        return prefix, level, tokens
+def listwise(logits, row_idx, col_idx, device):
+    logits = logits.float()
+    matrix = torch.full((4, 8), -1e16, device=device)
+    matrix[row_idx, col_idx] = logits
+    return matrix
+def totals(segment, flags):
+    def seg_sum(vals):
+        return torch.zeros(4, device=vals.device).index_add_(0, segment, vals)
+    return seg_sum(flags.float()), seg_sum(torch.ones_like(flags, dtype=torch.float32))
 """),
+        # A copy into a slice (an int index) casts; no device: a CPU table built from data.
         Valid("""
 import torch
-def make_buffers(x):
-    return torch.zeros(4, device=x.device)
-"""),
-        Valid("""
-import torch
-class Model(torch.nn.Module):
-    def forward(self, x):
-        return torch.zeros(x.shape, device=x.device, dtype=self.dtype)
+class Pos(torch.nn.Module):
+    def forward(self, x, nodes):
+        table = torch.zeros(len(nodes), 4)
+        for i, node in enumerate(nodes):
+            table[i] = node.encoding
+        out = torch.zeros(x.shape, device=x.device)
+        out[0] = x[0]
+        return out, table
 """),
     )
     invalid = (
@@ -311,33 +772,70 @@ class Block(nn.Module):
     def forward(self, x):
         pad = x.new_zeros(x.shape[0], 1, x.shape[2])
         return torch.cat([x, pad], dim=1)
-""", at=((6, 15, "`torch.zeros` takes `x`'s device but not its dtype (the resu"),)),
-        Invalid("""
-import torch as th
-class Attn(th.nn.Module):
-    def forward(self, q):
-        bias = th.full((q.size(1), q.size(1)), float("-inf"), device=q.device, dtype=q.dtype)
-        scale = th.tensor([0.5, 2.0], device=self.weight.device, requires_grad=False)
-        return bias, scale
-""", fixed="""
-import torch as th
-class Attn(th.nn.Module):
-    def forward(self, q):
-        bias = q.new_full((q.size(1), q.size(1)), float("-inf"))
-        scale = self.weight.new_tensor([0.5, 2.0], requires_grad=False)
-        return bias, scale
-""", at=((5, 16, '`torch.full(..., device=q.device, dtype=q.dtype)` is `q.new_'), (6, 17, "`torch.tensor` takes `self.weight`'s device but not its dtyp"),)),
+""", at=((6, 15, "`torch.zeros` without `dtype=` makes a float32 tensor, and line 7 concatenates it with `x`"),)),
+        # An index-put of half scores, with the device from a variable.
         Invalid("""
 import torch
-with torch.autocast("cuda"):
-    out = model(x)
-    ones = torch.ones(out.shape, device=out.device)
+def remap(scores, indices, n, device):
+    scores = scores.half()
+    full = torch.zeros(scores.shape[0], n, device=device)
+    full[:, indices] = scores
+    return full
 """, fixed="""
 import torch
-with torch.autocast("cuda"):
-    out = model(x)
-    ones = out.new_ones(out.shape)
-""", at=((5, 12, "`torch.ones` takes `out`'s device but not its dtype (the res"),)),
+def remap(scores, indices, n, device):
+    scores = scores.half()
+    full = torch.zeros(scores.shape[0], n, device=device, dtype=scores.dtype)
+    full[:, indices] = scores
+    return full
+""", at=((5, 12, "and line 6 index-puts `scores` into it"),)),
+        # A mask made float32, scattered into a tensor that follows the hidden states.
+        Invalid("""
+import torch
+def mean_pool(hidden, word_ids):
+    mask = word_ids >= 0
+    counts = torch.zeros_like(hidden[:, :, 0])
+    counts.scatter_add_(1, word_ids.clamp(min=0), mask.float())
+    return counts
+""", fixed="""
+import torch
+def mean_pool(hidden, word_ids):
+    mask = word_ids >= 0
+    counts = torch.zeros_like(hidden[:, :, 0])
+    counts.scatter_add_(1, word_ids.clamp(min=0), mask.to(counts.dtype))
+    return counts
+""", at=((6, 51, "`mask.float()` makes a float32 tensor, and line 6 `scatter_add_`s it into `counts`"),)),
+        # Moved to the device after creation; a boolean-mask index-put of a head's output.
+        Invalid("""
+import torch
+from torch import nn
+class MultiHead(nn.Module):
+    def forward(self, x, task_labels):
+        out = torch.zeros(x.shape[0], self.max_classes).to(x.device)
+        for task in task_labels.unique():
+            task_mask = task_labels == task
+            out[task_mask] = self.heads[str(task.item())](x[task_mask])
+        return out
+""", at=((6, 15, "and line 9 index-puts `self.heads[str(task.item())](x[task_mask])` into it"),)),
+        # What a `lower_precision_fp` op makes in an autocast region is half.
+        Invalid("""
+import torch
+import torch.nn.functional as F
+def step(x, w):
+    with torch.autocast("cuda"):
+        h = F.linear(x, w)
+        bias = torch.full((h.shape[0], 1), 0.5, device=h.device)
+        return torch.cat([h, bias], dim=1)
+""", fixed="""
+import torch
+import torch.nn.functional as F
+def step(x, w):
+    with torch.autocast("cuda"):
+        h = F.linear(x, w)
+        bias = h.new_full((h.shape[0], 1), 0.5)
+        return torch.cat([h, bias], dim=1)
+""", at=((7, 16, "`torch.full` without `dtype=` makes a float32 tensor, and line 8 concatenates it with `h`"),)),
+        # Added to and multiplied with the activations; `.triu` keeps the factory the cause.
         Invalid("""
 import math
 import torch
@@ -345,7 +843,8 @@ class Attention(torch.nn.Module):
     def forward(self, scores):
         n = scores.size(-1)
         causal = torch.full((n, n), -math.inf, device=scores.device).triu(1)
-        return scores + causal
+        keep = torch.ones(n, n, device=scores.device)
+        return scores + causal, scores * keep
 """, fixed="""
 import math
 import torch
@@ -353,81 +852,23 @@ class Attention(torch.nn.Module):
     def forward(self, scores):
         n = scores.size(-1)
         causal = scores.new_full((n, n), -math.inf).triu(1)
-        return scores + causal
-""", at=((7, 18, "`torch.full` takes `scores`'s device but not its dtype (the "),)),
-        # A buffer, however its name was registered.
-        Invalid("""
-import torch
-from torch import nn
-class Normalize(nn.Module):
-    def __init__(self, mean, std):
-        super().__init__()
-        for name, value in (('mean', mean), ('std', std)):
-            self.register_buffer(name, torch.as_tensor(value))
-    def forward(self, x):
-        eps = torch.full((1,), 1e-3, device=self.std.device)
-        return (x - self.mean) / (self.std + eps)
-""", fixed="""
-import torch
-from torch import nn
-class Normalize(nn.Module):
-    def __init__(self, mean, std):
-        super().__init__()
-        for name, value in (('mean', mean), ('std', std)):
-            self.register_buffer(name, torch.as_tensor(value))
-    def forward(self, x):
-        eps = self.std.new_full((1,), 1e-3)
-        return (x - self.mean) / (self.std + eps)
-""", at=((10, 15, "`torch.full` takes `self.std`'s device but not its dtype (th"),)),
-        # The tensor comes from a call: moving it before the other arguments is not a fix.
-        Invalid("""
-import torch
-class M(torch.nn.Module):
-    def forward(self, x):
-        return torch.empty(x.size(0), device=next(self.parameters()).device)
-""", at=((5, 16, "`torch.empty` takes `next(self.parameters())`'s device but n"),)),
+        keep = scores.new_ones(n, n)
+        return scores + causal, scores * keep
+""", at=((7, 18, "line 9 adds it to `scores`"), (8, 16, "line 9 multiplies it with `scores`"))),
     )
 
     def check(self, ctx: FileContext) -> None:
-        for call in calls(ctx):
-            factory = ctx.resolves_to(call.func, _FACTORIES.keys())
-            if factory is None or has_star_args(call):
+        flow = _Flow(ctx)
+        reported: set[int] = set()
+        for m in _meetings(flow):
+            if id(m.origin) in reported:
                 continue
-            keywords = {a.keyword.value: a for a in call.args if a.keyword is not None}
-            device = keywords.get("device")
-            if device is None or not isinstance(device.value, cst.Attribute) \
-                    or device.value.attr.value != "device":
+            cast = _float_cast(m.origin)
+            if not cast and not _placed_on_device(ctx, m.origin):
                 continue
-            source = device.value.value
-            cls = next((a for a in ctx.ancestors(call) if isinstance(a, cst.ClassDef)), None)
-            if not _float_tensor(ctx, source, cls):
-                continue
-            dtype = keywords.get("dtype")
-            same_dtype = dtype is not None and isinstance(dtype.value, cst.Attribute) \
-                and dtype.value.attr.value == "dtype" and ctx.code(dtype.value.value) == ctx.code(source)
-            if dtype is not None and not same_dtype:
-                continue
-            if not same_dtype and not _makes_float(ctx, factory, call, keywords):
-                continue
-            if not (_in_module_forward(ctx, call) or autocast_region(ctx, call)):
-                continue
-            method = _FACTORIES[factory]
-            tensor = ctx.code(source)
-            message = (f"`{factory}(..., device={tensor}.device, dtype={tensor}.dtype)` is "
-                       f"`{tensor}.{method}(...)`" if same_dtype else
-                       f"`{factory}` takes `{tensor}`'s device but not its dtype (the result is "
-                       f"float32): use `{tensor}.{method}(...)`")
-            ctx.report(call, message,
-                       self._fix(ctx, call, source, method, keywords, same_dtype))
-
-    def _fix(self, ctx, call, source, method, keywords, same_dtype) -> Fix | None:
-        if "out" in keywords or not _chain_without_calls(source) \
-                or set(keywords) - _KEPT_KEYWORDS - {"device", "dtype"}:
-            return None
-        args = [a for a in call.args if a.keyword is None or a.keyword.value in _KEPT_KEYWORDS]
-        if args:  # the last argument must not keep a trailing comma meant for a dropped one
-            args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-        new = call.with_changes(func=cst.Attribute(source, cst.Name(method)), args=args)
-        tensor = ctx.code(source)
-        return Fix(f"Use `{tensor}.{method}(...)`", (ctx.replace(call, ctx.module.code_for_node(new)),),
-                   "safe" if same_dtype else "unsafe")
+            reported.add(id(m.origin))
+            made = f"`{ctx.code(m.origin)}`" if cast else \
+                f"`{_factory(ctx, m.origin)}` without `dtype=`"
+            line = ctx.location(ctx.offsets(m.node)[0]).row
+            ctx.report(m.origin, f"{made} makes a float32 tensor, and line {line} {m.text}, which is "
+                                 "float16/bfloat16 in a half model or under autocast", _fix(flow, m))

@@ -44,6 +44,8 @@ _NOT_FLOAT = frozenset({
 # Functions returning (values, indices): only the values follow the input's dtype.
 _VALUES_AND_INDICES = frozenset({"max", "min", "topk", "sort", "kthvalue", "median", "mode",
                                  "cummax", "cummin"})
+_RECURRENT = frozenset({"torch.nn.LSTM", "torch.nn.GRU", "torch.nn.RNN", "torch.nn.LSTMCell",
+                        "torch.nn.GRUCell", "torch.nn.RNNCell"})
 _PROMOTING = {cst.Add: "adds it to", cst.Subtract: "subtracts", cst.Multiply: "multiplies it with",
               cst.Divide: "divides"}
 _NON_FLOAT_HINTS = ("ids", "idx", "index", "indices", "mask", "len", "label", "target", "count")
@@ -166,6 +168,7 @@ class _Flow:
         self.table = ctx.policy()
         self._bindings: dict[int, dict[str, list[_Binding]]] = {}
         self._values: dict[int, _Value] = {}
+        self._arguments: dict[int, list[_Value]] = {}
 
     def scope_of(self, node: cst.CSTNode) -> cst.CSTNode:
         return next((a for a in self.ctx.ancestors(node) if isinstance(a, cst.FunctionDef)), self.ctx.module)
@@ -222,7 +225,10 @@ class _Flow:
             if b.parameter is not None:
                 if not _tensor_parameter(ctx, b.parameter):
                     return _UNKNOWN
-                passed = self.arguments(b.statement, b.parameter, depth - 1)
+                key = id(b.parameter)
+                if key not in self._arguments:
+                    self._arguments[key] = self.arguments(b.statement, b.parameter, depth - 1)
+                passed = self._arguments[key]
                 # A helper the file only ever calls with float32 values gets float32 values.
                 if passed and all(v.kind == FLOAT32 for v in passed):
                     return _Value(FLOAT32)
@@ -327,8 +333,6 @@ class _Flow:
                 if "dtype" in keywords:
                     return self._dtype(keywords["dtype"], depth)
                 return _Value(self.value(receiver, depth - 1).kind)
-            if method in ("cuda", "cpu", "contiguous", "clone", "detach"):
-                return self.value(receiver, depth - 1)
         spelling = call_spelling(ctx, call)
         if spelling is not None and spelling.startswith("torch."):
             policies = policies_of(self.table, spelling)
@@ -496,11 +500,46 @@ def _meetings(flow: _Flow) -> list[_Meeting]:
                 and isinstance(call.args[0].value, (cst.List, cst.Tuple)):
             elements = [e.value for e in call.args[0].value.elements if isinstance(e, cst.Element)]
             promoting(call, elements, "concatenates it with")
+    for call, hidden in _recurrent_calls(ctx):
+        state = hidden.elements if isinstance(hidden, cst.Tuple) else ()
+        for h in [e.value for e in state if isinstance(e, cst.Element)] or [hidden]:
+            value = flow.value(h)
+            # Autocast casts an RNN's state with its input; a half model does not.
+            if _float32_origin(value, False) is not None and call.args \
+                    and flow.value(call.args[0].value).kind in (HALF, ACTIVATION):
+                found.append(_Meeting(call, value.origin, call.args[0].value,
+                                      f"passes it to `{ctx.code(call.func)}` as the state of "
+                                      f"`{ctx.code(call.args[0].value)}`"))
     for node in ctx.nodes(cst.BinaryOperation):
         verb = _PROMOTING.get(type(node.operator))
         if verb is not None:
             promoting(node, [node.left, node.right], verb)
     return sorted(found, key=lambda m: ctx.order(m.node))
+
+
+def _recurrent_calls(ctx: FileContext) -> list[tuple[cst.Call, cst.BaseExpression]]:
+    """Calls ``self.rnn(x, hx)`` of a module's ``nn.LSTM``/``GRU``/``RNN`` (set as
+    ``self.rnn = nn.LSTM(...)`` in its class), with their state argument."""
+    found = []
+    for cls in ctx.nodes(cst.ClassDef):
+        recurrent = {a.targets[0].target.attr.value for a in ctx.nodes(cst.Assign)
+                     if ctx.contains(cls, a) and len(a.targets) == 1
+                     and isinstance(a.targets[0].target, cst.Attribute)
+                     and isinstance(a.targets[0].target.value, cst.Name) and a.targets[0].target.value.value == "self"
+                     and isinstance(a.value, cst.Call) and ctx.resolves_to(a.value.func, _RECURRENT) is not None}
+        if not recurrent:
+            continue
+        for call in ctx.nodes(cst.Call):
+            func = call.func
+            if not (ctx.contains(cls, call) and isinstance(func, cst.Attribute) and func.attr.value in recurrent
+                    and isinstance(func.value, cst.Name) and func.value.value == "self"):
+                continue
+            positional = [a.value for a in call.args if a.keyword is None and not a.star]
+            hidden = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "hx"),
+                          positional[1] if len(positional) > 1 else None)
+            if hidden is not None:
+                found.append((call, hidden))
+    return found
 
 
 def _cast_back(flow: _Flow, node: cst.CSTNode) -> bool:
@@ -566,9 +605,9 @@ def _placed_on_device(ctx: FileContext, factory: cst.Call) -> bool:
         and isinstance(ctx.parent(attribute), cst.Call)
 
 
-def _bound_before(flow: _Flow, other: cst.BaseExpression, origin: cst.Call, meeting: cst.CSTNode) -> bool:
-    """Whether ``other``, a chain without calls, means the same at ``origin`` as at ``meeting``:
-    its name is bound before the origin and not again before the meeting."""
+def _bound_before(flow: _Flow, other: cst.BaseExpression, origin: cst.Call) -> bool:
+    """Whether ``other``, a chain without calls, means at ``origin`` what it means where it is:
+    the binding its name has there was made before the origin."""
     if not chain_without_calls(other):
         return False
     root = other
@@ -586,7 +625,7 @@ def _fix(flow: _Flow, m: _Meeting) -> Fix | None:
     takes ``other``'s device, else ``dtype=other.dtype``; ``.to(other.dtype)`` for
     ``.float()``."""
     ctx = flow.ctx
-    if not _bound_before(flow, m.other, m.origin, m.node):
+    if not _bound_before(flow, m.other, m.origin):
         return None
     other = ctx.code(m.other)
     if _float_cast(m.origin):
@@ -634,7 +673,8 @@ def _may_fire(outline: Outline) -> bool:
              if isinstance(c.func, ast.Attribute) and c.func.attr in ("to", "cuda")}
     if any(_may_make_float32(outline, c) and (id(c) in moved or any(k.arg == "device" for k in c.keywords))
            for c in outline.nodes(ast.Call)):
-        return strict or bool(outline.nodes(ast.BinOp)) or bool(outline.calls_to(_CONCATENATIONS))
+        return strict or bool(outline.nodes(ast.BinOp)) or bool(outline.calls_to(_CONCATENATIONS)) \
+            or bool(outline.calls_to(_RECURRENT))
     return strict and any(isinstance(c.func, ast.Attribute) and c.func.attr == "float" and not c.args
                           for c in outline.nodes(ast.Call))
 
@@ -817,6 +857,30 @@ class MultiHead(nn.Module):
             out[task_mask] = self.heads[str(task.item())](x[task_mask])
         return out
 """, at=((6, 15, "and line 9 index-puts `self.heads[str(task.item())](x[task_mask])` into it"),)),
+        # An RNN's initial state: a half model's LSTM needs it in its input's dtype.
+        Invalid("""
+import torch
+from torch import nn
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.LSTM(32, 64, batch_first=True)
+    def forward(self, x):
+        h0 = torch.zeros(1, x.size(0), 64, device=x.device)
+        c0 = torch.zeros(1, x.size(0), 64, device=x.device)
+        return self.rnn(x, (h0, c0))
+""", fixed="""
+import torch
+from torch import nn
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.LSTM(32, 64, batch_first=True)
+    def forward(self, x):
+        h0 = x.new_zeros(1, x.size(0), 64)
+        c0 = x.new_zeros(1, x.size(0), 64)
+        return self.rnn(x, (h0, c0))
+""", at=((9, 14, "line 11 passes it to `self.rnn` as the state of `x`"), (10, 14, "line 11 passes it to `self.rnn`"))),
         # What a `lower_precision_fp` op makes in an autocast region is half.
         Invalid("""
 import torch

@@ -36,15 +36,40 @@ def _tiny_float(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and isinstance(node.value, float) and 0 < node.value < FP16_SMALLEST
 
 
+def _called(call: ast.Call) -> str | None:
+    func = call.func
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+
+
 def _may_fire(outline: Outline) -> bool:
     """A float literal the rule would call tiny (libcst's ``Float`` nodes are the ``float``
-    constants of Python's ast), and either a region or an op such an epsilon guards (a
-    division, a log or a square root)."""
-    if not any(_tiny_float(c) for c in outline.nodes(ast.Constant)):
+    constants of Python's ast), and either a region, or what a guard outside regions needs:
+    the epsilon added or clamped, a norm or probability, a parameter annotated ``Tensor``."""
+    constants = outline.nodes(ast.Constant)
+    if not any(_tiny_float(c) for c in constants):
         return False
-    return calls_autocast(outline) or any(isinstance(b.op, ast.Div) for b in outline.nodes(ast.BinOp)) or any(
-        isinstance(c.func, ast.Attribute) and c.func.attr in _SINGULAR or
-        isinstance(c.func, ast.Name) and c.func.id in _SINGULAR for c in outline.nodes(ast.Call))
+    if calls_autocast(outline):
+        return True
+    tiny_names = {a.arg for f in outline.nodes(ast.arguments)
+                  for a, d in zip((f.posonlyargs + f.args)[::-1], f.defaults[::-1]) if _tiny_float(d)}
+    tiny_names |= {a.arg for f in outline.nodes(ast.arguments)
+                   for a, d in zip(f.kwonlyargs, f.kw_defaults) if d is not None and _tiny_float(d)}
+    tiny_names |= {t.id for a in outline.tree.body if isinstance(a, ast.Assign) and _tiny_float(a.value)
+                   for t in a.targets if isinstance(t, ast.Name)}
+
+    def tiny(node: ast.AST) -> bool:
+        return _tiny_float(node) or isinstance(node, ast.Name) and node.id in tiny_names
+
+    calls = outline.nodes(ast.Call)
+    guards = any(isinstance(b.op, ast.Add) and (tiny(b.left) or tiny(b.right)) for b in outline.nodes(ast.BinOp)) \
+        or any(_called(c) in _CLAMPS and any(tiny(a) for a in (*c.args, *(k.value for k in c.keywords)))
+               for c in calls)
+    singular = any(isinstance(b.op, ast.Div) for b in outline.nodes(ast.BinOp)) or any(
+        _called(c) in _SINGULAR for c in calls)
+    return guards and singular and any(_called(c) in _NORMS | _PROBABILITIES for c in calls) and any(
+        not (f.name.startswith("_") and not f.name.endswith("__")) and any(
+            a.annotation is not None and "Tensor" in ast.dump(a.annotation) for a in f.args.args + f.args.kwonlyargs)
+        for f in outline.nodes(ast.FunctionDef))
 
 
 def _tiny(node: cst.BaseExpression) -> float | None:

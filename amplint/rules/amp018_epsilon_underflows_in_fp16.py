@@ -30,6 +30,7 @@ _SINGULAR = frozenset({"log", "log2", "log10", "sqrt", "rsqrt", "reciprocal"})
 _WIDE = frozenset({"float32", "float64"})
 _NORMS = frozenset({"norm", "vector_norm", "matrix_norm"})
 _PROBABILITIES = frozenset({"sigmoid", "softmax"})
+_METADATA = frozenset({"shape", "ndim", "dtype", "device", "size", "dim", "numel"})
 
 
 def _tiny_float(node: ast.AST) -> bool:
@@ -125,12 +126,12 @@ def _epsilon(ctx: FileContext, node: cst.BaseExpression) -> tuple[float, cst.CST
     return (value, constant) if value is not None else None
 
 
-def _walk(node: cst.CSTNode, skip: type | tuple = ()):
+def _walk(node: cst.CSTNode):
     stack = [node]
     while stack:
         current = stack.pop()
         yield current
-        stack.extend(c for c in current.children if not isinstance(c, skip))
+        stack.extend(current.children)
 
 
 def _guard(ctx: FileContext, eps: cst.BaseExpression) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
@@ -212,18 +213,45 @@ def _names_wide_dtype(ctx: FileContext, expr: cst.BaseExpression, bound: dict) -
                if isinstance(part, (cst.Name, cst.Attribute)) for n in ctx.qualified_names(part))
 
 
+def _fixed_dtype(ctx: FileContext, expr: cst.BaseExpression, bound: dict) -> bool:
+    """A dtype the caller's tensor does not decide: float32/float64 by name, or the dtype of
+    something the object holds (``self.store.dtype``)."""
+    if isinstance(expr, cst.Attribute) and expr.attr.value == "dtype":
+        root = expr.value
+        while isinstance(root, (cst.Attribute, cst.Subscript)):
+            root = root.value
+        return isinstance(root, cst.Name) and root.value == "self"
+    return _names_wide_dtype(ctx, expr, bound)
+
+
 def _widens(ctx: FileContext, call: cst.Call, bound: dict) -> bool:
-    """``x.float()``, ``x.double()``, ``x.to(torch.float32)``, ``x.to(work_dtype)`` or a
-    ``dtype=torch.float32`` argument: the value is computed in a dtype the epsilon survives."""
+    """``x.float()``, ``x.double()``, ``x.to(torch.float32)``, ``x.to(work_dtype)``,
+    ``x.to(self.store.dtype)`` or a ``dtype=torch.float32`` argument: the value is computed in
+    a dtype the caller's input does not set."""
     mc = method_call(call)
     if mc is not None and mc[1] in ("float", "double") and not call.args:
         return True
     if mc is not None and mc[1] in ("to", "type") and any(
-            (a.keyword is None or a.keyword.value == "dtype") and _names_wide_dtype(ctx, a.value, bound)
+            (a.keyword is None or a.keyword.value == "dtype") and _fixed_dtype(ctx, a.value, bound)
             for a in call.args):
         return True
-    return any(a.keyword is not None and a.keyword.value == "dtype" and _names_wide_dtype(ctx, a.value, bound)
+    return any(a.keyword is not None and a.keyword.value == "dtype" and _fixed_dtype(ctx, a.value, bound)
                for a in call.args)
+
+
+def _data_walk(node: cst.CSTNode):
+    """The nodes the value of ``node`` is computed from: not an index (``logits[task_ids]``)
+    and not a tensor's metadata (``x.shape``, ``dist.ndim``, ``x.size()``)."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        if isinstance(current, cst.Attribute) and current.attr.value in _METADATA:
+            continue
+        if isinstance(current, cst.Call) and isinstance(current.func, cst.Attribute) \
+                and current.func.attr.value in _METADATA:
+            continue
+        stack.extend(c for c in current.children if not isinstance(c, cst.SubscriptElement))
 
 
 def _caller_tensor(ctx: FileContext, value: cst.BaseExpression,
@@ -238,7 +266,7 @@ def _caller_tensor(ctx: FileContext, value: cst.BaseExpression,
     pending, seen, zero = [value], set(), None
     while pending:
         expr = pending.pop()
-        for node in _walk(expr, skip=cst.SubscriptElement):  # an index is no data: `logits[task_ids]`
+        for node in _data_walk(expr):
             if isinstance(node, cst.Call):
                 if _widens(ctx, node, bound):
                     return None
@@ -300,7 +328,7 @@ def _model_output(ctx: FileContext, call: cst.Call, function: cst.FunctionDef, b
     owner = function.params.params[0].name.value if function.params.params else None
     pending, seen = [a.value for a in call.args], set()
     while pending:
-        for node in _walk(pending.pop(), skip=cst.SubscriptElement):
+        for node in _data_walk(pending.pop()):
             if isinstance(node, cst.Call):
                 root = node.func
                 while isinstance(root, (cst.Attribute, cst.Subscript, cst.Call)):
@@ -324,14 +352,19 @@ def _tested_positive(ctx: FileContext, eps: cst.CSTNode, value: cst.BaseExpressi
     """The guard runs only where a condition compares the guarded value (``if norm > eps:``
     ``x / (norm + 1e-12)``): the epsilon is not what keeps it finite."""
     names = {n.value for n in _walk(value) if isinstance(n, cst.Name)}
+    child: cst.CSTNode = eps
     for ancestor in ctx.ancestors(eps):
         if ancestor is function:
             return False
         test = ancestor.test if isinstance(ancestor, (cst.If, cst.IfExp, cst.While)) else None
+        if isinstance(ancestor, cst.Call) and ctx.resolves_to(ancestor.func, {"torch.where"}) \
+                and ancestor.args and child is not ancestor.args[0]:
+            test = ancestor.args[0].value  # torch.where(theta > 0, x / (theta + 1e-10), y)
         if test is not None and any(isinstance(c, cst.Comparison) and names & {n.value for n in _walk(c)
                                                                                if isinstance(n, cst.Name)}
                                     for c in _walk(test)):
             return True
+        child = ancestor
     return False
 
 
@@ -451,6 +484,23 @@ def project(q: Tensor, limit: float = 0.9) -> Tensor:
 def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
     return (x * mask).sum() / (mask.sum() + 1e-8)
 """),
+        # Cast to the dtype of a stored float32 buffer; a torch.where that tests the divisor;
+        # a norm that only lends its shape to the divisor.
+        Valid("""
+import torch
+from torch import Tensor, nn
+class Guard(nn.Module):
+    def score(self, latent: Tensor) -> Tensor:
+        pooled = latent.detach().to(self.store.dtype)
+        return pooled / (pooled.norm(dim=-1, keepdim=True) + 1e-8)
+def bend(phi: Tensor, theta: Tensor) -> Tensor:
+    proj = torch.linalg.norm(theta, dim=-1)
+    return torch.where(proj > 0, phi / (proj + 1e-10), phi)
+def keypoint_distance(output: Tensor, target: Tensor, areas: Tensor, eps: float = 1e-8) -> Tensor:
+    dist = torch.norm(output - target, dim=-1)
+    areas = areas.reshape(*((1,) * (dist.ndim - 2)), -1, 1)
+    return dist / areas.pow(0.5).clip(min=eps)
+"""),
     )
     invalid = (
         Invalid("""
@@ -476,7 +526,7 @@ def quaternion_exp_to_log(quaternion: Tensor, eps: float = 1.0e-8) -> Tensor:
     vector = quaternion[..., 1:4]
     norm_q: Tensor = torch.norm(vector, p=2, dim=-1, keepdim=True).clamp(min=eps)
     return vector * torch.acos(torch.clamp(quaternion[..., 0:1], min=-1.0, max=1.0)) / norm_q
-""", at=((6, 78, "`eps` (line 4) is below float16's smallest value (≈5.96e-8) and rounds to 0 when `quaternion` is float16, where the norm it guards reaches 0: the division"),)),
+""", at=((6, 78, "`eps` (line 4) is below float16's smallest value (≈5.96e-8) and rounds to 0 when this runs in float16 (a float16 `quaternion` or model), where the norm it guards reaches 0: the division"),)),
         # A module constant guards the log of a probability a submodule of this file returns.
         Invalid("""
 import torch
@@ -493,7 +543,7 @@ class GAE(torch.nn.Module):
         self.decoder = InnerProductDecoder() if decoder is None else decoder
     def recon_loss(self, z: Tensor, pos_edge_index: Tensor) -> Tensor:
         return -torch.log(self.decoder(z, pos_edge_index, sigmoid=True) + EPS).mean()
-""", at=((15, 75, "`EPS` (line 4) is below float16's smallest value (≈5.96e-8) and rounds to 0 when `z` is float16, where the probability it guards reaches 0: the log"),)),
+""", at=((15, 75, "`EPS` (line 4) is below float16's smallest value (≈5.96e-8) and rounds to 0 when this runs in float16 (a float16 `z` or model), where the probability it guards reaches 0: the log"),)),
     )
 
     def check(self, ctx: FileContext) -> None:
@@ -532,9 +582,9 @@ class GAE(torch.nn.Module):
         tensor, zero = found
         origin = "" if written is eps else f" (line {ctx.location(ctx.offsets(written)[0]).row})"
         ctx.report(eps, f"`{ctx.code(eps)}`{origin} is below float16's smallest value (≈5.96e-8) and rounds "
-                        f"to 0 when `{tensor}` is float16, where the {zero} it guards reaches 0: the {op} "
-                        "gives inf/NaN; use ≥ 1e-6 (or one from `torch.finfo(x.dtype)`), or compute this "
-                        "step in float32")
+                        f"to 0 when this runs in float16 (a float16 `{tensor}` or model), where the {zero} "
+                        f"it guards reaches 0: the {op} gives inf/NaN; use ≥ 1e-6 (or one from "
+                        "`torch.finfo(x.dtype)`), or compute this step in float32")
 
     @staticmethod
     def _fp16_table(ctx: FileContext, node: cst.CSTNode):

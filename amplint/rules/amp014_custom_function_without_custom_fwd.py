@@ -117,7 +117,7 @@ def _recomputation(ctx: FileContext, cls: cst.ClassDef, backward: cst.FunctionDe
             continue
         owner = next((a for a in ctx.ancestors(helper) if isinstance(a, cst.ClassDef)), None)
         if owner is None or ctx.parent(ctx.parent(helper)) is not owner:
-            continue  # a method: the values it was given are what its __init__ stored on self
+            continue  # only methods: what they were given is what their __init__ stored on self
         holder = helper.params.params[0].name.value
         methods = {s.name.value for s in owner.body.body if isinstance(s, cst.FunctionDef)}
         found = _recomputed(ctx, helper, holder, _stored_arguments(_method(owner, "__init__"), holder) - methods)
@@ -271,7 +271,7 @@ class CustomFunctionWithoutCustomFwd(Rule):
 
     code = "AMP014"
     name = "custom-function-without-custom-fwd"
-    summary = "autograd.Function without custom_fwd/custom_bwd in code that uses autocast"
+    summary = "autograd.Function without custom_fwd/custom_bwd whose dtypes autocast changes"
     uses_policy = True
     fragments = ((r"autocast", r"Function"), (r"custom_bwd", r"Function"), (r"enable_grad", r"Function"))
     # Every region comes from an autocast call; a lone custom_bwd is a bug anywhere, and so is a
@@ -441,7 +441,7 @@ class ReversibleFn(torch.autograd.Function):
             out = ctx.block(x)
         torch.autograd.backward(out, grad)
         return x.grad, None
-""", at=((17, 19, "`ctx.block` re-runs a module the caller passed in, for `Rever"),)),
+""", at=((17, 19, "`ctx.block` re-runs a module or function the caller passed in, for `Rever"),)),
         # The recomputation lives in a method of the block class that backward calls.
         Invalid("""
 import torch
@@ -473,7 +473,7 @@ class SequenceFn(torch.autograd.Function):
         for block in reversed(ctx.blocks):
             y, dy = block.backward_pass(y, dy)
         return dy, None
-""", at=((12, 18, "`self.f` re-runs a module the caller passed in, for `SequenceFn.backward` (line 26)"),)),
+""", at=((12, 18, "`self.f` re-runs a module or function the caller passed in, for `SequenceFn.backward` (line 26)"),)),
     )
 
     def check(self, ctx: FileContext) -> None:
@@ -493,8 +493,8 @@ class SequenceFn(torch.autograd.Function):
                 recompute = _recomputation(ctx, cls, methods["backward"])
             if recompute is not None:
                 line = ctx.location(ctx.offsets(methods["backward"].name)[0]).row
-                ctx.report(recompute, f"`{ctx.code(recompute.func)}` re-runs a module the caller passed in, for "
-                           f"`{where}.backward` (line {line}), which has no `@torch.amp.custom_bwd`: this "
+                ctx.report(recompute, f"`{ctx.code(recompute.func)}` re-runs a module or function the caller passed "
+                           f"in, for `{where}.backward` (line {line}), which has no `@torch.amp.custom_bwd`: this "
                            "recomputation runs outside the autocast the forward ran in, so float16 "
                            "activations meet float32 weights; decorate `forward` with `custom_fwd` and "
                            "`backward` with `custom_bwd(device_type=...)`")

@@ -55,8 +55,9 @@ def _may_fire(outline: Outline) -> bool:
                   for a, d in zip((f.posonlyargs + f.args)[::-1], f.defaults[::-1]) if _tiny_float(d)}
     tiny_names |= {a.arg for f in outline.nodes(ast.arguments)
                    for a, d in zip(f.kwonlyargs, f.kw_defaults) if d is not None and _tiny_float(d)}
-    tiny_names |= {t.id for a in outline.tree.body if isinstance(a, ast.Assign) and _tiny_float(a.value)
-                   for t in a.targets if isinstance(t, ast.Name)}
+    tiny_names |= {t.id for a in outline.tree.body if isinstance(a, (ast.Assign, ast.AnnAssign))
+                   and _tiny_float(a.value) for t in (a.targets if isinstance(a, ast.Assign) else [a.target])
+                   if isinstance(t, ast.Name)}
 
     def tiny(node: ast.AST) -> bool:
         return _tiny_float(node) or isinstance(node, ast.Name) and node.id in tiny_names
@@ -70,7 +71,7 @@ def _may_fire(outline: Outline) -> bool:
     return guards and singular and any(_called(c) in _NORMS | _PROBABILITIES for c in calls) and any(
         not (f.name.startswith("_") and not f.name.endswith("__")) and any(
             a.annotation is not None and "Tensor" in ast.dump(a.annotation) for a in f.args.args + f.args.kwonlyargs)
-        for f in outline.nodes(ast.FunctionDef))
+        for kind in (ast.FunctionDef, ast.AsyncFunctionDef) for f in outline.nodes(kind))
 
 
 def _tiny(node: cst.BaseExpression) -> float | None:
@@ -551,6 +552,8 @@ class GAE(torch.nn.Module):
         candidates = {p.name.value for p in ctx.nodes(cst.Param) if p.default is not None and _tiny(p.default)}
         candidates |= {t.target.value for a in ctx.nodes(cst.Assign) if _tiny(a.value) for t in a.targets
                        if isinstance(t.target, cst.Name)}
+        candidates |= {a.target.value for a in ctx.nodes(cst.AnnAssign)
+                       if a.value is not None and _tiny(a.value) and isinstance(a.target, cst.Name)}
 
         def epsilon(node: cst.CSTNode) -> tuple[float, cst.CSTNode] | None:
             if isinstance(node, cst.Float) or isinstance(node, cst.Name) and node.value in candidates:

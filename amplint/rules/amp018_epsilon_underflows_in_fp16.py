@@ -9,6 +9,7 @@ from ..engine.outline import Outline
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import (
     DTYPES,
+    assigned_before,
     FP32_FAMILY,
     autocast_region,
     call_spelling,
@@ -45,7 +46,8 @@ def _called(call: ast.Call) -> str | None:
 def _may_fire(outline: Outline) -> bool:
     """A float literal the rule would call tiny (libcst's ``Float`` nodes are the ``float``
     constants of Python's ast), and either a region, or what a guard outside regions needs:
-    the epsilon added or clamped, a norm or probability, a parameter annotated ``Tensor``."""
+    the epsilon added or clamped before a division, log or root, and a model converted to
+    float16 or else a norm or probability and a public function with a ``Tensor`` parameter."""
     constants = outline.nodes(ast.Constant)
     if not any(_tiny_float(c) for c in constants):
         return False
@@ -68,7 +70,13 @@ def _may_fire(outline: Outline) -> bool:
                for c in calls)
     singular = any(isinstance(b.op, ast.Div) for b in outline.nodes(ast.BinOp)) or any(
         _called(c) in _SINGULAR for c in calls)
-    return guards and singular and any(_called(c) in _NORMS | _PROBABILITIES for c in calls) and any(
+    if not (guards and singular):
+        return False
+    # A model of this file converted to float16 (the dtype named anyhow: the check resolves it).
+    if any(_called(c) == "half" or _called(c) == "to" and ("float16" in ast.dump(c) or "half" in ast.dump(c))
+           for c in calls):
+        return True
+    return any(_called(c) in _NORMS | _PROBABILITIES for c in calls) and any(
         not (f.name.startswith("_") and not f.name.endswith("__")) and any(
             a.annotation is not None and "Tensor" in ast.dump(a.annotation) for a in f.args.args + f.args.kwonlyargs)
         for kind in (ast.FunctionDef, ast.AsyncFunctionDef) for f in outline.nodes(kind))
@@ -264,24 +272,55 @@ def _caller_tensor(ctx: FileContext, value: cst.BaseExpression,
     tensors = [p.name.value for p in (*function.params.params, *function.params.kwonly_params)
                if p.annotation is not None and "Tensor" in ctx.code(p.annotation.annotation)]
     bound = _bound_values(ctx, function)
-    pending, seen, zero = [value], set(), None
+    seen, zero = set(), None
+    for node in _slice(ctx, value, function):
+        if isinstance(node, cst.Call):
+            if _widens(ctx, node, bound):
+                return None
+            made = _zero_producer(ctx, node)
+            if made == "norm" and _model_output(ctx, node, function, bound):
+                made = None  # a model's dense output or features: its norm is not 0 in practice
+            zero = zero or made or next(
+                (z for out in _module_outputs(ctx, node, function) for c in _walk(out)
+                 if isinstance(c, cst.Call) and (z := _zero_producer(ctx, c))), None)
+        elif isinstance(node, cst.Name):
+            seen.add(node.value)
+    tensor = next((t for t in tensors if t in seen), None)  # the first in the signature: the data, not an index
+    return (tensor, zero) if tensor is not None and zero is not None else None
+
+
+def _slice(ctx: FileContext, value: cst.BaseExpression, function: cst.FunctionDef):
+    """The nodes ``value`` is computed from, following the names the function assigns."""
+    bound = _bound_values(ctx, function)
+    pending, seen = [value], set()
     while pending:
-        expr = pending.pop()
-        for node in _data_walk(expr):
-            if isinstance(node, cst.Call):
-                if _widens(ctx, node, bound):
-                    return None
-                made = _zero_producer(ctx, node)
-                if made == "norm" and _model_output(ctx, node, function, bound):
-                    made = None  # a model's dense output or features: its norm is not 0 in practice
-                zero = zero or made or next(
-                    (z for out in _module_outputs(ctx, node, function) for c in _walk(out)
-                     if isinstance(c, cst.Call) and (z := _zero_producer(ctx, c))), None)
+        for node in _data_walk(pending.pop()):
+            yield node
             if isinstance(node, cst.Name) and node.value not in seen:
                 seen.add(node.value)
                 pending.extend(bound.get(node.value, []))
-    tensor = next((t for t in tensors if t in seen), None)  # the first in the signature: the data, not an index
-    return (tensor, zero) if tensor is not None and zero is not None else None
+
+
+def _halved_classes(ctx: FileContext) -> dict[str, cst.Call]:
+    """Classes of this file whose instances the file converts to float16, with the call that
+    does it: ``Net(...).cuda().half()``, ``model = Net(...)``; ``model.to(torch.float16)``."""
+    classes = {c.name.value for c in ctx.nodes(cst.ClassDef)}
+    found: dict[str, cst.Call] = {}
+    for call in ctx.nodes(cst.Call):
+        mc = method_call(call)
+        if mc is None or not (mc[1] == "half" and not call.args or mc[1] == "to" and any(
+                (a.keyword is None or a.keyword.value == "dtype")
+                and DTYPES.get(ctx.resolves_to(a.value, DTYPES.keys()) or "") == "float16" for a in call.args)):
+            continue
+        receiver = mc[0]
+        for _ in range(2):  # the instance, or the name it was assigned to
+            while isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute):
+                receiver = receiver.func.value  # .cuda(), .to(device), .eval()
+            if isinstance(receiver, cst.Name) and receiver.value not in classes:
+                receiver = assigned_before(ctx, receiver)
+        if isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Name) and receiver.func.value in classes:
+            found.setdefault(receiver.func.value, call)
+    return found
 
 
 def _zero_producer(ctx: FileContext, call: cst.Call) -> str | None:
@@ -392,7 +431,10 @@ class EpsilonUnderflowsInFp16(Rule):
       identity quaternion) or a sigmoid/softmax probability, which saturates to 0 or 1
       (`-log(1 - sigmoid(x) + EPS)`), also one that a submodule this file defines returns.
       Libraries whose functions take float16 tensors (a `.half()` model, float16 images)
-      run that guard in float16.
+      run that guard in float16;
+    - outside any region, in a class of this file whose instances the file converts to
+      float16 (`Net().cuda().half()`, `model = Net()`; `model.to(torch.float16)`): any such
+      guard of a division, `log` or `sqrt` in its methods, unless widened to float32 first.
 
     ## Why is this bad?
     In float16 the epsilon rounds to exactly 0, so `x / (norm + 1e-8)` divides by zero and
@@ -428,7 +470,7 @@ class EpsilonUnderflowsInFp16(Rule):
     callers decide their dtypes; on the norm of a model's output or features (`self.net(x)`),
     which is not 0 in practice; on a guard that runs only where a condition compares the
     guarded value (`if norm > 0.9:`); and on values that do not reach 0 by a norm or a
-    probability (sums, counts, variances: not known to be 0). A float16 model's forward in
+    probability (sums, counts, variances: not known to be 0). A float16 model defined in
     another file, or a function whose callers pass float16 from another file, is not seen.
     """
 
@@ -485,6 +527,17 @@ def project(q: Tensor, limit: float = 0.9) -> Tensor:
 def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
     return (x * mask).sum() / (mask.sum() + 1e-8)
 """),
+        # The half model's forward widens to float32 before the guard.
+        Valid("""
+import torch
+from torch import nn
+class Net(nn.Module):
+    def forward(self, x):
+        h = self.body(x).float()
+        return h / (h.abs().amax(dim=-1, keepdim=True) + 1e-8)
+model = Net()
+model = model.to(torch.float16)
+"""),
         # Cast to the dtype of a stored float32 buffer; a torch.where that tests the divisor;
         # a norm that only lends its shape to the divisor.
         Valid("""
@@ -511,6 +564,16 @@ with torch.autocast("cuda"):
     y = h / (h.abs().amax(dim=-1, keepdim=True) + 1e-8)
     z = torch.log(y.clamp(min=1e-10))
 """, at=((5, 51, "`1e-8` is below float16's smallest value (≈5.96e-8) and roun"), (6, 31, "`min=1e-10` is below float16's smallest value (≈5.96e-8) and"),)),
+        # A model of this file converted to float16: its forward runs in float16.
+        Invalid("""
+import torch
+from torch import nn
+class Net(nn.Module):
+    def forward(self, x):
+        h = self.body(x)
+        return h / (h.abs().amax(dim=-1, keepdim=True) + 1e-8)
+model = Net().cuda().half()
+""", at=((7, 58, "`1e-8` is below float16's smallest value (≈5.96e-8) and rounds to 0 in `Net`, which `Net().cuda().half()` on line 8 converts"),)),
         # A module constant in a region.
         Invalid("""
 import torch
@@ -567,10 +630,33 @@ class GAE(torch.nn.Module):
         for node in ctx.nodes(cst.Arg):
             if node.keyword is not None and node.keyword.value in _EPS_KEYWORDS and epsilon(node.value):
                 self._check_keyword(ctx, node)
+        halved = _halved_classes(ctx)
         for kind in (cst.Float, cst.Name):
             for node in ctx.nodes(kind):
-                if (found := epsilon(node)) is not None and autocast_region(ctx, node) is None:
+                if (found := epsilon(node)) is None or autocast_region(ctx, node) is not None:
+                    continue
+                owner = next((a.name.value for a in ctx.ancestors(node) if isinstance(a, cst.ClassDef)), None)
+                if owner in halved:
+                    self._check_half_model(ctx, node, found[1], owner, halved[owner])
+                else:
                     self._check_caller_dtype(ctx, node, found[1])
+
+    def _check_half_model(self, ctx: FileContext, eps: cst.BaseExpression, written: cst.CSTNode,
+                          owner: str, half: cst.Call) -> None:
+        """In a class whose instances this file converts to float16: every guard there runs in
+        float16 unless the computation is widened first."""
+        function = enclosing_function(ctx, eps)
+        guard = _guard(ctx, eps)
+        if function is None or guard is None or _guarded_op(ctx, guard[0], function) is None:
+            return
+        bound = _bound_values(ctx, function)
+        if any(isinstance(n, cst.Call) and _widens(ctx, n, bound) for n in _slice(ctx, guard[1], function)):
+            return
+        origin = "" if written is eps else f" (line {ctx.location(ctx.offsets(written)[0]).row})"
+        ctx.report(eps, f"`{ctx.code(eps)}`{origin} is below float16's smallest value (≈5.96e-8) and rounds "
+                        f"to 0 in `{owner}`, which `{ctx.code(half)}` on line "
+                        f"{ctx.location(ctx.offsets(half)[0]).row} converts to float16: the guard does "
+                        "nothing; use ≥ 1e-6 or compute this step in float32")
 
     def _check_caller_dtype(self, ctx: FileContext, eps: cst.BaseExpression, written: cst.CSTNode) -> None:
         """Outside any region: a guard in a function on tensors of its caller's dtype."""

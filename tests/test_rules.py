@@ -117,7 +117,10 @@ def test_call_fragment_reads_the_call_own_arguments(code, found):
 
 @pytest.mark.parametrize("rule_code,code,fires", [
     # AMP003: a float32 maker placed on a device, and a place where two values meet.
-    ("AMP003", "import torch\ndef f(x):\n    return x + torch.zeros(3, device=x.device)\n", True),
+    ("AMP003", "import torch\nclass M:\n    def forward(self, x):\n        return x + torch.zeros(3, device=x.device)\n", True),
+    # A sum outside a model meets a half value only where the file makes one.
+    ("AMP003", "import torch\ndef f(x):\n    return x + torch.zeros(3, device=x.device)\n", False),
+    ("AMP003", "import torch\ndef f(x):\n    return x.half() + torch.zeros(3, device=x.device)\n", True),
     ("AMP003", "import torch\ndef f(x, i):\n    out = torch.zeros(3).to(x.device)\n    out[i] = x\n", True),
     # No device (a CPU tensor), a dtype asked for, nowhere to meet, **kwargs, data in a variable.
     ("AMP003", "import torch\ndef f(x):\n    return x + torch.zeros(3)\n", False),
@@ -127,9 +130,10 @@ def test_call_fragment_reads_the_call_own_arguments(code, found):
     ("AMP003", "import torch\ndef f(x, data):\n    return x + torch.tensor(data, device=x.device)\n", False),
     # A factory by torch's name from another package, given a device.
     ("AMP003", "from lib import zeros\ndef f(x, i):\n    out = zeros(3, device=x.device)\n    out[i] = x\n", True),
-    # `.float()` only where an op needs equal dtypes.
+    # `.float()` of integers (not of a value of unknown type) where an op needs equal dtypes.
     ("AMP003", "def f(x, m):\n    return x + m.float()\n", False),
-    ("AMP003", "def f(x, i, m):\n    x.scatter_add_(1, i, m.float())\n", True),
+    ("AMP003", "def f(x, i, m):\n    x.scatter_add_(1, i, m.float())\n", False),
+    ("AMP003", "def f(x, i, m):\n    x.scatter_add_(1, i, (m > 0).float())\n", True),
     # AMP020: `dtype=x.dtype` with `device=x.device`, in a forward or with autocast.
     ("AMP020", "import torch\nclass M:\n    def forward(self, x):\n        return torch.zeros(3, device=x.device, dtype=x.dtype)\n", True),
     ("AMP020", "import torch\ndef helper(x):\n    return torch.zeros(3, device=x.device, dtype=x.dtype)\n", False),

@@ -10,7 +10,15 @@ from ..engine.diagnostics import Fix
 from ..engine.factories import NEW_METHODS, chain_without_calls, new_method_fix
 from ..engine.outline import Outline
 from ..engine.rule import AnyOf, Invalid, Rule, Valid, call_with
-from ..engine.semantics import FP32_FAMILY, autocast_region, call_spelling, dtype_of, method_call, policies_of
+from ..engine.semantics import (
+    FP32_FAMILY,
+    autocast_region,
+    call_spelling,
+    calls_autocast,
+    dtype_of,
+    method_call,
+    policies_of,
+)
 
 # What a value's dtype is known to be: float32 whatever the model runs in; half (`.half()`,
 # `dtype=torch.bfloat16`); half under autocast (what a `lower_precision_fp` op makes of
@@ -41,6 +49,10 @@ _NOT_FLOAT = frozenset({
     "all", "any", "searchsorted", "bucketize", "multinomial", "unique", "count_nonzero",
     "is_floating_point", "type", "arange", "randint", "randperm",
 })
+# Those of them that make integers or booleans, and the methods that keep an integer an integer.
+_INTEGRAL = _NOT_FLOAT - {"double", "size", "dim", "numel", "item", "tolist", "numpy", "type"}
+_RESHAPES = ("view", "reshape", "unsqueeze", "squeeze", "expand", "flatten", "transpose", "permute",
+             "contiguous", "to")
 # Functions returning (values, indices): only the values follow the input's dtype.
 _VALUES_AND_INDICES = frozenset({"max", "min", "topk", "sort", "kthvalue", "median", "mode",
                                  "cummax", "cummin"})
@@ -415,12 +427,10 @@ def _integral(flow: _Flow, expr: cst.BaseExpression, depth: int) -> bool:
         return _integral(flow, expr.value, depth - 1)
     if isinstance(expr, cst.Call):
         name = _callee_name(expr)
-        if name in _NOT_FLOAT - {"double", "size", "dim", "numel", "item", "tolist", "numpy", "type"}:
+        if name in _INTEGRAL:
             return True
         mc = method_call(expr)
-        return mc is not None and name in ("view", "reshape", "unsqueeze", "squeeze", "expand", "flatten",
-                                           "transpose", "permute", "contiguous", "to") \
-            and _integral(flow, mc[0], depth - 1)
+        return mc is not None and name in _RESHAPES and _integral(flow, mc[0], depth - 1)
     return False
 
 
@@ -658,25 +668,196 @@ def _may_make_float32(outline: Outline, call: ast.Call) -> bool:
     name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", None)
     if names.isdisjoint(_FACTORIES) and f"torch.{name}" not in _FACTORIES:
         return False
+    keywords = {k.arg: k.value for k in call.keywords}
     if name == "tensor" or "torch.tensor" in names:
-        return bool(call.args) and isinstance(call.args[0], (ast.List, ast.Tuple))
+        data = keywords.get("data", call.args[0] if call.args else None)
+        return isinstance(data, (ast.List, ast.Tuple)) and _may_be_float_number(data)
+    size = keywords.get("size", call.args[0] if call.args else None)
+    if isinstance(size, (ast.Tuple, ast.List)) and not size.elts:
+        return False
+    if name == "full" or "torch.full" in names:
+        fill = keywords.get("fill_value", call.args[1] if len(call.args) > 1 else None)
+        return fill is not None and _may_be_float_number(fill)
     return True
 
 
+def _may_be_float_number(expr: ast.expr) -> bool:
+    """``_evidently_float`` (or ``_float_data``), loosely: a float literal, a division,
+    ``float(...)``, a float constant's name or an attribute of a call somewhere in it."""
+    return any((isinstance(n, ast.Constant) and isinstance(n.value, float))
+               or (isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div))
+               or (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "float")
+               or (isinstance(n, ast.Attribute) and (isinstance(n.value, ast.Call)
+                                                     or n.attr in ("inf", "nan", "pi", "e", "tau")))
+               for n in ast.walk(expr))
+
+
+def _tainted(outline: Outline, makers: set[int]) -> set[str]:
+    """The names assigned a value computed from one of ``makers`` (calls, by id), directly
+    or through other such names."""
+    names: set[str] = set()
+    assignments = [(a.targets, a.value) for a in outline.nodes(ast.Assign)] \
+        + [([a.target], a.value) for a in outline.nodes(ast.AnnAssign) if a.value is not None]
+    while True:
+        before = len(names)
+        for targets, value in assignments:
+            if _mentions(outline, value, makers, names):
+                names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+        if len(names) == before:
+            return names
+
+
+def _mentions(outline: Outline, expr: ast.AST | None, makers: set[int], names: set[str]) -> bool:
+    """Whether ``expr``'s value may carry one of ``makers``' float32, as ``_Flow.value`` follows
+    it (loosely): not through comparisons, casts, integer results, indices or sizes."""
+    if isinstance(expr, ast.Name):
+        return expr.id in names
+    if isinstance(expr, ast.Call):
+        if id(expr) in makers:
+            return True
+        func = expr.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        if name in _NOT_FLOAT or name in _BUILTINS or name == "type_as" or (name or "").startswith("new_") \
+                or (name or "").endswith("_like") or (name == "to" and (expr.args or expr.keywords)
+                                                    and not _may_be_device(expr)):
+            return False
+        if any(n.startswith("torch.") for n in outline.qualified_names(func)):
+            return any(_mentions(outline, a, makers, names) for a in expr.args)
+        # A tensor's method keeps its tensor's dtype; another call (a module) makes its own.
+        return isinstance(func, ast.Attribute) and not (isinstance(func.value, ast.Name) and func.value.id == "self") \
+            and _mentions(outline, func.value, makers, names)
+    if isinstance(expr, (ast.Subscript, ast.Attribute, ast.Starred)):
+        return _mentions(outline, expr.value, makers, names)
+    if isinstance(expr, ast.UnaryOp):
+        return not isinstance(expr.op, (ast.Invert, ast.Not)) and _mentions(outline, expr.operand, makers, names)
+    if isinstance(expr, ast.BinOp):
+        return _mentions(outline, expr.left, makers, names) or _mentions(outline, expr.right, makers, names)
+    if isinstance(expr, ast.IfExp):
+        return _mentions(outline, expr.body, makers, names) or _mentions(outline, expr.orelse, makers, names)
+    if isinstance(expr, (ast.List, ast.Tuple)):
+        return any(_mentions(outline, e, makers, names) for e in expr.elts)
+    return False
+
+
+def _may_be_device(to: ast.Call) -> bool:
+    """A ``.to(...)`` call that may only move its tensor: ``_device_like`` arguments, loosely."""
+    return not any(k.arg == "dtype" for k in to.keywords) and not any(
+        isinstance(a, ast.Attribute) and (a.attr == "dtype" or a.attr.startswith(("float", "half", "bfloat")))
+        for a in to.args)
+
+
+def _may_be_integral(expr: ast.expr, names: set[str]) -> bool:
+    """``_integral``, loosely: a comparison, ``~m``, an integer-making call, or a name assigned
+    one of those anywhere, behind indexing and reshapes."""
+    while isinstance(expr, ast.Subscript) or (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute)
+                                              and expr.func.attr in _RESHAPES):
+        expr = expr.value if isinstance(expr, ast.Subscript) else expr.func.value
+    if isinstance(expr, ast.Compare) or (isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Invert)):
+        return True
+    if isinstance(expr, ast.Call):
+        name = expr.func.attr if isinstance(expr.func, ast.Attribute) else getattr(expr.func, "id", None)
+        return name in _INTEGRAL
+    return isinstance(expr, ast.Name) and expr.id in names
+
+
+def _maybe_integral_names(outline: Outline) -> set[str]:
+    names: set[str] = set()
+    assignments = [(a.targets, a.value) for a in outline.nodes(ast.Assign)]
+    while True:
+        before = len(names)
+        for targets, value in assignments:
+            if _may_be_integral(value, names):
+                names.update(t.id for t in targets if isinstance(t, ast.Name))
+        if len(names) == before:
+            return names
+
+
+def _maybe_tensor_names(outline: Outline) -> set[str]:
+    """``_tensor_index`` of a name, loosely: the names assigned anywhere a value that may be
+    a tensor (not a number or arithmetic on numbers)."""
+    names = set()
+    for a in outline.nodes(ast.Assign):
+        value = a.value
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in _BUILTINS:
+            continue
+        if isinstance(value, (ast.Call, ast.Compare, ast.Subscript, ast.UnaryOp, ast.List, ast.Tuple, ast.Name)):
+            names.update(n.id for t in a.targets for n in ast.walk(t) if isinstance(n, ast.Name))
+    return names
+
+
+def _may_be_tensor_index(index: ast.expr, tensors: set[str], parameters: set[str]) -> bool:
+    parts = index.elts if isinstance(index, ast.Tuple) else [index]
+    for part in parts:
+        while isinstance(part, ast.Subscript):
+            part = part.value
+        if isinstance(part, (ast.Compare, ast.List, ast.Tuple, ast.Call)) \
+                or (isinstance(part, ast.UnaryOp) and isinstance(part.op, ast.Invert)):
+            return True
+        if isinstance(part, ast.Name) and (part.id in tensors or (part.id in parameters and any(
+                h in part.id.lower() for h in ("idx", "index", "indices", "mask")))):
+            return True
+    return False
+
+
 def _may_fire(outline: Outline) -> bool:
-    """A float32 maker placed on a device (or a `.float()`) and a place where two values meet
-    (for `.float()`, one that needs equal dtypes): what check() reports, as far as the ast
-    shows it."""
-    strict = any(isinstance(t, ast.Subscript) for a in outline.nodes(ast.Assign) for t in a.targets) \
-        or any(outline.method_calls(m) for m in _STRICT_METHODS)
-    moved = {id(c.func.value) for c in outline.nodes(ast.Call)
-             if isinstance(c.func, ast.Attribute) and c.func.attr in ("to", "cuda")}
-    if any(_may_make_float32(outline, c) and (id(c) in moved or any(k.arg == "device" for k in c.keywords))
-           for c in outline.nodes(ast.Call)):
-        return strict or bool(outline.nodes(ast.BinOp)) or bool(outline.calls_to(_CONCATENATIONS)) \
-            or bool(outline.calls_to(_RECURRENT))
-    return strict and any(isinstance(c.func, ast.Attribute) and c.func.attr == "float" and not c.args
-                          for c in outline.nodes(ast.Call))
+    """What check() reports, as far as the ast shows it: a float32 maker placed on a device
+    (or a `.float()`), or a name assigned from one, in a place where two values meet (for
+    `.float()`, one that needs equal dtypes)."""
+    calls = outline.nodes(ast.Call)
+    moved = {id(c.func.value) for c in calls if isinstance(c.func, ast.Attribute)
+             and (c.func.attr == "cuda" or (c.func.attr == "to" and _may_be_device(c)))}
+    factories = {id(c) for c in calls if _may_make_float32(outline, c)
+                 and (id(c) in moved or any(k.arg == "device" for k in c.keywords))}
+    integral = _maybe_integral_names(outline)
+    casts = {id(c) for c in calls if isinstance(c.func, ast.Attribute) and c.func.attr == "float" and not c.args
+             and _may_be_integral(c.func.value, integral)}
+    if not factories and not casts:
+        return False
+    from_factories = _tainted(outline, factories)
+    makers = factories | casts
+    from_makers = _tainted(outline, makers)
+    tensors = _maybe_tensor_names(outline)
+    parameters = {a.arg for a in outline.nodes(ast.arg)}
+    for a in outline.nodes(ast.Assign):
+        if not isinstance(a.value, ast.Constant) and any(
+                isinstance(t, ast.Subscript) and _may_be_tensor_index(t.slice, tensors, parameters)
+               and (_mentions(outline, t.value, makers, from_makers) or _mentions(outline, a.value, makers, from_makers))
+               for t in a.targets):
+            return True
+    for c in calls:
+        if not (isinstance(c.func, ast.Attribute) and c.func.attr in _STRICT_METHODS):
+            continue
+        position, keyword = _STRICT_METHODS[c.func.attr]
+        source = next((k.value for k in c.keywords if k.arg == keyword),
+                      c.args[position] if len(c.args) > position else None)
+        if source is not None and not isinstance(source, ast.Constant) and any(
+                _mentions(outline, e, makers, from_makers) for e in (c.func.value, source)):
+            return True
+    # Values that promote meet half values in a model, or where the file makes some half.
+    anywhere = calls_autocast(outline) or any(a.attr in ("half", "bfloat16", "float16")
+                                              for a in outline.nodes(ast.Attribute))
+    in_model = set() if anywhere else _in_model_classes(outline)
+    recurrent = bool(outline.calls_to(_RECURRENT))
+    for c in calls:
+        if (anywhere or id(c) in in_model) \
+                and (recurrent or not outline.qualified_names(c.func).isdisjoint(_CONCATENATIONS)) \
+                and any(_mentions(outline, a, factories, from_factories) for a in c.args):
+            return True
+    return any((anywhere or id(b) in in_model) and isinstance(b.op, (ast.Add, ast.Sub, ast.Mult, ast.Div))
+               and any(_mentions(outline, side, factories, from_factories) and not isinstance(other, ast.Constant)
+                       for side, other in ((b.left, b.right), (b.right, b.left)))
+               for b in outline.nodes(ast.BinOp))
+
+
+def _in_model_classes(outline: Outline) -> set[int]:
+    """``_in_model`` on the ast: the ids of the nodes in a class that defines ``forward`` or
+    derives from a ``...Module``."""
+    found: set[int] = set()
+    for cls in outline.nodes(ast.ClassDef):
+        if any(getattr(b, "attr", getattr(b, "id", "")).endswith("Module") for b in cls.bases) or any(
+                isinstance(s, ast.FunctionDef) and s.name == "forward" for s in cls.body):
+            found.update(id(n) for n in ast.walk(cls))
+    return found
 
 
 class TensorFactoryDropsDtype(Rule):

@@ -123,7 +123,7 @@ def _model_key(ctx: FileContext, node: cst.CSTNode, model: str) -> tuple[int, st
         return id(ctx.module), model
     owner = ctx.parent(ctx.parent(function))
     if isinstance(owner, cst.ClassDef) and function.params.params \
-            and model.split(".")[0] == function.params.params[0].name.value and "." in model:
+            and model.split(".")[0].strip() == function.params.params[0].name.value and "." in model:
         return id(owner), model.replace(function.params.params[0].name.value, "self", 1)
     return id(function), model
 

@@ -171,7 +171,8 @@ def _singular_use(ctx: FileContext, expr: cst.BaseExpression) -> str | None:
     if isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, cst.Divide) and parent.right is expr:
         return "division"
     if isinstance(parent, cst.Arg) and isinstance(call := ctx.parent(parent), cst.Call) and call.args[0] is parent:
-        name = ctx.code(call.func).rsplit(".", 1)[-1]
+        func = call.func
+        name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
         return name if name in _SINGULAR else None
     if isinstance(parent, cst.Attribute) and parent.value is expr and parent.attr.value in _SINGULAR \
             and isinstance(ctx.parent(parent), cst.Call):

@@ -455,7 +455,7 @@ def _device_like(flow: _Flow, expr: cst.BaseExpression) -> bool:
 class _Meeting:
     node: cst.CSTNode  # where they meet
     origin: cst.Call  # the float32 value's maker
-    other: cst.BaseExpression  # the half value
+    other: cst.BaseExpression | None  # the half value (None: a half module)
     text: str  # what happens there, for the message
 
 
@@ -520,11 +520,39 @@ def _meetings(flow: _Flow) -> list[_Meeting]:
                 found.append(_Meeting(call, value.origin, call.args[0].value,
                                       f"passes it to `{ctx.code(call.func)}` as the state of "
                                       f"`{ctx.code(call.args[0].value)}`"))
+    half_modules = _half_modules(ctx)
+    for call in ctx.nodes(cst.Call):
+        made_half = half_modules.get(ctx.code(call.func))
+        if made_half is None or ctx.order(made_half) > ctx.order(call):
+            continue
+        for arg in call.args:
+            value = flow.value(arg.value)
+            if _float32_origin(value, True) is not None:
+                line = ctx.location(ctx.offsets(made_half)[0]).row
+                found.append(_Meeting(call, value.origin, None,
+                                      f"passes it to `{ctx.code(call.func)}`, made half on line {line}"))
     for node in ctx.nodes(cst.BinaryOperation):
         verb = _PROMOTING.get(type(node.operator))
         if verb is not None:
             promoting(node, [node.left, node.right], verb)
     return sorted(found, key=lambda m: ctx.order(m.node))
+
+
+def _half_modules(ctx: FileContext) -> dict[str, cst.Call]:
+    """What the file makes half with `model.half()` (or `.bfloat16()`, `.to(torch.float16)`)
+    as a statement of its own, or `model = ....half()`: by its code, the call that does."""
+    found = {}
+    for call in ctx.nodes(cst.Call):
+        mc = method_call(call)
+        cast = mc is not None and ((mc[1] in ("half", "bfloat16") and not call.args)
+                                   or (mc[1] == "to" and any(dtype_of(ctx, a.value) in ("float16", "bfloat16")
+                                                             for a in call.args)))
+        parent = ctx.parent(call)
+        if cast and isinstance(parent, cst.Expr):
+            found[ctx.code(mc[0])] = call
+        elif cast and isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+            found[ctx.code(parent.targets[0].target)] = call
+    return found
 
 
 def _recurrent_calls(ctx: FileContext) -> list[tuple[cst.Call, cst.BaseExpression]]:
@@ -635,7 +663,7 @@ def _fix(flow: _Flow, m: _Meeting) -> Fix | None:
     takes ``other``'s device, else ``dtype=other.dtype``; ``.to(other.dtype)`` for
     ``.float()``."""
     ctx = flow.ctx
-    if not _bound_before(flow, m.other, m.origin):
+    if m.other is None or not _bound_before(flow, m.other, m.origin):
         return None
     other = ctx.code(m.other)
     if _float_cast(m.origin):
@@ -834,11 +862,13 @@ def _may_fire(outline: Outline) -> bool:
                 _mentions(outline, e, makers, from_makers) for e in (c.func.value, source)):
             return True
     # Values that promote meet half values in a model, or where the file makes some half.
-    anywhere = calls_autocast(outline) or any(a.attr in ("half", "bfloat16", "float16")
-                                              for a in outline.nodes(ast.Attribute))
+    made_half = any(a.attr in ("half", "bfloat16", "float16") for a in outline.nodes(ast.Attribute))
+    anywhere = made_half or calls_autocast(outline)
     in_model = set() if anywhere else _in_model_classes(outline)
     recurrent = bool(outline.calls_to(_RECURRENT))
     for c in calls:
+        if made_half and any(_mentions(outline, a, makers, from_makers) for a in c.args):
+            return True  # perhaps passed to a half module
         if (anywhere or id(c) in in_model) \
                 and (recurrent or not outline.qualified_names(c.func).isdisjoint(_CONCATENATIONS)) \
                 and any(_mentions(outline, a, factories, from_factories) for a in c.args):
@@ -866,10 +896,12 @@ class TensorFactoryDropsDtype(Rule):
     Finds a float32 tensor that meets the activations: a tensor factory
     (`torch.zeros/ones/empty/full/tensor/rand/randn`) given a device but no `dtype=`, or
     `.float()` of a mask or of integers, that is then index-put or scattered into, scattered
-    or index-put into an activation, or concatenated, added to or multiplied with one. An
-    activation is a value whose dtype follows the model's: a tensor argument, a module's
-    output, what a `lower_precision_fp` op (`F.linear`, `@`) makes under autocast, a
-    `.half()` tensor, and what is computed from those.
+    or index-put into an activation, concatenated, added to or multiplied with one (in a
+    module's method or an autocast region), given to an `nn.LSTM`/`GRU`/`RNN` as its initial
+    state, or passed to a module the file made half (`model.half()`). An activation is a
+    value whose dtype follows the model's: a tensor argument, a module's output, what a
+    `lower_precision_fp` op (`F.linear`, `@`) makes under autocast, a `.half()` tensor, and
+    what is computed from those.
 
     ## Why is this bad?
     Without `dtype=` a factory makes float32 (the default dtype), whatever the model runs in.
@@ -906,10 +938,14 @@ class TensorFactoryDropsDtype(Rule):
     other value is float32 too (another factory, `.float()`, the output of an op autocast runs
     in float32 such as `softmax` or `sum`), where the tensor is cast before it is used
     (`.to(x.dtype)`, `.type_as(x)`), on 0-dim tensors (`torch.full((), v)`,
-    `torch.tensor(0.0)`: they do not promote), and on factories without a device. It follows
-    plain assignments within a function, not values passed between functions or files.
-    Arguments named like indices or masks (`input_ids`, `mask`, `lengths`, …) or annotated
-    with a type other than a tensor are not taken for activations.
+    `torch.tensor(0.0)`: they do not promote), on factories without a device, on copies
+    into a slice (`x[:, 0] = x[:, 0] + noise` casts back to `x`'s dtype), and on sums and
+    products outside a module class or autocast region (unless the file makes the other value
+    half). It follows plain assignments within a function, and the arguments a file passes
+    to its own helpers, not values passed between files: a module's output counts as an
+    activation although some modules return float32. Arguments named like indices or masks
+    (`input_ids`, `mask`, `lengths`, …), annotated with a type other than a tensor or with a
+    number as default are not taken for activations.
     """
 
     code = "AMP003"
@@ -1062,6 +1098,15 @@ class Encoder(nn.Module):
         c0 = x.new_zeros(1, x.size(0), 64)
         return self.rnn(x, (h0, c0))
 """, at=((9, 14, "line 11 passes it to `self.rnn` as the state of `x`"), (10, 14, "line 11 passes it to `self.rnn`"))),
+        # Passed to a module the file made half.
+        Invalid("""
+import torch
+model = Net().cuda()
+model.half()
+def predict(batch):
+    mask = batch["mask"] > 0
+    return model(torch.ones(mask.shape, device="cuda"), mask.float())
+""", at=((7, 18, "passes it to `model`, made half on line 4"), (7, 57, "`mask.float()` makes a float32 tensor, and line 7 passes it"))),
         # What a `lower_precision_fp` op makes in an autocast region is half.
         Invalid("""
 import torch

@@ -451,6 +451,9 @@ def _device_like(flow: _Flow, expr: cst.BaseExpression) -> bool:
     return False
 
 
+_HALF_NOTE = ", which is float16/bfloat16 in a half model or under autocast"
+
+
 @dataclass(frozen=True)
 class _Meeting:
     node: cst.CSTNode  # where they meet
@@ -474,9 +477,9 @@ def _meetings(flow: _Flow) -> list[_Meeting]:
     def strict(node, dest, source, verb):
         d, s = flow.value(dest), flow.value(source)
         if _float32_origin(d, True) is not None and s.kind in _HALF_KINDS:
-            found.append(_Meeting(node, d.origin, source, f"{verb} `{ctx.code(source)}` into it"))
+            found.append(_Meeting(node, d.origin, source, f"{verb} `{ctx.code(source)}` into it{_HALF_NOTE}"))
         elif _float32_origin(s, True) is not None and d.kind in _HALF_KINDS:
-            found.append(_Meeting(node, s.origin, dest, f"{verb} it into `{ctx.code(dest)}`"))
+            found.append(_Meeting(node, s.origin, dest, f"{verb} it into `{ctx.code(dest)}`{_HALF_NOTE}"))
 
     def promoting(node, operands, verb):
         values = [flow.value(o) for o in operands]
@@ -489,7 +492,7 @@ def _meetings(flow: _Flow) -> list[_Meeting]:
                 continue
             other = next((o for o, v in zip(operands, values) if v.kind in half), None)
             if other is not None:
-                found.append(_Meeting(node, value.origin, other, f"{verb} `{ctx.code(other)}`"))
+                found.append(_Meeting(node, value.origin, other, f"{verb} `{ctx.code(other)}`{_HALF_NOTE}"))
 
     for node in ctx.nodes(cst.Assign):
         for target in node.targets:
@@ -519,7 +522,7 @@ def _meetings(flow: _Flow) -> list[_Meeting]:
                     and flow.value(call.args[0].value).kind in (HALF, ACTIVATION):
                 found.append(_Meeting(call, value.origin, call.args[0].value,
                                       f"passes it to `{ctx.code(call.func)}` as the state of "
-                                      f"`{ctx.code(call.args[0].value)}`"))
+                                      f"`{ctx.code(call.args[0].value)}`{_HALF_NOTE}"))
     half_modules = _half_modules(ctx)
     for call in ctx.nodes(cst.Call):
         made_half = half_modules.get(ctx.code(call.func))
@@ -1160,5 +1163,4 @@ class Attention(torch.nn.Module):
             made = f"`{ctx.code(m.origin)}`" if cast else \
                 f"`{_factory(ctx, m.origin)}` without `dtype=`"
             line = ctx.location(ctx.offsets(m.node)[0]).row
-            ctx.report(m.origin, f"{made} makes a float32 tensor, and line {line} {m.text}, which is "
-                                 "float16/bfloat16 in a half model or under autocast", _fix(flow, m))
+            ctx.report(m.origin, f"{made} makes a float32 tensor, and line {line} {m.text}", _fix(flow, m))

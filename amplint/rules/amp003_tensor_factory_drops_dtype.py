@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
+from functools import lru_cache
 
 import libcst as cst
 
@@ -19,6 +20,7 @@ from ..engine.semantics import (
     method_call,
     policies_of,
 )
+from ..policy import committed_tables
 
 # What a value's dtype is known to be: float32 whatever the model runs in; half (`.half()`,
 # `dtype=torch.bfloat16`); half under autocast (what a `lower_precision_fp` op makes of
@@ -259,8 +261,8 @@ class _Flow:
         if isinstance(expr, cst.Attribute):
             if expr.attr.value in ("T", "mT", "H", "mH", "data", "real"):
                 return self.value(expr.value, depth - 1)
-            if isinstance(expr.value, cst.Name) and expr.value.value == "self" and expr.attr.value in ("weight", "bias"):
-                return _Value(ACTIVATION)
+            if expr.attr.value in ("weight", "bias") and ctx.code(expr).startswith("self."):
+                return _Value(ACTIVATION)  # a parameter of the module or of a submodule
             return _UNKNOWN
         if isinstance(expr, cst.UnaryOperation) and not isinstance(expr.operator, (cst.BitInvert, cst.Not)):
             return self.value(expr.expression, depth - 1)
@@ -523,6 +525,18 @@ def _meetings(flow: _Flow) -> list[_Meeting]:
                 found.append(_Meeting(call, value.origin, call.args[0].value,
                                       f"passes it to `{ctx.code(call.func)}` as the state of "
                                       f"`{ctx.code(call.args[0].value)}`{_HALF_NOTE}"))
+    for node in [*ctx.nodes(cst.Call), *ctx.nodes(cst.BinaryOperation)]:
+        operands = _lower_precision_operands(flow, node)
+        if operands:
+            # Autocast casts both operands; in a half model the op fails on mixed dtypes.
+            values = [flow.value(o) for o in operands]
+            half = (HALF, ACTIVATION) if _in_model(ctx, node) else (HALF,)
+            for value in values:
+                other = next((o for o, v in zip(operands, values) if v.kind in half), None)
+                if _float32_origin(value, False) is not None and other is not None:
+                    name = "@" if isinstance(node, cst.BinaryOperation) else _callee_name(node)
+                    found.append(_Meeting(node, value.origin, other,
+                                          f"multiplies it with `{ctx.code(other)}` (`{name}`){_HALF_NOTE}"))
     half_modules = _half_modules(ctx)
     for call in ctx.nodes(cst.Call):
         made_half = half_modules.get(ctx.code(call.func))
@@ -539,6 +553,20 @@ def _meetings(flow: _Flow) -> list[_Meeting]:
         if verb is not None:
             promoting(node, [node.left, node.right], verb)
     return sorted(found, key=lambda m: ctx.order(m.node))
+
+
+def _lower_precision_operands(flow: _Flow, node: cst.CSTNode) -> list[cst.BaseExpression]:
+    """The tensor operands of ``a @ b`` or of a call to a `lower_precision_fp` op (``mm``,
+    ``F.linear``, ``x.bmm(y)``); empty for anything else."""
+    if isinstance(node, cst.BinaryOperation):
+        return [node.left, node.right] if isinstance(node.operator, cst.MatrixMultiply) else []
+    if not isinstance(node, cst.Call) \
+            or policies_of(flow.table, call_spelling(flow.ctx, node)) != {"lower_precision_fp"}:
+        return []
+    mc = method_call(node)
+    receiver = [mc[0]] if mc is not None and not any(
+        n.startswith("torch.") for n in flow.ctx.qualified_names(node.func)) else []
+    return receiver + [a.value for a in node.args if a.keyword is None and not a.star]
 
 
 def _half_modules(ctx: FileContext) -> dict[str, cst.Call]:
@@ -852,7 +880,7 @@ def _may_fire(outline: Outline) -> bool:
     for a in outline.nodes(ast.Assign):
         if not isinstance(a.value, ast.Constant) and any(
                 isinstance(t, ast.Subscript) and _may_be_tensor_index(t.slice, tensors, parameters)
-               and (_mentions(outline, t.value, makers, from_makers) or _mentions(outline, a.value, makers, from_makers))
+               and any(_mentions(outline, e, makers, from_makers) for e in (t.value, a.value))
                for t in a.targets):
             return True
     for c in calls:
@@ -876,10 +904,24 @@ def _may_fire(outline: Outline) -> bool:
                 and (recurrent or not outline.qualified_names(c.func).isdisjoint(_CONCATENATIONS)) \
                 and any(_mentions(outline, a, factories, from_factories) for a in c.args):
             return True
-    return any((anywhere or id(b) in in_model) and isinstance(b.op, (ast.Add, ast.Sub, ast.Mult, ast.Div))
+    lower_precision = _lower_precision_names()
+    for c in calls:
+        name = c.func.attr if isinstance(c.func, ast.Attribute) else getattr(c.func, "id", None)
+        if (anywhere or id(c) in in_model) and name in lower_precision and any(
+                _mentions(outline, e, factories, from_factories)
+                for e in [*c.args, *([c.func.value] if isinstance(c.func, ast.Attribute) else [])]):
+            return True
+    return any((anywhere or id(b) in in_model) and isinstance(b.op, (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.MatMult))
                and any(_mentions(outline, side, factories, from_factories) and not isinstance(other, ast.Constant)
                        for side, other in ((b.left, b.right), (b.right, b.left)))
                for b in outline.nodes(ast.BinOp))
+
+
+@lru_cache(maxsize=None)
+def _lower_precision_names() -> frozenset[str]:
+    """The last part of every spelling of a `lower_precision_fp` op in any committed table."""
+    return frozenset(spelling.rsplit(".", 1)[-1] for table in committed_tables()
+                     for spelling in table.spellings_with("lower_precision_fp"))
 
 
 def _in_model_classes(outline: Outline) -> set[int]:
@@ -1101,6 +1143,24 @@ class Encoder(nn.Module):
         c0 = x.new_zeros(1, x.size(0), 64)
         return self.rnn(x, (h0, c0))
 """, at=((9, 14, "line 11 passes it to `self.rnn` as the state of `x`"), (10, 14, "line 11 passes it to `self.rnn`"))),
+        # A matmul with a submodule's weight: autocast would cast both, a half model fails.
+        Invalid("""
+import torch
+class Quantizer(torch.nn.Module):
+    def forward(self, inputs, distances):
+        indices = torch.argmin(distances, dim=1).unsqueeze(1)
+        onehot = torch.zeros(len(indices), self.size, device=inputs.device)
+        onehot.scatter_(1, indices, 1)
+        return torch.matmul(onehot, self.embedding.weight)
+""", fixed="""
+import torch
+class Quantizer(torch.nn.Module):
+    def forward(self, inputs, distances):
+        indices = torch.argmin(distances, dim=1).unsqueeze(1)
+        onehot = torch.zeros(len(indices), self.size, device=inputs.device, dtype=self.embedding.weight.dtype)
+        onehot.scatter_(1, indices, 1)
+        return torch.matmul(onehot, self.embedding.weight)
+""", at=((6, 18, "line 8 multiplies it with `self.embedding.weight` (`matmul`)"),)),
         # Passed to a module the file made half.
         Invalid("""
 import torch

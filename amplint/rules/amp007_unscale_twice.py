@@ -1,15 +1,23 @@
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
+import libcst as cst
+
+from ..engine import flow
 from ..engine.context import FileContext
+from ..engine.flow import Event, line_of
 from ..engine.rule import Invalid, Rule, Valid
-from ..engine.semantics import exclusive, scaler_events
 
 
 class UnscaleTwice(Rule):
     """
     ## What it does
-    Finds `S.unscale_(opt)` called a second time for the same optimizer before `S.update()`,
-    or after `S.step(opt)` in the same iteration.
+    Finds `S.unscale_(opt)` reached on some path where `S` already unscaled or stepped the same
+    optimizer since its last `S.update()`: twice in one iteration, after `S.step(opt)`, or in
+    the next iteration of a loop when an iteration can end without `S.update()` (an
+    `unscale_` every micro-batch while step and update run only at the accumulation boundary;
+    a "non-finite gradients, skip this step" branch that skips the update too).
 
     ## Why is this bad?
     `unscale_` may run once per optimizer per iteration; a second call raises
@@ -34,8 +42,9 @@ class UnscaleTwice(Rule):
     A GradScaler is recognised as: a name or attribute assigned `torch.amp.GradScaler(...)` /
     `torch.cuda.amp.GradScaler(...)` anywhere in the file, the receiver `S` of
     `S.scale(loss).backward()`, or a parameter named `scaler`, `grad_scaler` or `amp_scaler`.
-    Calls in different branches of an `if` are not counted together. Only calls in one
-    function, in source order up to the next `S.update()` or scaled backward, are compared.
+    Paths follow `if`s by their conditions (the same condition twice takes the same branch)
+    and exits; a loop that rebinds the optimizer (`for opt in optimizers:`) unscales a new one
+    each iteration. Only calls in one function are compared.
     """
 
     code = "AMP007"
@@ -59,6 +68,45 @@ for batch in loader:
     scaler.step(optimizer)
     scaler.update()
 """),
+        # The skip path updates too (scaler.step skips the optimizer on inf/NaN itself).
+        Valid("""
+import torch
+for i, batch in enumerate(loader):
+    scaler.scale(model(batch)).backward()
+    if i % accumulate == 0:
+        if scaler is not None:
+            scaler.unscale_(optimizer)
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        if not torch.isfinite(grad_norm):
+            if scaler is not None:
+                scaler.step(optimizer)
+                scaler.update()
+        else:
+            if scaler is not None:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
+"""),
+        # One optimizer per iteration, one update after the loop.
+        Valid("""
+import torch
+for opt in optimizers:
+    scaler.unscale_(opt)
+    torch.nn.utils.clip_grad_norm_(params_of(opt), 1.0)
+    scaler.step(opt)
+scaler.update()
+"""),
+        # Unscaled again only after an early return.
+        Valid("""
+def step(self):
+    if self.amp:
+        self.scaler.unscale_(self.optimizer)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        return
+    self.scaler.unscale_(self.optimizer)
+"""),
     )
     invalid = (
         Invalid("""
@@ -68,34 +116,103 @@ torch.nn.utils.clip_grad_norm_(params, 1.0)
 scaler.unscale_(optimizer)
 scaler.step(optimizer)
 scaler.update()
-""", at=((5, 1, '`scaler.unscale_(optimizer)` again before `scaler.update()`'),)),
+""", at=((5, 1, '`scaler.unscale_(optimizer)` again before `scaler.update()` (first on line 3)'),)),
         Invalid("""
 scaler.scale(loss).backward()
 scaler.step(optimizer)
 scaler.unscale_(optimizer)
 log_grad_norms(model)
 scaler.update()
-""", at=((4, 1, '`scaler.unscale_(optimizer)` after `scaler.step(optimizer)`'),)),
+""", at=((4, 1, '`scaler.unscale_(optimizer)` after `scaler.step(optimizer)` on line 3'),)),
+        # Unscaled every micro-batch, updated only at the accumulation boundary.
+        Invalid("""
+import torch
+for i, batch in enumerate(loader):
+    scaler.scale(model(batch).mean()).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    if (i + 1) % accumulate == 0:
+        scaler.step(optimizer)
+        scaler.update()
+""", at=((5, 5, 'runs again in the next iteration of the loop on line 3'),)),
+        # A non-finite norm skips step and update: the next iteration's unscale_ raises.
+        Invalid("""
+import torch
+def train_epoch(model, loader, optimizer, scaler):
+    for batch in loader:
+        scaler.scale(model(batch)).backward()
+        scaler.unscale_(optimizer)
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        if not torch.isfinite(grad_norm):
+            optimizer.zero_grad()
+            continue
+        scaler.step(optimizer)
+        scaler.update()
+""", at=((6, 9, 'an iteration can end without `update()`'),)),
     )
 
     def check(self, ctx: FileContext) -> None:
-        for events in scaler_events(ctx).values():
-            unscaled: dict[tuple[str, str], list] = {}
-            stepped: set[tuple[str, str]] = set()
-            for e in events:
-                if e.kind in ("update", "backward"):
-                    unscaled = {k: v for k, v in unscaled.items() if k[0] != e.scaler}
-                    stepped = {k for k in stepped if k[0] != e.scaler}
-                    continue
-                key = (e.scaler, e.argument or "")
-                if e.kind == "step":
-                    stepped.add(key)
-                    continue
-                earlier = [c for c in unscaled.get(key, []) if not exclusive(ctx, c, e.call)]
-                if earlier:
-                    ctx.report(e.call, f"`{e.scaler}.unscale_({e.argument})` again before "
-                               f"`{e.scaler}.update()`: it raises at runtime")
-                elif key in stepped:
-                    ctx.report(e.call, f"`{e.scaler}.unscale_({e.argument})` after "
-                               f"`{e.scaler}.step({e.argument})`: unscale before stepping")
-                unscaled.setdefault(key, []).append(e.call)
+        for scope in flow.flows(ctx):
+            if scope.of(flow.UNSCALE):
+                analysis = _Unscales()
+                flow.propagate(scope, analysis)
+                for call in sorted(analysis.found, key=lambda e: ctx.order(e.node)):
+                    self._report(ctx, call, analysis.found[call])
+
+    def _report(self, ctx: FileContext, call: Event, causes: set[Event]) -> None:
+        s, opt = call.scaler, call.optimizer
+        earlier = [e for e in causes if e.kind == flow.UNSCALE]
+        if not earlier:
+            step = min(causes, key=lambda e: ctx.order(e.node))
+            ctx.report(call.node, f"`{s}.unscale_({opt})` after `{s}.step({opt})` on line "
+                                  f"{line_of(ctx, step.node)}: unscale before stepping")
+            return
+        before = [e for e in earlier if ctx.order(e.node) < ctx.order(call.node)]
+        if before:
+            first = max(before, key=lambda e: ctx.order(e.node))
+            ctx.report(call.node, f"`{s}.unscale_({opt})` again before `{s}.update()` (first on line "
+                                  f"{line_of(ctx, first.node)}): it raises at runtime")
+            return
+        loop = next(a for a in ctx.ancestors(call.node) if isinstance(a, (cst.For, cst.While)))
+        ctx.report(call.node, f"`{s}.unscale_({opt})` runs again in the next iteration of the loop on line "
+                              f"{line_of(ctx, loop)} before any `{s}.update()`: an iteration can end "
+                              "without `update()` after it, and the next one raises")
+
+
+@dataclass(frozen=True)
+class _Unscaled:
+    unscaled: frozenset[Event] = frozenset()  # unscale_ calls since their scaler's update()
+    stepped: frozenset[Event] = frozenset()  # scaler steps since their scaler's update()
+
+
+class _Unscales(flow.Analysis):
+    """``unscale_(opt)`` reached where its scaler already unscaled or stepped ``opt`` since
+    its last ``update()``, across loop iterations too."""
+
+    back_edges = True
+
+    def __init__(self):
+        self.found: dict[Event, set[Event]] = {}  # unscale_ -> the earlier unscale_ or step
+
+    def start(self) -> _Unscaled:
+        return _Unscaled()
+
+    def event(self, fact: _Unscaled, event: Event) -> _Unscaled:
+        if event.kind == flow.UPDATE:
+            return _Unscaled(frozenset(e for e in fact.unscaled if e.scaler != event.scaler),
+                             frozenset(e for e in fact.stepped if e.scaler != event.scaler))
+        if event.kind == flow.SCALER_STEP:
+            return replace(fact, stepped=fact.stepped | {event})
+        if event.kind == flow.UNSCALE:
+            same = {e for e in fact.unscaled | fact.stepped
+                    if e.scaler == event.scaler and e.optimizer == event.optimizer}
+            if same:
+                self.found.setdefault(event, set()).update(same)
+            return replace(fact, unscaled=fact.unscaled | {event})
+        return fact
+
+    def forget(self, fact: _Unscaled, names: frozenset[str]) -> _Unscaled:
+        """An optimizer (or scaler) the loop rebinds is another one in the next iteration."""
+        def kept(e: Event) -> bool:
+            return not flow.mentions(e.optimizer or "", names) and not flow.mentions(e.scaler, names)
+        return _Unscaled(frozenset(filter(kept, fact.unscaled)), frozenset(filter(kept, fact.stepped)))

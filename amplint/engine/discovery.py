@@ -11,41 +11,65 @@ from .config import Config
 
 
 class PathError(Exception):
-    """A path given on the command line that does not exist."""
+    """A path given on the command line that does not exist or cannot be looked at."""
+
+
+# git runs commands a repository's own configuration names: core.fsmonitor when it reads the
+# index, hooks (post-index-change) if it writes one, a pager. Each is switched off on git's
+# command line, which overrides every configuration file, so checking an untrusted checkout
+# runs nothing of its own. (check-ignore runs no filters, diff or merge drivers, or helpers.)
+SAFE_GIT = ["git", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "--no-pager"]
 
 
 def _ignored_by_git(folder: Path, files: list[Path]) -> set[Path]:
     """The files git ignores (.gitignore files, .git/info/exclude, the global excludes), asked
     of git itself; none outside a git work tree or without git, and none when the folder
-    itself is ignored: a folder named on the command line is checked, as ruff does."""
+    itself is ignored: a folder named on the command line is checked, as ruff does. Names go
+    to git and come back as bytes: a file name need not be valid UTF-8."""
     if not files:
         return set()
-    listing = "".join(os.path.abspath(f) + "\0" for f in [folder, *files])
+    listing = b"".join(os.fsencode(os.path.abspath(f)) + b"\0" for f in [folder, *files])
     try:
-        answer = subprocess.run(["git", "check-ignore", "-z", "--stdin"], cwd=folder, input=listing.encode(),
+        answer = subprocess.run([*SAFE_GIT, "check-ignore", "-z", "--stdin"], cwd=folder, input=listing,
                                 capture_output=True, timeout=60)
     except (OSError, subprocess.SubprocessError):
         return set()
     if answer.returncode not in (0, 1):  # 1: nothing ignored; 128: not a repository
         return set()
-    ignored = {Path(p) for p in answer.stdout.decode(errors="surrogateescape").split("\0") if p}
+    ignored = {Path(os.fsdecode(p)) for p in answer.stdout.split(b"\0") if p}
     if Path(os.path.abspath(folder)) in ignored:
         return set()
     return {f for f in files if Path(os.path.abspath(f)) in ignored}
 
 
-def python_files(paths: list[Path], config: Config) -> Iterator[Path]:
+def _exists(path: Path) -> bool:
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise PathError(f"{path}: cannot access: {exc.strerror or exc}") from None
+    return True
+
+
+def python_files(paths: list[Path], config: Config,
+                 unreadable: list[tuple[Path, str]] | None = None) -> Iterator[Path]:
     """Folders are walked (excluded folders pruned, symlinked folders not followed, files git
     ignores left out); a file named explicitly is always checked. Each file is yielded once,
-    in a stable order."""
+    in a stable order. Folders that cannot be listed go to ``unreadable`` with the reason."""
     seen: set[Path] = set()
     for path in paths:
-        if not path.exists() and not path.is_symlink():
+        if not _exists(path):
             raise PathError(f"{path}: no such file or directory")
+
+    def on_error(exc: OSError) -> None:
+        if unreadable is not None:
+            unreadable.append((Path(exc.filename), f"cannot list folder: {exc.strerror or exc}"))
+
     for path in paths:
         if path.is_dir():
             found = []
-            for folder, dirs, files in os.walk(path):
+            for folder, dirs, files in os.walk(path, onerror=on_error):
                 here = Path(folder)
                 dirs[:] = sorted(d for d in dirs if not config.is_excluded(here / d))
                 found.extend(here / f for f in files

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import gc
 import multiprocessing
+import os
 from contextlib import contextmanager
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -59,8 +60,8 @@ def check_paths(paths: list[Path], config: Config, rules: list[type[Rule]], opti
         except PolicyError as exc:
             where = f"{config.source} [tool.amplint]" if config.source else "configuration"
             raise ConfigError(f"{where}: device / torch-version: {exc}") from None
-    tasks = []
-    for path in python_files(paths, config):
+    tasks, unreadable = [], []
+    for path in python_files(paths, config, unreadable):
         ignored = config.ignored_for(path)
         tasks.append((path, [r for r in rules if not any(r.code.startswith(i) for i in ignored)]))
     # Fixing writes files; only plain checks are cached.
@@ -85,6 +86,10 @@ def check_paths(paths: list[Path], config: Config, rules: list[type[Rule]], opti
         report.files_fixed += bool(result.fixes_applied)
         if result.diff:
             report.diffs.append(result.diff)
+    for folder, why in unreadable:
+        result = _unreadable(printable(folder), why)
+        report.diagnostics.extend(result.diagnostics)
+        report.internal_errors += result.internal_errors
     report.diagnostics.sort(key=lambda d: d.sort_key)
     return report
 
@@ -142,10 +147,15 @@ def check_file(path: Path, rules: list[type[Rule]], options: Options, load, cach
         return _check_file(path, rules, options, load, cache)
 
 
+def printable(path: Path) -> str:
+    """The path as it can be printed: bytes of a name that are not UTF-8 shown as U+FFFD."""
+    return os.fsencode(path).decode("utf-8", errors="replace")
+
+
 def _check_file(path: Path, rules: list[type[Rule]], options: Options, load, cache) -> FileResult:
-    display = str(path)
+    display = printable(path)
     try:
-        data = path.read_bytes()
+        data = source_io.read_file(path)
         text = source_io.decode(data)
     except OSError as exc:
         return _unreadable(display, f"cannot read: {exc.strerror or exc}")

@@ -44,6 +44,29 @@ def split_lines(text: str, keepends: bool = False) -> list[str]:
     return lines
 
 
+# Larger files are not Python anyone wrote by hand; reading one must not exhaust memory.
+MAX_FILE_BYTES = 64 * 1024 * 1024
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
+
+
+def read_file(path: Path) -> bytes:
+    """A regular file's bytes, at most ``MAX_FILE_BYTES`` of them. Anything else (a FIFO, which
+    would block forever; a device such as /dev/zero, which never ends) is refused with a
+    SourceError saying what it is, before a byte is read; opening does not block either."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    with os.fdopen(fd, "rb") as handle:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _KINDS if test(mode)), "something else")
+            raise SourceError(f"not a regular file ({kind}); only regular files are read")
+        data = handle.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise SourceError(f"larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB; not read")
+    return data
+
+
 def decode(data: bytes) -> SourceText:
     if b"\x00" in data:
         raise SourceError("binary file (contains NUL bytes)")

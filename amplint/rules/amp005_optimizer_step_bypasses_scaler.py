@@ -1,24 +1,25 @@
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
+import libcst as cst
+
+from ..engine import flow
 from ..engine.context import FileContext
 from ..engine.diagnostics import Fix
+from ..engine.edits import edit_from_tree
+from ..engine.flow import Event, Flow, line_of
 from ..engine.rule import Invalid, Rule, Valid
-from ..engine.semantics import (
-    calls,
-    enclosing_function,
-    exclusive,
-    method_call,
-    named_like_optimizer,
-    scaler_events,
-)
+from ..engine.semantics import statement_of
 
 
 class OptimizerStepBypassesScaler(Rule):
     """
     ## What it does
-    Finds `optimizer.step()` called directly in a function that scales the loss with
-    `S.scale(loss).backward()`, where the step can run after that backward (not in the other
-    branch of an `if`).
+    Finds `optimizer.step()` called directly where some path reaches it after
+    `S.scale(loss).backward()` in the same function. Paths follow `if`s by their conditions
+    (the same condition twice takes the same branch) and exits: `if use_amp:
+    scaler.step(opt); return` before a plain `optimizer.step()` is fine.
 
     ## Why is this bad?
     The gradients are still multiplied by the loss scale, so the update is tens of thousands of
@@ -41,7 +42,10 @@ class OptimizerStepBypassesScaler(Rule):
 
     ## Fix safety
     Safe when the function has no `S.step(...)` at all (the direct step is the only step). When
-    it already calls `S.step(...)` too, the direct call is a second step: reported without a fix.
+    no `S.update()` follows the step on any path, the fix adds one after it (a step without an
+    update is AMP006's finding); when one follows on some paths only, there is no fix. When the
+    function already calls `S.step(...)` too, the direct call is a second step: reported without
+    a fix.
 
     ## False positives
     A GradScaler is recognised as: a name or attribute assigned `torch.amp.GradScaler(...)` /
@@ -85,6 +89,30 @@ def step(scaler, loss, optimizer):
     else:
         optimizer.step()
 """),
+        # The scaled path returns before the direct step.
+        Valid("""
+def step(self, loss):
+    if self.use_amp:
+        self.scaler.scale(loss).backward()
+    else:
+        loss.backward()
+    if self.use_amp:
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        return
+    self.optimizer.step()
+"""),
+        # `not use_amp` and `use_amp is False`-style spellings are the same atom, negated.
+        Valid("""
+def step(scaler, loss, optimizer):
+    if scaler is None:
+        loss.backward()
+        optimizer.step()
+    elif not scaler is None:
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+"""),
     )
     invalid = (
         Invalid("""
@@ -99,7 +127,28 @@ def train_step(model, batch, optimizer, scaler):
     scaler.scale(loss).backward()
     scaler.step(optimizer)
     scaler.update()
-""", at=((5, 5, '`optimizer.step()` after `scaler.scale(...).backward()` step'),)),
+""", at=((5, 5, '`optimizer.step()` after `scaler.scale(...).backward()` (line 4) step'),)),
+        # No update anywhere after: the fix adds one.
+        Invalid("""
+def train_step(model, batch, optimizer, scaler):
+    scaler.scale(model(batch).mean()).backward()
+    optimizer.step()
+    optimizer.zero_grad()
+""", fixed="""
+def train_step(model, batch, optimizer, scaler):
+    scaler.scale(model(batch).mean()).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad()
+""", at=((4, 5, 'steps on scaled gradients: use `scaler.step(optimizer)`'),)),
+        # An update on one path only: no fix.
+        Invalid("""
+def train_step(model, batch, optimizer, scaler, last):
+    scaler.scale(model(batch).mean()).backward()
+    optimizer.step()
+    if last:
+        scaler.update()
+""", at=((4, 5, 'steps on scaled gradients'),)),
         Invalid("""
 self.scaler.scale(loss).backward()
 self.scaler.step(self.optimizer)
@@ -109,23 +158,69 @@ self.scaler.update()
     )
 
     def check(self, ctx: FileContext) -> None:
-        events = scaler_events(ctx)
-        for call in calls(ctx):
-            mc = method_call(call)
-            if mc is None or mc[1] != "step" or call.args or not named_like_optimizer(ctx.code(mc[0])):
-                continue
-            scope = events.get(id(enclosing_function(ctx, call)), [])
-            if ctx.code(mc[0]) in {e.scaler for e in scope}:
-                continue
-            before = [e for e in scope if e.kind == "backward" and ctx.order(e.call) < ctx.order(call)
-                      and not exclusive(ctx, e.call, call)]
-            if not before:
-                continue
-            scaler = before[-1].scaler
-            optimizer = ctx.code(mc[0])
+        for scope in flow.flows(ctx):
+            if scope.of(flow.STEP) and scope.of(flow.SCALED_BACKWARD):
+                self._check_flow(ctx, scope)
+
+    def _check_flow(self, ctx: FileContext, scope: Flow) -> None:
+        analysis = _DirectSteps()
+        for fact in flow.propagate(scope, analysis):
+            analysis.unfollowed.update(fact.awaiting)
+        for step in sorted(analysis.found, key=lambda e: ctx.order(e.node)):
+            backward = max(analysis.found[step], key=lambda e: ctx.order(e.node))
+            scaler, optimizer = backward.scaler, ctx.code(step.node.func.value)
             fix = None
-            if not any(e.kind == "step" for e in scope):
+            if not scope.of(flow.SCALER_STEP) and step not in analysis.unfollowed:
                 fix = Fix(f"Use `{scaler}.step({optimizer})`",
-                          (ctx.replace(call, f"{scaler}.step({optimizer})"),))
-            ctx.report(call, f"`{optimizer}.step()` after `{scaler}.scale(...).backward()` steps on "
-                             f"scaled gradients: use `{scaler}.step({optimizer})`", fix)
+                          (ctx.replace(step.node, f"{scaler}.step({optimizer})"),))
+            elif not scope.of(flow.SCALER_STEP) and step not in analysis.followed:
+                fix = self._fix_with_update(ctx, step.node, scaler, optimizer)
+            ctx.report(step.node, f"`{optimizer}.step()` after `{scaler}.scale(...).backward()` (line "
+                                  f"{line_of(ctx, backward.node)}) steps on scaled gradients: use "
+                                  f"`{scaler}.step({optimizer})`", fix)
+
+    def _fix_with_update(self, ctx: FileContext, call: cst.Call, scaler: str, optimizer: str) -> Fix | None:
+        """``S.step(opt)`` and, after it, the ``S.update()`` that no path had."""
+        stmt = statement_of(ctx, call)
+        block = ctx.parent(stmt)
+        if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1 \
+                or not isinstance(stmt.body[0], cst.Expr) or stmt.body[0].value is not call \
+                or not isinstance(block, cst.IndentedBlock | cst.Module):
+            return None
+        body = list(block.body)
+        at = next(i for i, s in enumerate(body) if s is stmt)
+        stepped = stmt.with_changes(body=[cst.Expr(cst.parse_expression(f"{scaler}.step({optimizer})"))])
+        update = cst.parse_statement(f"{scaler}.update()" + ctx.newline)
+        new_block = block.with_changes(body=body[:at] + [stepped, update] + body[at + 1:])
+        return Fix(f"Use `{scaler}.step({optimizer})` and `{scaler}.update()`",
+                   (edit_from_tree(ctx, block, new_block),))
+
+
+@dataclass(frozen=True)
+class _Steps:
+    scaled: frozenset[Event] = frozenset()  # scaled backwards on this path
+    awaiting: frozenset[Event] = frozenset()  # direct steps no scaler update has followed yet
+
+
+class _DirectSteps(flow.Analysis):
+    """Direct ``opt.step()`` calls some path reaches after a scaled backward, and whether a
+    scaler's ``update()`` follows them on every path, on none, or on some."""
+
+    def __init__(self):
+        self.found: dict[Event, set[Event]] = {}  # direct step -> the scaled backwards before it
+        self.followed: set[Event] = set()
+        self.unfollowed: set[Event] = set()
+
+    def start(self) -> _Steps:
+        return _Steps()
+
+    def event(self, fact: _Steps, event: Event) -> _Steps:
+        if event.kind == flow.SCALED_BACKWARD:
+            return replace(fact, scaled=frozenset(b for b in fact.scaled if b.scaler != event.scaler) | {event})
+        if event.kind == flow.STEP and fact.scaled:
+            self.found.setdefault(event, set()).update(fact.scaled)
+            return replace(fact, awaiting=fact.awaiting | {event})
+        if event.kind == flow.UPDATE:
+            self.followed.update(fact.awaiting)
+            return replace(fact, awaiting=frozenset())
+        return fact

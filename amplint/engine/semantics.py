@@ -113,12 +113,14 @@ def autocast_call(ctx: FileContext, expr: cst.BaseExpression) -> AutocastCall | 
     device = per_device or (literal_str(args["device_type"].value) if "device_type" in args else None)
     dtype_arg = args.get("dtype")
     dtype = dtype_of(ctx, dtype_arg.value) if dtype_arg else None
-    if dtype_arg is None and per_device:
+    # ``*args``/``**kwargs`` may pass a dtype: then an expression decides it.
+    dtype_given = dtype_arg is not None or has_star_args(expr)
+    if not dtype_given and per_device:
         dtype = _PER_DEVICE_DEFAULT_DTYPE[per_device]
     enabled = literal_bool(args["enabled"].value) if "enabled" in args else True
     if has_star_args(expr):
         enabled = None
-    return AutocastCall(expr, api, device, dtype, dtype_arg is not None, enabled)
+    return AutocastCall(expr, api, device, dtype, dtype_given, enabled)
 
 
 def enclosing_function(ctx: FileContext, node: cst.CSTNode) -> cst.FunctionDef | None:

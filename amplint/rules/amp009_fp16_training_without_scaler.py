@@ -219,6 +219,15 @@ def train_step(accelerator, model, x, y):
         loss = model(x, y)
     accelerator.backward(loss)
 """),
+        # `**kwargs` may pass the dtype: an expression decides it.
+        Valid("""
+import torch
+def train_step(model, x, y, optimizer, amp_kwargs):
+    with torch.cuda.amp.autocast(**amp_kwargs):
+        loss = loss_fn(model(x), y)
+    loss.backward()
+    optimizer.step()
+"""),
         # The unscaled backward is the branch without a scaler (bfloat16 or float32 runs).
         Valid("""
 import torch

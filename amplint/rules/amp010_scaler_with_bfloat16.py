@@ -1,8 +1,116 @@
 from __future__ import annotations
 
+from typing import Iterator
+
+import libcst as cst
+
 from ..engine.context import FileContext
 from ..engine.rule import Invalid, Rule, Valid
-from ..engine.semantics import autocast_calls, enclosing_function, region_dtype, scaler_events
+from ..engine.semantics import (
+    GRAD_SCALER,
+    AutocastCall,
+    autocast_calls,
+    calls,
+    dtype_of,
+    enclosing_function,
+    literal_str,
+    method_call,
+    region_dtype,
+    scaled_backward_scaler,
+)
+
+
+def _descendants(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(current.children)
+
+
+def _dtype_source(ac: AutocastCall) -> tuple[cst.BaseExpression, bool] | None:
+    """The expression that passes a region's dtype, and whether it is ``**kwargs``."""
+    for arg in ac.node.args:
+        if arg.keyword is not None and arg.keyword.value == "dtype":
+            return arg.value, False
+        if arg.star == "**":
+            return arg.value, True
+    return None
+
+
+def _choices(ctx: FileContext, value: cst.BaseExpression, kwargs: bool) -> set[str | None] | None:
+    """The dtypes a value assigned to a dtype source can pass (None: none, the device's
+    default); None when the value is not that plain."""
+    if isinstance(value, cst.IfExp):
+        body, orelse = _choices(ctx, value.body, kwargs), _choices(ctx, value.orelse, kwargs)
+        return None if body is None or orelse is None else body | orelse
+    if not kwargs:
+        if isinstance(value, cst.Name) and value.value == "None":
+            return {None}
+        dtype = dtype_of(ctx, value)
+        return {dtype} if dtype else None
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "dict" \
+            and all(a.keyword is not None for a in value.args):
+        entries = [(a.keyword.value, a.value) for a in value.args]
+    elif isinstance(value, cst.Dict) and all(isinstance(e, cst.DictElement) and literal_str(e.key)
+                                             for e in value.elements):
+        entries = [(literal_str(e.key), e.value) for e in value.elements]
+    else:
+        return None
+    dtype_value = next((v for key, v in entries if key == "dtype"), None)
+    if dtype_value is None:
+        return {None}
+    dtype = dtype_of(ctx, dtype_value)
+    return {dtype} if dtype else None
+
+
+def _runtime_bfloat16(ctx: FileContext, ac: AutocastCall) -> tuple[str, cst.CSTNode] | None:
+    """For a region whose dtype comes from a name the file sets either to torch.bfloat16 or to
+    nothing (the device's default), at run time: that name and an assignment of bfloat16."""
+    source = _dtype_source(ac)
+    if source is None or not isinstance(source[0], (cst.Name, cst.Attribute)):
+        return None
+    code = ctx.code(source[0])
+    chosen, bfloat16_at = set(), None
+    for node in ctx.nodes(cst.Assign):
+        if not any(ctx.code(t.target) == code for t in node.targets):
+            if any(isinstance(t.target, cst.Subscript) and ctx.code(t.target.value) == code for t in node.targets):
+                return None  # an entry set elsewhere: its dtype is not in sight
+            continue
+        choices = _choices(ctx, node.value, source[1])
+        if choices is None:
+            return None
+        chosen |= choices
+        if "bfloat16" in choices and bfloat16_at is None:
+            bfloat16_at = node
+    if any((mc := method_call(c)) and ctx.code(mc[0]) == code for c in calls(ctx)):
+        return None  # changed in place (``kwargs.update(...)``)
+    if bfloat16_at is None or not chosen <= {"bfloat16", None}:
+        return None
+    return code, bfloat16_at
+
+
+def _gated(ctx: FileContext, creation: cst.Call, code: str) -> bool:
+    """The scaler's creation depends on the dtype: its arguments, or the test of an ``if``
+    around it, mention the dtype source or a torch dtype."""
+    def mentions(node: cst.CSTNode) -> bool:
+        return any(isinstance(n, (cst.Name, cst.Attribute)) and (ctx.code(n) == code or dtype_of(ctx, n))
+                   for n in _descendants(node))
+
+    if any(mentions(a.value) for a in creation.args):
+        return True
+    child = creation
+    for ancestor in ctx.ancestors(creation):
+        if isinstance(ancestor, (cst.If, cst.IfExp)) and child is not ancestor.test and mentions(ancestor.test):
+            return True
+        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda)):
+            return False
+        child = ancestor
+    return False
+
+
+def _row(ctx: FileContext, node: cst.CSTNode) -> int:
+    return ctx.location(ctx.offsets(node)[0]).row
 
 
 class ScalerWithBfloat16(Rule):
@@ -10,6 +118,13 @@ class ScalerWithBfloat16(Rule):
     ## What it does
     Finds `S.scale(loss).backward()` in a function whose autocast regions all run in bfloat16
     (explicitly, or by the device's default per the policy tables, e.g. cpu).
+
+    Also finds a GradScaler built whatever the dtype when a region of a function that scales
+    its loss takes its dtype from a name (`dtype=amp_dtype`, `**autocast_args`) that the file
+    sets only to `torch.bfloat16` or to nothing (the device's default), at run time (`if
+    torch.cuda.is_bf16_supported(): autocast_args = dict(dtype=torch.bfloat16)`): where
+    bfloat16 is chosen the scaler still runs. Reported at the `GradScaler(...)` call when
+    neither its arguments nor the test of an `if` around it mention that name or a dtype.
 
     ## Why is this bad?
     bfloat16 has float32's exponent range, so gradients do not underflow and loss scaling buys
@@ -38,8 +153,11 @@ class ScalerWithBfloat16(Rule):
     A GradScaler is recognised as: a name or attribute assigned `torch.amp.GradScaler(...)` /
     `torch.cuda.amp.GradScaler(...)` anywhere in the file, the receiver `S` of
     `S.scale(loss).backward()`, or a parameter named `scaler`, `grad_scaler` or `amp_scaler`.
-    A function whose regions use float16 or an expression for the dtype is not reported:
-    code that switches dtypes at run time keeps its scaler.
+    A function whose regions use float16 or an expression for the dtype is not reported, nor
+    is a run-time choice the file can also make float16, or whose value is not in sight (a
+    parameter, an entry set elsewhere, `kwargs.update(...)`): such code may gate its scaler
+    in ways not seen here. A scaler gated through another name (`enabled=use_scaler`, where
+    `use_scaler` looks at the dtype) is reported; the rule does not follow that name.
     """
 
     code = "AMP010"
@@ -61,6 +179,32 @@ with torch.autocast("cuda"):
     loss = model(x)
 scaler.scale(loss).backward()
 """),
+        # The scaler runs only where the run-time choice leaves float16.
+        Valid("""
+import torch
+autocast_args = {}
+if torch.cuda.is_bf16_supported():
+    autocast_args = dict(dtype=torch.bfloat16)
+scaler = torch.amp.GradScaler("cuda", enabled="dtype" not in autocast_args)
+def train_step(model, x, optimizer):
+    with torch.autocast("cuda", **autocast_args):
+        loss = model(x).mean()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+"""),
+        # The file also chooses float16: the choice is made elsewhere too, the scaler may follow it.
+        Valid("""
+import torch
+class Trainer:
+    def __init__(self, bf16):
+        self.amp_dtype = torch.bfloat16 if bf16 else torch.float16
+        self.scaler = self.make_scaler()
+    def train_step(self, x):
+        with torch.autocast("cuda", dtype=self.amp_dtype):
+            loss = self.model(x).mean()
+        self.scaler.scale(loss).backward()
+"""),
     )
     invalid = (
         Invalid("""
@@ -78,18 +222,50 @@ with torch.autocast("cpu"):
     loss = model(x).mean()
 scaler.scale(loss).backward()
 """, at=((5, 1, '`scaler` scales a bfloat16 loss'),)),
+        # bfloat16 where the GPU supports it, float16 (cuda's default) elsewhere; the scaler always.
+        Invalid("""
+import torch
+from torch.cuda.amp import GradScaler, autocast
+autocast_args = dict()
+if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+    autocast_args = dict(dtype=torch.bfloat16)
+def run(options, model, optimizer, loader):
+    scaler = GradScaler() if options.use_amp else None
+    train_one_epoch(model, optimizer, loader, scaler)
+def train_one_epoch(model, optimizer, loader, scaler):
+    for batch in loader:
+        with autocast(scaler is not None, **autocast_args):
+            loss = model(**batch)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+""", at=((8, 14, 'the autocast region of line 12 runs in bfloat16 where line 6 sets `autocast_args`'),)),
     )
 
     def check(self, ctx: FileContext) -> None:
-        regions: dict[int, list] = {}
+        regions: dict[int, list[AutocastCall]] = {}  # by id of the function; id(None): the module
         for ac in autocast_calls(ctx):
             if ac.enabled is not False:
                 regions.setdefault(id(enclosing_function(ctx, ac.node)), []).append(ac)
-        for scope, events in scaler_events(ctx).items():
+        scaled: dict[int, list[tuple[cst.Call, str]]] = {}
+        for call in calls(ctx):
+            scaler = scaled_backward_scaler(ctx, call)
+            if scaler is not None:
+                scaled.setdefault(id(enclosing_function(ctx, call)), []).append((call, scaler))
+        for scope, backwards in scaled.items():
             scope_regions = regions.get(scope, [])
-            if not scope_regions or any(region_dtype(ctx, ac) != "bfloat16" for ac in scope_regions):
-                continue
-            for e in events:
-                if e.kind == "backward":
-                    ctx.report(e.call, f"`{e.scaler}` scales a bfloat16 loss: bfloat16 does not "
+            if scope_regions and all(region_dtype(ctx, ac) == "bfloat16" for ac in scope_regions):
+                for call, scaler in backwards:
+                    ctx.report(call, f"`{scaler}` scales a bfloat16 loss: bfloat16 does not "
                                "underflow like float16, so the GradScaler is not needed")
+        runtime = next(((ac, found) for scope in scaled for ac in regions.get(scope, [])
+                        if (found := _runtime_bfloat16(ctx, ac))), None)
+        if runtime is None:
+            return
+        ac, (code, bfloat16_at) = runtime
+        for creation in calls(ctx):
+            if ctx.resolves_to(creation.func, GRAD_SCALER) and not _gated(ctx, creation, code):
+                ctx.report(creation, f"GradScaler built whatever the dtype, but the autocast region of line "
+                           f"{_row(ctx, ac.node)} runs in bfloat16 where line {_row(ctx, bfloat16_at)} sets "
+                           f"`{code}` to it: bfloat16 needs no loss scaling; build the scaler only for "
+                           "float16 (or pass that choice as `enabled=`)")

@@ -1,17 +1,21 @@
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
+from ..engine import flow
 from ..engine.context import FileContext
+from ..engine.flow import Event, Flow, line_of
 from ..engine.rule import Invalid, Rule, Valid
-from ..engine.semantics import exclusive, scaler_events
 
 
 class ScalerStepWithoutUpdate(Rule):
     """
     ## What it does
     In a function that runs a whole scaled iteration (`S.scale(loss).backward()` and
-    `S.step(...)`), finds: a `S.step(...)` with no `S.update()` after it; a `S.update()` that
-    comes before the steps; and `S.update()` called more than once per iteration (with several
-    optimizers, step each one, then update once).
+    `S.step(...)`), finds: `S.step(...)` calls no path follows with `S.update()`; a
+    `S.update()` that comes only before the steps; and `S.update()` reached a second time on
+    one path between scaled backwards (with several optimizers, step each one, then update
+    once).
 
     ## Why is this bad?
     `update()` is what adapts the loss scale: without it the scale never grows back after an
@@ -44,8 +48,9 @@ class ScalerStepWithoutUpdate(Rule):
     `torch.cuda.amp.GradScaler(...)` anywhere in the file, the receiver `S` of
     `S.scale(loss).backward()`, or a parameter named `scaler`, `grad_scaler` or `amp_scaler`.
     Only functions that contain both the scaled backward and the step are checked, so a
-    `step()` helper whose caller updates is not reported. Updates in different branches of an
-    `if` count as one.
+    `step()` helper whose caller updates is not reported. Paths follow `if`s by their
+    conditions and exits, so updates in different branches (or under the same condition as
+    their step) count as one.
     """
 
     code = "AMP006"
@@ -71,6 +76,25 @@ if accumulate_done:
     scaler.step(optimizer)
     scaler.update()
 """),
+        # Several optimizers through one function: update after the last one only.
+        Valid("""
+def optimize(self, scaler, loss, optimizer, idx, count):
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    if idx + 1 == count:
+        scaler.update()
+"""),
+        # Update on the early-return path and at the end: one per path.
+        Valid("""
+def step(self, loss, skip):
+    self.scaler.scale(loss).backward()
+    self.scaler.unscale_(self.optimizer)
+    if skip:
+        self.scaler.update()
+        return
+    self.scaler.step(self.optimizer)
+    self.scaler.update()
+"""),
     )
     invalid = (
         Invalid("""
@@ -84,37 +108,78 @@ for batch in loader:
     scaler.update()
     scaler.scale(model(batch).mean()).backward()
     scaler.step(optimizer)
-""", at=((3, 5, '`scaler.update()` runs before `scaler.step(...)`'),)),
+""", at=((3, 5, '`scaler.update()` runs before `scaler.step(...)` (line 5)'),)),
         Invalid("""
 scaler.scale(loss).backward()
 scaler.step(opt_a)
 scaler.update()
 scaler.step(opt_b)
 scaler.update()
-""", at=((6, 1, '`scaler.update()` is called more than once per iteration'),)),
+""", at=((6, 1, '`scaler.update()` is called more than once per iteration (also on line 4)'),)),
+        # The second update is conditional, but on its path the first one ran too.
+        Invalid("""
+def step(self, loss):
+    self.scaler.scale(loss).backward()
+    self.scaler.step(self.optimizer)
+    self.scaler.update()
+    if self.log_scale:
+        self.scaler.update()
+""", at=((7, 9, 'is called more than once per iteration (also on line 5)'),)),
     )
 
     def check(self, ctx: FileContext) -> None:
-        for events in scaler_events(ctx).values():
-            for scaler in {e.scaler for e in events}:
-                mine = [e for e in events if e.scaler == scaler]
-                if not any(e.kind == "backward" for e in mine):
-                    continue
-                steps = [e for e in mine if e.kind == "step"]
-                updates = [e for e in mine if e.kind == "update"]
-                if not steps:
-                    continue
-                last_step = steps[-1]
-                after = [u for u in updates if ctx.order(u.call) > ctx.order(last_step.call)]
-                if not after:
-                    if updates:
-                        ctx.report(updates[0].call, f"`{scaler}.update()` runs before "
-                                   f"`{scaler}.step(...)`: update once, after every step")
-                    else:
-                        ctx.report(last_step.call, f"`{scaler}.step(...)` is never followed by "
-                                   f"`{scaler}.update()`: the loss scale never adapts")
-                    continue
-                for i, update in enumerate(updates[1:], start=1):
-                    if not any(exclusive(ctx, update.call, u.call) for u in updates[:i]):
-                        ctx.report(update.call, f"`{scaler}.update()` is called more than once per "
-                                   "iteration: step every optimizer, then update once")
+        for scope in flow.flows(ctx):
+            if scope.of(flow.SCALED_BACKWARD) and scope.of(flow.SCALER_STEP):
+                self._check_flow(ctx, scope)
+
+    def _check_flow(self, ctx: FileContext, scope: Flow) -> None:
+        analysis = _Updates()
+        flow.propagate(scope, analysis)
+        scaled = {e.scaler for e in scope.of(flow.SCALED_BACKWARD)}
+        for scaler in sorted(scaled):
+            steps = [e for e in scope.of(flow.SCALER_STEP) if e.scaler == scaler]
+            updates = [e for e in scope.of(flow.UPDATE) if e.scaler == scaler]
+            if steps and not any(e in analysis.followed for e in steps):
+                last = steps[-1]
+                if updates:
+                    ctx.report(updates[0].node, f"`{scaler}.update()` runs before `{scaler}.step(...)` (line "
+                                                f"{line_of(ctx, last.node)}): update once, after every step")
+                else:
+                    ctx.report(last.node, f"`{scaler}.step(...)` is never followed by `{scaler}.update()`: "
+                                          "the loss scale never adapts")
+        for update in sorted(analysis.twice, key=lambda e: ctx.order(e.node)):
+            first = min(analysis.twice[update], key=lambda e: ctx.order(e.node))
+            ctx.report(update.node, f"`{update.scaler}.update()` is called more than once per iteration (also "
+                                    f"on line {line_of(ctx, first.node)}): step every optimizer, then update once")
+
+
+@dataclass(frozen=True)
+class _Pending:
+    steps: frozenset[Event] = frozenset()  # scaler steps no update has followed yet
+    updates: frozenset[Event] = frozenset()  # updates since their scaler's last scaled backward
+
+
+class _Updates(flow.Analysis):
+    """Which scaler steps some path follows with an update, and updates a path reaches twice
+    between scaled backwards."""
+
+    def __init__(self):
+        self.followed: set[Event] = set()
+        self.twice: dict[Event, set[Event]] = {}  # update -> the earlier updates on its paths
+
+    def start(self) -> _Pending:
+        return _Pending()
+
+    def event(self, fact: _Pending, event: Event) -> _Pending:
+        if event.kind == flow.SCALED_BACKWARD:
+            return replace(fact, updates=frozenset(u for u in fact.updates if u.scaler != event.scaler))
+        if event.kind == flow.SCALER_STEP:
+            return replace(fact, steps=fact.steps | {event})
+        if event.kind == flow.UPDATE:
+            mine = {s for s in fact.steps if s.scaler == event.scaler}
+            self.followed.update(mine)
+            earlier = {u for u in fact.updates if u.scaler == event.scaler}
+            if earlier:
+                self.twice.setdefault(event, set()).update(earlier)
+            return _Pending(fact.steps - mine, fact.updates | {event})
+        return fact

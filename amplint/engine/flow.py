@@ -164,7 +164,7 @@ class _Lowering:
             for param in _params(self.scope.params):
                 self._assign_text(param.name.value)
         block = self._block(body)
-        branches = [b for b in _items(block) if isinstance(b, Branch)]
+        branches = [b for b in items(block) if isinstance(b, Branch)]
         counts = Counter(b.atom for b in branches)
         for branch in branches:
             branch.shared = counts[branch.atom] > 1
@@ -375,18 +375,19 @@ class _Lowering:
         return None
 
 
-def _items(block: list) -> Iterator:
+def items(block: list) -> Iterator:
+    """Every item of a block, nested ones included."""
     for item in block:
         yield item
         if isinstance(item, Branch):
-            yield from _items(item.body)
-            yield from _items(item.orelse)
+            yield from items(item.body)
+            yield from items(item.orelse)
         elif isinstance(item, Loop):
-            yield from _items(item.body)
-            yield from _items(item.orelse)
+            yield from items(item.body)
+            yield from items(item.orelse)
         elif isinstance(item, Try):
             for part in (item.body, *item.handlers, item.orelse, item.final):
-                yield from _items(part)
+                yield from items(part)
 
 
 def _params(params: cst.Parameters) -> Iterator[cst.Param]:
@@ -496,8 +497,8 @@ class Analysis:
     def event(self, fact: Fact, event: Event) -> Fact:
         raise NotImplementedError
 
-    def loop_entry(self, fact: Fact) -> Fact:
-        """The fact at the start of each iteration of a loop."""
+    def loop_entry(self, fact: Fact, loop: Loop) -> Fact:
+        """The fact at the start of each iteration of ``loop``."""
         return fact
 
     def forget(self, fact: Fact, names: frozenset[str]) -> Fact:
@@ -573,11 +574,11 @@ def _branch(item: Branch, states: set, analysis: Analysis, trace, out: Outcome) 
 
 
 def _loop(item: Loop, states: set, analysis: Analysis, trace, out: Outcome) -> set:
-    head = {(analysis.loop_entry(fact), atoms) for fact, atoms in states}
+    head = {(analysis.loop_entry(fact, item), atoms) for fact, atoms in states}
     body = _run(item.body, head, analysis, trace)
     rounds = 1
     while analysis.back_edges and rounds < MAX_LOOP_ROUNDS:
-        back = {(analysis.loop_entry(analysis.forget(fact, item.assigned)),
+        back = {(analysis.loop_entry(analysis.forget(fact, item.assigned), item),
                  frozenset(a for a in atoms if not (a[0].reads & item.assigned)))
                 for fact, atoms in body.fall | body.exits["continue"]}
         grown = _cap(head | back)

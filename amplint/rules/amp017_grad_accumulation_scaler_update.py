@@ -1,37 +1,19 @@
 from __future__ import annotations
 
-import libcst as cst
-
+from ..engine import flow
 from ..engine.context import FileContext
+from ..engine.flow import Event, Flow, line_of
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
-from ..engine.semantics import scaler_events
-
-_LOOPS = (cst.For, cst.While)
-
-
-def _accumulation_if(ctx: FileContext, node: cst.CSTNode) -> cst.If | None:
-    """The nearest ``if`` around ``node`` whose test uses ``%`` (``if (i + 1) % k == 0:``)."""
-    for ancestor in ctx.ancestors(node):
-        if isinstance(ancestor, cst.If):
-            found = []
-
-            class FindModulo(cst.CSTVisitor):
-                def visit_Modulo(self, op: cst.Modulo) -> None:
-                    found.append(op)
-
-            ancestor.test.visit(FindModulo())
-            if found:
-                return ancestor
-        if isinstance(ancestor, (cst.FunctionDef, *_LOOPS)):
-            return None
-    return None
 
 
 class GradAccumulationScalerUpdate(Rule):
     """
     ## What it does
-    With gradient accumulation — `S.step(opt)` under `if (i + 1) % k == 0:` — finds
-    `S.update()` outside that condition, in the same loop.
+    Finds `S.update()` that some path reaches in an iteration (of the loop around it, or a
+    call of its function) that also ran `S.step(...)`, and some other path reaches without
+    one: with gradient accumulation, `S.step(opt)` under `if (i + 1) % k == 0:` and
+    `S.update()` outside that condition. An iteration that unscaled (`S.unscale_`) or stepped
+    without the scaler (`optimizer.step()`) counts as one that stepped.
 
     ## Why is this bad?
     `update()` must follow a `step()` in the same iteration: called on the iterations that did
@@ -63,7 +45,9 @@ class GradAccumulationScalerUpdate(Rule):
     A GradScaler is recognised as: a name or attribute assigned `torch.amp.GradScaler(...)` /
     `torch.cuda.amp.GradScaler(...)` anywhere in the file, the receiver `S` of
     `S.scale(loss).backward()`, or a parameter named `scaler`, `grad_scaler` or `amp_scaler`.
-    None known: only an update in the same loop as the conditional step is reported.
+    Paths follow `if`s by their conditions (`if use_amp:` around both the step and the update
+    takes the same branch) and exits (`continue` at the accumulation boundary). A loop between
+    the step and the update that itself updates is taken to start a new iteration.
     """
 
     code = "AMP017"
@@ -81,6 +65,34 @@ for i, batch in enumerate(loader):
         scaler.update()
         optimizer.zero_grad()
 """),
+        # Accumulation steps leave the iteration early.
+        Valid("""
+for i, batch in enumerate(loader):
+    scaler.scale(model(batch).mean() / k).backward()
+    if (i + 1) % k:
+        continue
+    scaler.step(optimizer)
+    scaler.update()
+"""),
+        # Without the scaler the plain step runs; the update is then a no-op.
+        Valid("""
+def step(self, loss):
+    self.scaler.scale(loss).backward()
+    if self.scaler.is_enabled():
+        self.scaler.step(self.optimizer)
+    else:
+        self.optimizer.step()
+    self.scaler.update()
+"""),
+        # unscale_ records the inf checks update() needs; step and update under one condition.
+        Valid("""
+def step(self, loss, grad_norm_ok):
+    self.scaler.scale(loss).backward()
+    self.scaler.unscale_(self.optimizer)
+    if grad_norm_ok:
+        self.scaler.step(self.optimizer)
+    self.scaler.update()
+"""),
     )
     invalid = (
         Invalid("""
@@ -90,21 +102,61 @@ for i, batch in enumerate(loader):
         scaler.step(optimizer)
         optimizer.zero_grad()
     scaler.update()
-""", at=((7, 5, '`scaler.update()` runs on every iteration but `scaler.step(.'),)),
+""", at=((7, 5, '`scaler.update()` runs on every iteration but `scaler.step(...)` (line 5)'),)),
+        # The same mistake in a function called once per micro-batch.
+        Invalid("""
+def train_step(self, loss, boundary):
+    self.scaler.scale(loss).backward()
+    if boundary:
+        self.scaler.step(self.optimizer)
+    self.scaler.update()
+""", at=((6, 5, 'only on some: move the update under the step'),)),
     )
 
     def check(self, ctx: FileContext) -> None:
-        for events in scaler_events(ctx).values():
-            for step in (e for e in events if e.kind == "step"):
-                condition = _accumulation_if(ctx, step.call)
-                if condition is None:
-                    continue
-                loop = next((a for a in ctx.ancestors(condition) if isinstance(a, _LOOPS)), None)
-                if loop is None:
-                    continue
-                for update in (e for e in events if e.kind == "update" and e.scaler == step.scaler):
-                    ancestors = list(ctx.ancestors(update.call))
-                    if condition not in ancestors and loop in ancestors:
-                        ctx.report(update.call, f"`{update.scaler}.update()` runs on every iteration but "
-                                   f"`{step.scaler}.step(...)` only when the accumulation condition "
-                                   "holds: move the update under that condition")
+        for scope in flow.flows(ctx):
+            if scope.of(flow.SCALER_STEP) and scope.of(flow.UPDATE):
+                self._check_flow(ctx, scope)
+
+    def _check_flow(self, ctx: FileContext, scope: Flow) -> None:
+        analysis = _IterationSteps()
+        flow.propagate(scope, analysis)
+        for update in scope.of(flow.UPDATE):
+            if update not in analysis.with_step or update not in analysis.without_step:
+                continue
+            steps = [e for e in scope.of(flow.SCALER_STEP) if e.scaler == update.scaler]
+            if not steps:
+                continue
+            step = min(steps, key=lambda e: abs(ctx.order(e.node) - ctx.order(update.node)))
+            ctx.report(update.node, f"`{update.scaler}.update()` runs on every iteration but "
+                                    f"`{step.scaler}.step(...)` (line {line_of(ctx, step.node)}) only on some: "
+                                    "move the update under the step's condition")
+
+
+class _IterationSteps(flow.Analysis):
+    """Which updates some path reaches after a step in the same iteration (or call), and which
+    some path reaches without one. The fact: the scalers that stepped or unscaled (both record
+    the inf checks ``update()`` needs) in this iteration, and ``None`` once a plain
+    ``optimizer.step()`` ran (an iteration without the scaler)."""
+
+    def __init__(self):
+        self.with_step: set[Event] = set()
+        self.without_step: set[Event] = set()
+
+    def start(self) -> frozenset:
+        return frozenset()
+
+    def loop_entry(self, fact: frozenset, loop: flow.Loop) -> frozenset:
+        # Each iteration of a loop that updates starts afresh.
+        return frozenset() if any(isinstance(e, Event) and e.kind == flow.UPDATE for e in flow.items(loop.body)) \
+            else fact
+
+    def event(self, fact: frozenset, event: Event) -> frozenset:
+        if event.kind in (flow.SCALER_STEP, flow.UNSCALE):
+            return fact | {event.scaler}
+        if event.kind == flow.STEP:
+            return fact | {None}
+        if event.kind == flow.UPDATE:
+            stepped = event.scaler in fact or None in fact
+            (self.with_step if stepped else self.without_step).add(event)
+        return fact

@@ -199,7 +199,38 @@ def checkpoints(ctx: FileContext) -> list[cst.CSTNode]:
     for node in found:
         if not any(ctx.contains(outer, node) for outer in outermost[-1:]):
             outermost.append(node)
-    return outermost
+    return [node for node in outermost if not _loaded_back(ctx, node)]
+
+
+def _loaded_back(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """State built to be restored, not saved: an old checkpoint converted and handed (directly,
+    or through plain ``a = b`` copies of its name in the same function) to a load or restore."""
+    parent = ctx.parent(node)
+    if isinstance(parent, cst.Arg) and restores_from_checkpoint(ctx.parent(parent)):
+        return True
+    if isinstance(node, cst.Assign):
+        bound = node.targets[0].target.value
+    elif isinstance(parent, cst.Assign) and len(parent.targets) == 1 and parent.value is node:
+        bound = parent.targets[0].target
+    else:
+        return False
+    function = enclosing_function(ctx, node)
+    if not isinstance(bound, cst.Name) or function is None:
+        return False
+    names = {bound.value}
+    copies = [(a.targets[0].target.value, a.value.value) for a in ctx.nodes(cst.Assign)
+              if ctx.contains(function, a) and len(a.targets) == 1
+              and isinstance(a.targets[0].target, cst.Name) and isinstance(a.value, cst.Name)]
+    grown = True
+    while grown:
+        grown = False
+        for target, source in copies:
+            if source in names and target not in names:
+                names.add(target)
+                grown = True
+    return any(restores_from_checkpoint(call) and any(isinstance(a.value, cst.Name) and a.value.value in names
+                                                      for a in call.args)
+               for call in ctx.nodes(cst.Call) if ctx.contains(function, call))
 
 
 def optimizer_restores(ctx: FileContext) -> list[cst.Call]:

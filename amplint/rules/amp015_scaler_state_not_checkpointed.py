@@ -85,8 +85,12 @@ class ScalerStateNotCheckpointed(Rule):
     `torch.cuda.amp.GradScaler`, `ShardedGradScaler`, a module-level alias of one), receives one
     (a parameter named `scaler`, `grad_scaler` or `amp_scaler`, or annotated with a GradScaler
     class), or scales a loss with one (`S.scale(loss).backward()`). Scalers and checkpoints are
-    matched within a class (all its methods), or, outside classes, within the module: a scaler
-    in a class does not make a module-level function's checkpoint need it.
+    matched within a class, or, outside classes, within the module (a scaler in a class does
+    not make a module-level function's checkpoint need it): a checkpoint needs a scaler held
+    by its function or one around it, by the class (`self.scaler`) or the module, or local to
+    a function of the same class or module that calls the checkpoint's function (directly or
+    through others: `self.save_model(...)`). State built only to be loaded back (an old
+    checkpoint converted, then handed to a `load...` call) is no checkpoint.
     The scaler's state counts as saved anywhere in that class or module if some scaler's
     `state_dict()` is taken (an attribute named like a scaler, or the object that holds it:
     `self.state.state_dict()` for `self.state.scaler`), a dict key or subscript names a scaler
@@ -193,6 +197,31 @@ class Trainer:
         if precision is not None:
             self.scaler = torch.amp.GradScaler("cuda")
 """),
+        # An old checkpoint converted to be loaded back, not saved.
+        Valid("""
+import torch
+def build_optimizer(model, checkpoint):
+    optimizer = torch.optim.Adam(model.parameters())
+    optimizer.scaler = torch.amp.GradScaler("cuda")
+    converted = {}
+    converted["optimizer"] = checkpoint["optim"].optimizer.state_dict()
+    state = converted
+    optimizer.load_state_dict(state)
+"""),
+        # The checkpoint is written by a loop that trains without the scaler and never calls
+        # the function that has one.
+        Valid("""
+import torch
+def train_amp(model, optimizer, loader):
+    scaler = torch.amp.GradScaler("cuda")
+    for x in loader:
+        scaler.scale(model(x).mean()).backward()
+
+def train_plain(model, optimizer, loader, path):
+    for x in loader:
+        model(x).mean().backward()
+    torch.save({"optimizer": optimizer.state_dict()}, path)
+"""),
     )
     invalid = (
         Invalid("""
@@ -262,6 +291,18 @@ def checkpoint(model, opt_g, opt_d):
     return ckpt
 """, at=((4, 12, "`scaler` (line 3) is not saved"), (5, 12, "checkpoint without the GradScaler's state"),
          (9, 5, "checkpoint without the GradScaler's state"))),
+        # A module-level helper called by the function that has the scaler.
+        Invalid("""
+import torch
+def train(model, optimizer, loader, path):
+    scaler = torch.amp.GradScaler("cuda")
+    for x in loader:
+        scaler.scale(model(x).mean()).backward()
+    save_checkpoint(model, optimizer, path)
+
+def save_checkpoint(model, optimizer, path):
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
+""", at=((10, 16, "`scaler` (line 4) is not saved"),)),
         # The optimizer restored through a wrapper's method, the scaler never.
         Invalid("""
 import torch

@@ -34,7 +34,8 @@ def main():
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--fix", is_flag=True, help="Apply safe fixes.")
 @click.option("--unsafe-fixes", is_flag=True, help="With --fix or --diff, also apply unsafe fixes.")
-@click.option("--diff", is_flag=True, help="Print the fixes as a unified diff; write nothing.")
+@click.option("--diff", is_flag=True, help="Print the fixes as a unified diff instead of the findings; write "
+              "nothing. Exit 1 when there is something to fix.")
 @click.option("--select", help="Comma-separated codes or prefixes to enable (replaces the config's).")
 @click.option("--ignore", help="Comma-separated codes or prefixes to disable.")
 @click.option("--extend-select", help="Comma-separated codes or prefixes to enable in addition.")
@@ -47,28 +48,33 @@ def main():
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
               help="Processes to use (default: the machine's cores).")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write .amplint_cache/.")
+@click.option("--force-exclude", is_flag=True,
+              help="Apply exclude / extend-exclude to files named on the command line too (pre-commit).")
 @click.option("-v", "--verbose", is_flag=True, help="Show tracebacks of internal errors.")
 def check(paths, fix, unsafe_fixes, diff, select, ignore, extend_select, output_format, color,
-          show_statistics, exit_zero, jobs, no_cache, verbose):
+          show_statistics, exit_zero, jobs, no_cache, force_exclude, verbose):
     """Check Python files for AMP mistakes (default: the current folder)."""
     paths = list(paths) or [Path(".")]
     try:
-        config = config_mod.load(paths[0] if paths[0].exists() else Path.cwd())
+        # os.path.exists: a path that cannot be looked at is reported by discovery, naming it.
+        config = config_mod.load(paths[0] if os.path.exists(paths[0]) else Path.cwd())
         rules = config.rules(
             select=config_mod.validate_codes(_codes(select), "--select") if select is not None else None,
             ignore=config_mod.validate_codes(_codes(ignore) or [], "--ignore"),
             extend_select=config_mod.validate_codes(_codes(extend_select) or [], "--extend-select"))
         with progress_bar("checking", unit="files") as progress:
             report = check_paths(paths, config, rules,
-                                 Options(fix=fix, unsafe_fixes=unsafe_fixes, diff=diff,
+                                 Options(fix=fix, unsafe_fixes=unsafe_fixes, diff=diff, force_exclude=force_exclude,
                                          jobs=jobs or os.cpu_count() or 1, cache=not no_cache,
                                          progress=progress))
     except (config_mod.ConfigError, PathError) as exc:
         click.echo(f"amplint: error: {exc}", err=True)
         sys.exit(2)
 
-    if diff:
+    if diff:  # the diff stands for the findings: those left would point into text never written
         click.echo("".join(report.diffs), nl=False)
+        click.echo(_diff_summary(report), err=True)
+        sys.exit(2 if report.internal_errors else 1 if report.diffs and not exit_zero else 0)
     if show_statistics:
         click.echo(statistics(report.diagnostics), nl=False)
     elif output_format in TERMINAL_FORMATS:
@@ -83,15 +89,30 @@ def check(paths, fix, unsafe_fixes, diff, select, ignore, extend_select, output_
             if d.detail:
                 click.echo(f"{d.path}: {d.detail}", err=True)
     if output_format in TERMINAL_FORMATS:
-        click.echo(_summary(report, fix, diff), err=True)
+        click.echo(_summary(report, fix), err=True)
     if report.internal_errors:
         sys.exit(2)
-    if diff:
-        sys.exit(1 if report.diffs and not exit_zero else 0)
     sys.exit(1 if report.diagnostics and not exit_zero else 0)
 
 
-def _summary(report, fix: bool, diff: bool) -> str:
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' * (n != 1)}"
+
+
+def _diff_summary(report) -> str:
+    internal = [d for d in report.diagnostics if d.code == "AMP999"]
+    lines = [f"{d.path}:{d.location.row}:{d.location.column}: {d.code} {d.message}" for d in internal]
+    if report.fixes_applied:
+        lines.append(f"Would fix {_plural(report.fixes_applied, 'finding')} in {_plural(report.files_fixed, 'file')}.")
+    else:
+        lines.append(f"No fixes to apply ({_plural(report.files_checked, 'file')} checked).")
+    remaining = len(report.diagnostics) - len(internal)
+    if remaining:
+        lines.append(f"{_plural(remaining, 'finding')} would remain (run without --diff to see them).")
+    return "\n".join(lines)
+
+
+def _summary(report, fix: bool) -> str:
     n = len(report.diagnostics)
     parts = []
     if fix and report.fixes_applied:
@@ -103,10 +124,10 @@ def _summary(report, fix: bool, diff: bool) -> str:
         unsafe = sum(d.fix is not None and d.fix.applicability == "unsafe" for d in report.diagnostics)
         line = f"Found {n} finding{'s' * (n != 1)} in {files} file{'s' * (files != 1)}"
         hints = []
-        if safe and not diff:
+        if safe:
             hints.append(f"{safe} fixable with --fix")
         if unsafe:
-            hints.append(f"{unsafe} {'more ' if safe and not diff else ''}fixable with --fix --unsafe-fixes")
+            hints.append(f"{unsafe} {'more ' if safe else ''}fixable with --fix --unsafe-fixes")
         parts.append(line + (f" ({', '.join(hints)})." if hints else "."))
     elif not parts:
         parts.append(f"All checks passed ({report.files_checked} file{'s' * (report.files_checked != 1)}).")

@@ -4,8 +4,10 @@ fixes on files with many findings."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import libcst as cst
 import pytest
@@ -126,3 +128,73 @@ def test_a_structural_fix_renders_what_it_changes_not_the_whole_file(monkeypatch
     assert result.source == "import torch\nfrom torch.nn.utils import clip_grad_norm_\n\n" + "".join(
         fixed_step.format(i=i) for i in range(30))
     assert result.fixes_applied == 60 and result.diagnostics == []
+
+
+def test_diff_prints_the_diff_alone_with_a_summary_and_exit_code_that_agree(tmp_path):
+    # One finding with a safe fix (AMP004), one without (AMP006), whose line the fix would not move.
+    source = ("import torch\nscaler = torch.cuda.amp.GradScaler()\nfor x in data:\n"
+              "    scaler.scale(model(x)).backward()\n    scaler.step(opt)\n")
+    (tmp_path / "train.py").write_text(source)
+    result = _amplint("check", "--no-cache", "--diff", "train.py", cwd=tmp_path)
+    assert result.returncode == 1 and result.stdout.startswith("--- a/train.py\n+++ b/train.py\n")
+    assert "+scaler = torch.amp.GradScaler(\"cuda\")" in result.stdout and " AMP0" not in result.stdout
+    assert result.stderr == "Would fix 1 finding in 1 file.\n1 finding would remain (run without --diff to see them).\n"
+    assert (tmp_path / "train.py").read_text() == source
+    (tmp_path / "train.py").write_text(source.replace("torch.cuda.amp.GradScaler()", 'torch.amp.GradScaler("cuda")'))
+    nothing = _amplint("check", "--no-cache", "--diff", "train.py", cwd=tmp_path)
+    assert nothing.returncode == 0 and nothing.stdout == ""
+    assert nothing.stderr.startswith("No fixes to apply (1 file checked).\n1 finding would remain")
+
+
+def test_force_exclude_applies_the_configured_excludes_to_named_files(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.amplint]\nextend-exclude = ["generated"]\n')
+    (tmp_path / "generated").mkdir()
+    (tmp_path / "generated" / "g.py").write_text(FAULTY)
+    (tmp_path / "train.py").write_text(FAULTY)
+    named = ["--no-cache", "--output-format", "concise", "generated/g.py", "train.py"]
+    assert "generated/g.py:34:13: AMP001" in _amplint("check", *named, cwd=tmp_path).stdout
+    forced = _amplint("check", "--force-exclude", *named, cwd=tmp_path)
+    assert forced.returncode == 1 and "generated" not in forced.stdout and "train.py:34:13: AMP001" in forced.stdout
+
+
+def _without_root_powers() -> list[str]:
+    """Root reads any folder: the check runs without that capability then."""
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root without setpriv: every folder is readable")
+    return ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+
+
+def test_paths_that_cannot_be_read_are_named_and_exit_2(tmp_path):
+    (tmp_path / "train.py").write_text(FAULTY)
+    (tmp_path / "noread").mkdir()
+    (tmp_path / "noread" / "x.py").write_text(FAULTY)
+    (tmp_path / "noread").chmod(0)
+    try:
+        def run(*paths):
+            return subprocess.run([*_without_root_powers(), sys.executable, "-m", "amplint", "check", "--no-cache",
+                                   "--output-format", "concise", *paths], cwd=tmp_path, capture_output=True,
+                                  text=True, timeout=120)
+        named = run("noread/x.py")
+        assert named.returncode == 2 and "Traceback" not in named.stderr
+        assert named.stderr.startswith("amplint: error: noread/x.py: cannot access: Permission denied")
+        walked = run(".")
+        assert walked.returncode == 2
+        assert "noread:1:1: AMP999 cannot check noread: cannot list folder: Permission denied" in walked.stdout
+        assert "train.py:34:13: AMP001" in walked.stdout
+    finally:
+        (tmp_path / "noread").chmod(0o755)
+
+
+def test_the_summary_counts_only_fixes_written(tmp_path):
+    (tmp_path / "a.py").write_text(FAULTY)
+    (tmp_path / "b.py").write_text(FAULTY)
+    (tmp_path / "b.py").chmod(0o444)
+    result = _amplint("check", "--no-cache", "--fix", "--output-format", "concise", ".", cwd=tmp_path)
+    assert result.returncode == 2
+    a_fixes = result.stderr.split("Fixed ")[1].split(" findings")[0]
+    assert "in 1 file." in result.stderr and (tmp_path / "b.py").read_text() == FAULTY
+    # b.py's findings are those of the text on disk, at its positions, fixes still offered
+    assert "b.py:34:13: AMP001 " in result.stdout and "[*]" in result.stdout
+    assert int(a_fixes) > 0

@@ -52,11 +52,12 @@ def _exists(path: Path) -> bool:
     return True
 
 
-def python_files(paths: list[Path], config: Config,
-                 unreadable: list[tuple[Path, str]] | None = None) -> Iterator[Path]:
+def python_files(paths: list[Path], config: Config, unreadable: list[tuple[Path, str]] | None = None,
+                 force_exclude: bool = False) -> Iterator[Path]:
     """Folders are walked (excluded folders pruned, symlinked folders not followed, files git
-    ignores left out); a file named explicitly is always checked. Each file is yielded once,
-    in a stable order. Folders that cannot be listed go to ``unreadable`` with the reason."""
+    ignores left out); a file named explicitly is always checked, unless ``force_exclude``
+    and the configuration excludes it (pre-commit names every file). Each file is yielded
+    once, in a stable order. Folders that cannot be listed go to ``unreadable`` with the reason."""
     seen: set[Path] = set()
     for path in paths:
         if not _exists(path):
@@ -67,6 +68,8 @@ def python_files(paths: list[Path], config: Config,
             unreadable.append((Path(exc.filename), f"cannot list folder: {exc.strerror or exc}"))
 
     for path in paths:
+        if force_exclude and config.is_excluded(path):
+            continue
         if path.is_dir():
             found = []
             for folder, dirs, files in os.walk(path, onerror=on_error):

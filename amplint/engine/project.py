@@ -26,6 +26,7 @@ class Options:
     fix: bool = False
     unsafe_fixes: bool = False
     diff: bool = False
+    force_exclude: bool = False
     use_prefilter: bool = True
     jobs: int = 1
     cache: bool = True
@@ -61,7 +62,7 @@ def check_paths(paths: list[Path], config: Config, rules: list[type[Rule]], opti
             where = f"{config.source} [tool.amplint]" if config.source else "configuration"
             raise ConfigError(f"{where}: device / torch-version: {exc}") from None
     tasks, unreadable = [], []
-    for path in python_files(paths, config, unreadable):
+    for path in python_files(paths, config, unreadable, options.force_exclude):
         ignored = config.ignored_for(path)
         tasks.append((path, [r for r in rules if not any(r.code.startswith(i) for i in ignored)]))
     # Fixing writes files; only plain checks are cached.
@@ -182,6 +183,9 @@ def _check_file(path: Path, rules: list[type[Rule]], options: Options, load, cac
             try:
                 source_io.write_atomically(path, text.encode(result.source), expected=data)
             except (OSError, UnicodeEncodeError) as exc:
+                # Nothing was written: the findings are those of the text on disk.
+                result = lint_source(display, text.text, rules, policy_loader=load,
+                                     use_prefilter=options.use_prefilter)
                 result.diagnostics.append(_io_diagnostic(display, f"cannot write fixes to {display}: {exc}"))
                 result.internal_errors += 1
     # The text the findings point into goes back with them (and only with them).

@@ -34,8 +34,8 @@ class _TrainingPaths:
     """The unscaled backward pass a float16 region feeds, through the file's own functions: in
     the region's function, in a function called inside the region, or in a caller that runs
     the backward of what the region's function returns. A function that touches a GradScaler
-    (calls ``.scale(...)``, uses or passes a known scaler) ends the search: it scales on some
-    path."""
+    (calls ``.scale(...)``, uses or passes a known scaler, or calls a function of the file
+    that does) ends the search: it scales on some path."""
 
     def __init__(self, ctx: FileContext):
         self.ctx = ctx
@@ -48,11 +48,11 @@ class _TrainingPaths:
             if owner is not None:
                 self.functions[(id(owner), func.name.value)] = func
 
-    def uses_scaler(self, func: cst.FunctionDef | None, whole_file: bool = False) -> bool:
+    def file_scales(self) -> bool:
+        return bool(known_scalers(self.ctx)) or self._scales(calls(self.ctx))
+
+    def _scales(self, found: list[cst.Call]) -> bool:
         scalers = known_scalers(self.ctx)
-        if whole_file and scalers:
-            return True
-        found = calls(self.ctx) if whole_file else self.calls_in.get(id(func), [])
         for call in found:
             mc = method_call(call)
             if mc is not None and (mc[1] == "scale" or self.ctx.code(mc[0]) in scalers):
@@ -61,6 +61,14 @@ class _TrainingPaths:
                    for a in call.args):
                 return True
         return False
+
+    def uses_scaler(self, func: cst.FunctionDef | None) -> bool:
+        """``func`` touches a scaler itself or through a function of the file it calls
+        (``if amp: self.backward_amp(loss) else: loss.backward()``)."""
+        own = self.calls_in.get(id(func), [])
+        return self._scales(own) or any(
+            (callee := self._callee(c, func)) is not None and self._scales(self.calls_in.get(id(callee), []))
+            for c in own)
 
     def _unscaled_backwards(self, func: cst.FunctionDef | None) -> list[cst.Call]:
         if self.uses_scaler(func):
@@ -142,9 +150,9 @@ class Fp16TrainingWithoutScaler(Rule):
     deep), or `loss.backward()` in a function of the file that got `loss` from the region's
     function. A function on that path that touches a GradScaler (calls `.scale(...)`, uses a
     scaler built in the file or a parameter named `scaler`, `grad_scaler` or `amp_scaler`, or
-    passes one on) scales on some branch and ends the search. When the device is an
-    expression and no dtype is given, the region is float16 only on a float16 device, so a
-    GradScaler anywhere in the file silences it.
+    passes one on, or calls a function of the file that does) scales on some branch and ends
+    the search. When the device is an expression and no dtype is given, the region is float16
+    only on a float16 device, so a GradScaler anywhere in the file silences it.
 
     ## Why is this bad?
     float16 cannot represent gradients below about 6e-8 (or 6e-5 at full precision): small
@@ -240,6 +248,22 @@ def train_step(self, x, y):
     else:
         loss.backward()
 """),
+        # The unscaled backward is the branch where a helper of the file does not scale.
+        Valid("""
+import torch
+class Trainer:
+    def __init__(self):
+        self.scaler = torch.amp.GradScaler("cuda")
+    def train_step(self, x, y):
+        with torch.autocast("cuda", enabled=self.amp):
+            loss = self.model(x, y)
+        if self.amp:
+            self.backward_amp(loss)
+        else:
+            loss.backward()
+    def backward_amp(self, loss):
+        self.scaler.scale(loss).backward()
+"""),
         # The region's callee scales.
         Valid("""
 import torch
@@ -319,7 +343,7 @@ class Trainer:
 
     def check(self, ctx: FileContext) -> None:
         paths = _TrainingPaths(ctx)
-        file_has_scaler = paths.uses_scaler(None, whole_file=True)
+        file_has_scaler = paths.file_scales()
         for ac in autocast_calls(ctx):
             if ac.enabled is False or region_dtype(ctx, ac) != "float16":
                 continue

@@ -66,15 +66,20 @@ def test_hooks_fail_fix_and_pass(tmp_path, hook_repo):
     """))
     (project / "train.py").write_text(FAULTY)
     (project / "clean.py").write_text("x = 1\n")
-    _git("add", "train.py", "clean.py", ".pre-commit-config.yaml", cwd=project)
+    # pre-commit names every file; the configured excludes still apply (--force-exclude).
+    (project / "pyproject.toml").write_text('[tool.amplint]\nextend-exclude = ["vendored"]\n')
+    (project / "vendored").mkdir()
+    (project / "vendored" / "old.py").write_text(FAULTY)
+    _git("add", "train.py", "clean.py", "pyproject.toml", "vendored/old.py", ".pre-commit-config.yaml", cwd=project)
 
     checked = _pre_commit(project, home, "run", "amplint", "--all-files")
     assert checked.returncode == 1, checked.stdout + checked.stderr
-    assert "AMP004" in checked.stdout
+    assert "train.py:2:10: AMP004" in checked.stdout and "vendored" not in checked.stdout
 
     fixed = _pre_commit(project, home, "run", "amplint-fix", "--all-files", "--hook-stage", "manual")
     assert fixed.returncode == 1  # pre-commit fails a hook that changed files
     assert 'torch.amp.GradScaler("cuda")' in (project / "train.py").read_text()
+    assert (project / "vendored" / "old.py").read_text() == FAULTY
 
     _git("add", "train.py", "clean.py", ".pre-commit-config.yaml", cwd=project)
     again = _pre_commit(project, home, "run", "amplint", "--all-files")

@@ -15,6 +15,7 @@ from .engine.discovery import PathError
 from .engine.project import Options, check_paths
 from .engine.rule import all_rules, rule_by_code
 from .output import FORMATS, TERMINAL_FORMATS
+from .output import rules_page
 from .output.text import statistics
 from .terminal import progress_bar, use_color
 from .probe.command import probe
@@ -160,8 +161,13 @@ def rule_doc(code):
 
 
 @main.command("rules")
-def rules_list():
+@click.option("--format", "output_format", type=click.Choice(["text", "markdown"]), default="text", show_default=True,
+              help="markdown: the whole documentation page (docs/rules.md).")
+def rules_list(output_format):
     """List every rule: code, name, whether it can fix, summary."""
+    if output_format == "markdown":
+        click.echo(rules_page.render(), nl=False)
+        return
     rows = [(r.code, r.name, "fix" if r.fixable else "", r.summary) for r in all_rules()]
     width = max(len(r[1]) for r in rows)
     for code, name, fix, summary in rows:

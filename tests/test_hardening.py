@@ -4,6 +4,7 @@ fixes on files with many findings."""
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -11,9 +12,11 @@ from pathlib import Path
 
 import libcst as cst
 import pytest
+from click.testing import CliRunner
 
 from amplint.engine import source as source_io
-from amplint.engine.rule import rule_by_code
+from amplint.cli import main
+from amplint.engine.rule import all_rules, rule_by_code
 from amplint.engine.runner import lint_source
 from conftest import ROOT
 
@@ -198,3 +201,20 @@ def test_the_summary_counts_only_fixes_written(tmp_path):
     # b.py's findings are those of the text on disk, at its positions, fixes still offered
     assert "b.py:34:13: AMP001 " in result.stdout and "[*]" in result.stdout
     assert int(a_fixes) > 0
+
+
+def _github_anchor(heading: str) -> str:
+    """GitHub's id for a markdown heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_docs_rules_md_is_current_and_every_rule_url_lands_on_its_section():
+    page = (ROOT / "docs" / "rules.md").read_text(encoding="utf-8")
+    result = CliRunner().invoke(main, ["rules", "--format", "markdown"])
+    assert result.exit_code == 0
+    assert page == result.output, "docs/rules.md is stale: amplint rules --format markdown > docs/rules.md"
+    anchors = {_github_anchor(line.lstrip("#")) for line in page.splitlines() if line.startswith("## ")}
+    for rule in all_rules():
+        assert rule.url().startswith("https://github.com/amplint/amplint/blob/main/docs/rules.md#")
+        assert rule.url().rsplit("#", 1)[1] in anchors, rule.code
+        assert f"## {rule.code} {rule.name}\n\n{rule.summary}\n" in page

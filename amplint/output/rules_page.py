@@ -1,0 +1,41 @@
+"""docs/rules.md, the page every finding's ``url`` points to, made from the rules' own docs:
+``amplint rules --format markdown > docs/rules.md`` (a test keeps the committed page current)."""
+
+from __future__ import annotations
+
+from ..engine.rule import Rule, all_rules
+from ..engine.runner import INTERNAL_ERROR, SYNTAX_ERROR
+
+
+def _demoted(markdown: str) -> str:
+    """A rule's ``## Section`` headings one level down, under the rule's own; code blocks untouched."""
+    lines, in_code = [], False
+    for line in markdown.splitlines():
+        if line.startswith("```"):
+            in_code = not in_code
+        lines.append("#" + line if line.startswith("#") and not in_code else line)
+    return "\n".join(lines)
+
+
+def _anchor(rule: type[Rule]) -> str:
+    return rule.url().rsplit("#", 1)[1]
+
+
+def render() -> str:
+    rules = all_rules()
+    out = ["# amplint rules", "",
+           "Generated from each rule's own documentation by `amplint rules --format markdown`; "
+           "`amplint rule CODE` prints one rule.", "",
+           "| code | name | fix | finds |", "|---|---|---|---|"]
+    for r in rules:
+        summary = r.summary.replace("|", "\\|")
+        out.append(f"| [{r.code}](#{_anchor(r)}) | {r.name} | {'yes' if r.fixable else ''} | {summary} |")
+    for rule in rules:
+        out += ["", f"## {rule.code} {rule.name}", "", rule.summary, "",
+                "Fix available." if rule.fixable else "No fix.", "", _demoted(rule.documentation())]
+    out += ["", "## Codes of the engine", "",
+            f"- **{SYNTAX_ERROR[0]} {SYNTAX_ERROR[1]}**: a file amplint reads does not parse; its other findings "
+            "cannot be known. Not suppressed by `# noqa`.",
+            f"- **{INTERNAL_ERROR[0]} {INTERNAL_ERROR[1]}**: a file that cannot be read or written, or a rule that "
+            "failed on it (`--verbose` shows the traceback); the other rules still ran. Exit code 2."]
+    return "\n".join(out) + "\n"

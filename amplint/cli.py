@@ -15,7 +15,8 @@ from .engine.discovery import PathError
 from .engine.project import Options, check_paths
 from .engine.rule import all_rules, rule_by_code
 from .output import FORMATS, TERMINAL_FORMATS
-from .output import rules_page
+from .output import json_format, rules_page
+from .output.rules_page import ENGINE_CODES
 from .output.text import statistics
 from .terminal import progress_bar, use_color
 from .probe.command import probe
@@ -44,7 +45,8 @@ def main():
               help="full: each finding with its source and a caret; concise: one line each.")
 @click.option("--color", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True,
               help="Colour terminal output (auto: when stdout is a terminal and NO_COLOR is unset).")
-@click.option("--statistics", "show_statistics", is_flag=True, help="Count findings per rule.")
+@click.option("--statistics", "show_statistics", is_flag=True,
+              help="Count findings per rule ([*]: --fix fixes some); JSON with --output-format json.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings remain.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
               help="Processes to use (default: the machine's cores).")
@@ -77,7 +79,8 @@ def check(paths, fix, unsafe_fixes, diff, select, ignore, extend_select, output_
         click.echo(_diff_summary(report), err=True)
         sys.exit(2 if report.internal_errors else 1 if report.diffs and not exit_zero else 0)
     if show_statistics:
-        click.echo(statistics(report.diagnostics), nl=False)
+        show = json_format.render_statistics if output_format == "json" else statistics
+        click.echo(show(report.diagnostics), nl=False)
     elif output_format in TERMINAL_FORMATS:
         colored = use_color(color, sys.stdout)
         # click strips ANSI codes when stdout is not a terminal unless told otherwise.
@@ -153,6 +156,10 @@ def clean(path):
 def rule_doc(code):
     """Show a rule's documentation."""
     rule = rule_by_code(code.upper())
+    if rule is None and code.upper() in ENGINE_CODES:
+        name, meaning = ENGINE_CODES[code.upper()]
+        click.echo(f"# {code.upper()} {name}\n\n{meaning}")
+        return
     if rule is None:
         click.echo(f"amplint: error: unknown rule code {code!r}", err=True)
         sys.exit(2)

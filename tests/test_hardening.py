@@ -218,3 +218,24 @@ def test_docs_rules_md_is_current_and_every_rule_url_lands_on_its_section():
         assert rule.url().startswith("https://github.com/amplint/amplint/blob/main/docs/rules.md#")
         assert rule.url().rsplit("#", 1)[1] in anchors, rule.code
         assert f"## {rule.code} {rule.name}\n\n{rule.summary}\n" in page
+
+
+def test_statistics_in_json_and_the_safe_fix_marker(tmp_path):
+    # AMP004 has a safe fix; AMP003's is unsafe: only AMP004 is fixable with --fix.
+    (tmp_path / "m.py").write_text(
+        "import torch\nscaler = torch.cuda.amp.GradScaler()\n\n"
+        "class M(torch.nn.Module):\n    def forward(self, x):\n"
+        "        return x + torch.zeros(3, device=x.device)\n")
+    rows = json.loads(_amplint("check", "--no-cache", "--statistics", "--output-format", "json", "m.py",
+                               cwd=tmp_path).stdout)
+    fixable = {row["code"]: row["fixable"] for row in rows}
+    assert fixable["AMP004"] is True and fixable["AMP003"] is False
+    assert all(set(row) == {"code", "name", "count", "fixable"} and row["count"] == 1 for row in rows)
+    text = _amplint("check", "--no-cache", "--statistics", "m.py", cwd=tmp_path).stdout
+    assert "AMP004\t[*] deprecated-amp-api" in text and "AMP003\ttensor-factory-drops-dtype" in text
+
+
+def test_the_engine_codes_are_documented():
+    for code, name in (("AMP000", "syntax-error"), ("amp999", "internal-error")):
+        result = CliRunner().invoke(main, ["rule", code])
+        assert result.exit_code == 0 and result.output.startswith(f"# {code.upper()} {name}\n\n")

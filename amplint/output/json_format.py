@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from ..engine.diagnostics import Diagnostic
+from .text import statistics_rows
 
 
 def _loc(location) -> dict:
@@ -24,3 +25,8 @@ def as_dict(d: Diagnostic) -> dict:
 
 def render(diagnostics: list[Diagnostic]) -> str:
     return json.dumps([as_dict(d) for d in diagnostics], indent=2) + "\n"
+
+
+def render_statistics(diagnostics: list[Diagnostic]) -> str:
+    """``--statistics`` as ruff writes it in JSON: code, name, count, fixable."""
+    return json.dumps(statistics_rows(diagnostics), indent=2) + "\n"

@@ -7,6 +7,15 @@ from ..engine.rule import Rule, all_rules
 from ..engine.runner import INTERNAL_ERROR, SYNTAX_ERROR
 
 
+# The codes the engine itself reports: (name, what it means).
+ENGINE_CODES = {
+    SYNTAX_ERROR[0]: (SYNTAX_ERROR[1], "A file amplint reads does not parse; its other findings cannot be "
+                                       "known. Not suppressed by `# noqa`."),
+    INTERNAL_ERROR[0]: (INTERNAL_ERROR[1], "A file that cannot be read or written, or a rule that failed on it "
+                                           "(`--verbose` shows the traceback); the other rules still ran. Exit code 2."),
+}
+
+
 def _demoted(markdown: str) -> str:
     """A rule's ``## Section`` headings one level down, under the rule's own; code blocks untouched."""
     lines, in_code = [], False
@@ -33,9 +42,6 @@ def render() -> str:
     for rule in rules:
         out += ["", f"## {rule.code} {rule.name}", "", rule.summary, "",
                 "Fix available." if rule.fixable else "No fix.", "", _demoted(rule.documentation())]
-    out += ["", "## Codes of the engine", "",
-            f"- **{SYNTAX_ERROR[0]} {SYNTAX_ERROR[1]}**: a file amplint reads does not parse; its other findings "
-            "cannot be known. Not suppressed by `# noqa`.",
-            f"- **{INTERNAL_ERROR[0]} {INTERNAL_ERROR[1]}**: a file that cannot be read or written, or a rule that "
-            "failed on it (`--verbose` shows the traceback); the other rules still ran. Exit code 2."]
+    out += ["", "## Codes of the engine", ""]
+    out += [f"- **{code} {name}**: {meaning}" for code, (name, meaning) in ENGINE_CODES.items()]
     return "\n".join(out) + "\n"

@@ -94,8 +94,14 @@ def full(diagnostics: list[Diagnostic], *, sources: Mapping[str, str] | None = N
     return "\n".join(blocks)
 
 
-def statistics(diagnostics: list[Diagnostic]) -> str:
+def statistics_rows(diagnostics: list[Diagnostic]) -> list[dict]:
+    """Findings per rule, most first; ``fixable``: whether ``--fix`` (safe fixes) fixes one of them."""
     counts = Counter((d.code, d.name) for d in diagnostics)
-    fixable = Counter(d.code for d in diagnostics if d.fix is not None)
-    rows = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    return "".join(f"{n:5d}\t{code}\t{'[*] ' if fixable[code] else ''}{name}\n" for (code, name), n in rows)
+    safe = Counter(d.code for d in diagnostics if d.fix is not None and d.fix.applicability == "safe")
+    return [{"code": code, "name": name, "count": n, "fixable": safe[code] > 0}
+            for (code, name), n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
+def statistics(diagnostics: list[Diagnostic]) -> str:
+    return "".join(f"{row['count']:5d}\t{row['code']}\t{'[*] ' if row['fixable'] else ''}{row['name']}\n"
+                   for row in statistics_rows(diagnostics))

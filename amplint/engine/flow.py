@@ -133,15 +133,42 @@ def flows(ctx: FileContext) -> list[Flow]:
 
 def scalers(ctx: FileContext) -> set[str]:
     """Code of expressions that hold a GradScaler: ``known_scalers`` and receivers of
-    ``unscale_``, a method only GradScalers have."""
+    ``unscale_``, minus those the file only ever binds to another class's instance (a
+    project's own loss scaler with the same method names: ``self.scaler = DynamicLossScaler()``)."""
     if "_flow_scalers" not in ctx.__dict__:
         found = set(known_scalers(ctx))
         for call in ctx.nodes(cst.Call):
             mc = method_call(call)
             if mc is not None and mc[1] == "unscale_":
                 found.add(ctx.code(mc[0]))
-        ctx.__dict__["_flow_scalers"] = found
+        bindings: dict[str, list[cst.BaseExpression]] = {}
+        for node in ctx.nodes(cst.Assign):
+            for target in node.targets:
+                bindings.setdefault(ctx.code(target.target), []).append(node.value)
+        ctx.__dict__["_flow_scalers"] = {s for s in found if not _other_class(ctx, bindings.get(s, []))}
     return ctx.__dict__["_flow_scalers"]
+
+
+def _other_class(ctx: FileContext, values: list[cst.BaseExpression]) -> bool:
+    """Every value is ``None`` or an instance of a class other than torch's GradScaler (either
+    branch of a conditional expression counted)."""
+    leaves: list[cst.BaseExpression] = []
+    stack = list(values)
+    while stack:
+        value = stack.pop()
+        if isinstance(value, cst.IfExp):
+            stack.extend((value.body, value.orelse))
+        elif not (isinstance(value, cst.Name) and value.value == "None"):
+            leaves.append(value)
+    return bool(leaves) and all(isinstance(v, cst.Call) and _class_like(v.func)
+                                and not ctx.resolves_to(v.func, GRAD_SCALER) for v in leaves)
+
+
+def _class_like(func: cst.BaseExpression) -> bool:
+    """``DynamicLossScaler`` or ``amp.LossScaler``: a class by its name (a factory function
+    such as ``make_scaler()`` may well return a GradScaler)."""
+    name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", "")
+    return isinstance(name, str) and name[:1].isupper()
 
 
 _NESTED = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
@@ -347,7 +374,7 @@ class _Lowering:
     def _call_event(self, call: cst.Call) -> Event | None:
         ctx = self.ctx
         scaled = scaled_backward_scaler(ctx, call)
-        if scaled is not None:
+        if scaled is not None and (scaled in self.scalers or self.aliases.get(scaled) in self.scalers):
             return self._event(Event(SCALED_BACKWARD, call, self.aliases.get(scaled, scaled)))
         if is_backward(ctx, call):
             return self._event(Event(BACKWARD, call))

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..engine import flow
 from ..engine.context import FileContext
@@ -77,6 +77,18 @@ if accumulate_done:
     scaler.update()
 """),
         # Several optimizers through one function: update after the last one only.
+        # A last partial accumulation after the loop: its own step and update.
+        Valid("""
+for i, batch in enumerate(loader):
+    scaler.scale(model(batch).mean() / k).backward()
+    boundary = (i + 1) % k == 0
+    if boundary:
+        scaler.step(optimizer)
+        scaler.update()
+if (i + 1) % k != 0:
+    scaler.step(optimizer)
+    scaler.update()
+"""),
         Valid("""
 def optimize(self, scaler, loss, optimizer, idx, count):
     scaler.scale(loss).backward()
@@ -157,6 +169,7 @@ def step(self, loss):
 class _Pending:
     steps: frozenset[Event] = frozenset()  # scaler steps no update has followed yet
     updates: frozenset[Event] = frozenset()  # updates since their scaler's last scaled backward
+    stepped: frozenset[Event] = frozenset()  # steps since then, followed or not
 
 
 class _Updates(flow.Analysis):
@@ -172,14 +185,20 @@ class _Updates(flow.Analysis):
 
     def event(self, fact: _Pending, event: Event) -> _Pending:
         if event.kind == flow.SCALED_BACKWARD:
-            return replace(fact, updates=frozenset(u for u in fact.updates if u.scaler != event.scaler))
+            return _Pending(fact.steps, frozenset(u for u in fact.updates if u.scaler != event.scaler),
+                            frozenset(s for s in fact.stepped if s.scaler != event.scaler))
         if event.kind == flow.SCALER_STEP:
-            return replace(fact, steps=fact.steps | {event})
+            if any(s.scaler == event.scaler and s.optimizer == event.optimizer for s in fact.steps | fact.stepped):
+                # the same optimizer stepped again: a new round (a last partial accumulation
+                # after the loop), whose update is not a second one
+                return _Pending(fact.steps | {event}, frozenset(u for u in fact.updates if u.scaler != event.scaler),
+                                frozenset({event}))
+            return _Pending(fact.steps | {event}, fact.updates, fact.stepped | {event})
         if event.kind == flow.UPDATE:
             mine = {s for s in fact.steps if s.scaler == event.scaler}
             self.followed.update(mine)
             earlier = {u for u in fact.updates if u.scaler == event.scaler}
             if earlier:
                 self.twice.setdefault(event, set()).update(earlier)
-            return _Pending(fact.steps - mine, fact.updates | {event})
+            return _Pending(fact.steps - mine, fact.updates | {event}, fact.stepped)
         return fact

@@ -97,6 +97,21 @@ for opt in optimizers:
     scaler.step(opt)
 scaler.update()
 """),
+        # A project's own loss scaler, not torch's GradScaler: its unscale_ has no such state.
+        Valid("""
+class Trainer:
+    def __init__(self, fp16):
+        self.scaler = DynamicLossScaler(init_scale=4) if fp16 else None
+
+    def train(self, loader):
+        for batch in loader:
+            self.scaler.scale(self.loss(batch)).backward()
+            self.scaler.unscale_(self.model.parameters())
+            if self.overflow():
+                continue
+            self.optimizer.step()
+            self.scaler.update()
+"""),
         # Unscaled again only after an early return.
         Valid("""
 def step(self):

@@ -253,61 +253,6 @@ def statement_of(ctx: FileContext, node: cst.CSTNode) -> cst.CSTNode:
     return child
 
 
-def guards(ctx: FileContext, node: cst.CSTNode) -> list[tuple[cst.If, str]]:
-    """The ``if`` statements around ``node`` in its function, with the branch it is in."""
-    found = []
-    for child, ancestor in _with_children(ctx, node):
-        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda)):
-            break
-        if isinstance(ancestor, cst.If) and (branch := _branch(ancestor, child)) != "test":
-            found.append((ancestor, branch))
-    return found
-
-
-def _guard_texts(ctx: FileContext, found) -> set[tuple[str, str]]:
-    return {(ctx.code(node.test), branch) for node, branch in found}
-
-
-def exclusive(ctx: FileContext, a: cst.CSTNode, b: cst.CSTNode) -> bool:
-    """At most one of ``a`` and ``b`` runs: they sit in different branches of one ``if``
-    (``elif`` included), or of two ``if``s with the same condition
-    (``if scaler is not None: ...`` twice), assuming the condition does not change between."""
-    a_path = {id(ancestor): child for child, ancestor in _with_children(ctx, a)}
-    for child, ancestor in _with_children(ctx, b):
-        if id(ancestor) in a_path:
-            if isinstance(ancestor, cst.If) and \
-                    {_branch(ancestor, a_path[id(ancestor)]), _branch(ancestor, child)} == {"body", "orelse"}:
-                return True
-            break
-    a_texts = _guard_texts(ctx, guards(ctx, a))
-    return any((text, "orelse" if branch == "body" else "body") in a_texts
-               for text, branch in _guard_texts(ctx, guards(ctx, b)))
-
-
-def runs_with(ctx: FileContext, node: cst.CSTNode, target: cst.CSTNode, cause: cst.CSTNode) -> bool:
-    """``node`` runs whenever both ``cause`` and ``target`` run: each ``if`` around ``node``
-    also guards ``target``, or has the same condition and branch as one around ``cause``."""
-    target_ifs = {(id(n), b) for n, b in guards(ctx, target)}
-    cause_texts = _guard_texts(ctx, guards(ctx, cause))
-    return all((id(n), b) in target_ifs or (ctx.code(n.test), b) in cause_texts
-               for n, b in guards(ctx, node))
-
-
-def _with_children(ctx: FileContext, node: cst.CSTNode):
-    child = node
-    for ancestor in ctx.ancestors(node):
-        yield child, ancestor
-        child = ancestor
-
-
-def _branch(node: cst.If, child: cst.CSTNode) -> str:
-    if child is node.body:
-        return "body"
-    if child is node.orelse:
-        return "orelse"
-    return "test"
-
-
 # -- GradScaler ---------------------------------------------------------------------------
 
 _SCALER_PARAMS = frozenset({"scaler", "grad_scaler", "amp_scaler"})
@@ -336,39 +281,6 @@ def named_like_optimizer(code: str) -> bool:
     last = code.split(".")[-1].lower().lstrip("_")
     return ("optim" in last or last == "opt" or last.startswith("opt_") or last.endswith("_opt")) \
         and "sched" not in last
-
-
-@dataclass(frozen=True)
-class ScalerEvent:
-    kind: str  # "backward" (S.scale(x).backward()), "step", "update", "unscale_"
-    scaler: str
-    call: cst.Call
-    argument: str | None  # the optimizer, for step and unscale_
-
-
-def scaler_events(ctx: FileContext) -> dict[int, list[ScalerEvent]]:
-    """Per function (keyed by id; the module is id(None)), its scaler calls in source order."""
-    if "_scaler_events" not in ctx.__dict__:
-        scalers = known_scalers(ctx)
-        events: dict[int, list[ScalerEvent]] = {}
-        for call in calls(ctx):
-            scope = id(enclosing_function(ctx, call))
-            backward = scaled_backward_scaler(ctx, call)
-            if backward is not None:
-                events.setdefault(scope, []).append(ScalerEvent("backward", backward, call, None))
-                continue
-            mc = method_call(call)
-            if mc is None or mc[1] not in ("step", "update", "unscale_"):
-                continue
-            receiver = ctx.code(mc[0])
-            if receiver not in scalers:
-                continue
-            arg = ctx.code(call.args[0].value) if call.args and call.args[0].keyword is None else None
-            events.setdefault(scope, []).append(ScalerEvent(mc[1], receiver, call, arg))
-        ctx.__dict__["_scaler_events"] = events
-    return ctx.__dict__["_scaler_events"]
-
-
 
 
 # -- policy tables ------------------------------------------------------------------------

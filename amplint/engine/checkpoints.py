@@ -144,9 +144,13 @@ def _optimizer_state_call(ctx: FileContext, call: cst.Call) -> bool:
 
 
 def _traced(ctx: FileContext, expr: cst.BaseExpression) -> cst.BaseExpression:
-    """A name's value where it was last assigned before, else the expression itself."""
+    """A name's value where it was last assigned before, when that reads some state
+    (``opt_state = optimizer.state_dict()``), else the expression itself. A name bound to a
+    checkpoint already found (a dict) is not followed: that checkpoint is reported once."""
     if isinstance(expr, cst.Name):
-        return assigned_before(ctx, expr) or expr
+        value = assigned_before(ctx, expr)
+        if isinstance(value, cst.Call) and _state_call(value):
+            return value
     return expr
 
 
@@ -164,13 +168,19 @@ def _optimizer_entry(ctx: FileContext, key: str | None, value: cst.BaseExpressio
     return optimizer_state(ctx, value)
 
 
+def _gives_optimizer_state(ctx: FileContext, expr: cst.BaseExpression) -> bool:
+    """The optimizer's state itself, not a dict or a constructor that holds it."""
+    expr = _traced(ctx, expr)
+    return isinstance(expr, cst.Call) and _optimizer_state_call(ctx, expr)
+
+
 def _is_save(call: cst.Call) -> bool:
     return "save" in name_words(call.func)
 
 
 def checkpoints(ctx: FileContext) -> list[cst.CSTNode]:
-    """Where each checkpoint is built, in source order: a dict or constructor call with an
-    optimizer-state entry, the first ``x["optim..."] = state`` of a dict in a function, a save
+    """Where each checkpoint is built, in source order: a dict or a call with an optimizer-state
+    keyword entry, a constructor (a capitalised callee) given an optimizer's state, the first ``x["optim..."] = state`` of a dict in a function, a save
     call whose first argument is an optimizer's state. A checkpoint inside another is not one
     of its own."""
     found: list[cst.CSTNode] = []
@@ -181,10 +191,12 @@ def checkpoints(ctx: FileContext) -> list[cst.CSTNode]:
     for call in ctx.nodes(cst.Call):
         if any(a.keyword is not None and _optimizer_entry(ctx, a.keyword.value.lower(), a.value) for a in call.args):
             found.append(call)
-        elif _is_save(call) and call.args and call.args[0].keyword is None:
-            first = _traced(ctx, call.args[0].value)
-            if isinstance(first, cst.Call) and _optimizer_state_call(ctx, first):
-                found.append(call)
+        elif last_name(call.func)[:1].isupper() and any(
+                a.keyword is None and _gives_optimizer_state(ctx, a.value) for a in call.args):
+            found.append(call)  # a constructor given the state positionally: `Snapshot(model_sd, optim_sd)`
+        elif _is_save(call) and call.args and call.args[0].keyword is None \
+                and _gives_optimizer_state(ctx, call.args[0].value):
+            found.append(call)
     filled: set[tuple[int, str]] = set()
     for node in ctx.nodes(cst.Assign):
         target = node.targets[0].target

@@ -277,12 +277,13 @@ class Model:
         torch.save(optimizer.state_dict(), output_dir + "/optimizer.pt")
         torch.save(scheduler.state_dict(), output_dir + "/scheduler.pt")
 """, at=((10, 9, "`scaler` (line 5) is not saved"),)),
-        # Module-level code, a helper constructor, a dict() call, a dict filled entry by entry.
+        # Module-level code, a dict() call, helper constructors, a dict filled entry by entry.
         Invalid("""
 import torch
 scaler = torch.amp.GradScaler("cuda")
 torch.save(dict(model=model.state_dict(), optimizer=optimizer.state_dict()), "last.pt")
 snapshot = Snapshot(model_state=model.state_dict(), optimizer_state=optimizer.state_dict())
+last = TrainState(model.state_dict(), optimizer.state_dict(), step=10)
 
 def checkpoint(model, opt_g, opt_d):
     ckpt = {}
@@ -290,7 +291,18 @@ def checkpoint(model, opt_g, opt_d):
     ckpt["discriminator_optimizer"] = opt_d.state_dict()
     return ckpt
 """, at=((4, 12, "`scaler` (line 3) is not saved"), (5, 12, "checkpoint without the GradScaler's state"),
-         (9, 5, "checkpoint without the GradScaler's state"))),
+         (6, 8, "checkpoint without the GradScaler's state"), (10, 5, "checkpoint without the GradScaler's state"))),
+        # A checkpoint wrapped in a constructor is still one checkpoint, reported at the dict.
+        Invalid("""
+import torch
+class Trainer:
+    def __init__(self):
+        self._scaler = torch.amp.GradScaler("cuda")
+
+    def get_checkpoint_state(self):
+        training_states = {"optimizer": self.optimizer.state_dict(), "epoch": self.epoch}
+        return TrainerCheckpoint(self.model.state_dict(), training_states)
+""", at=((8, 27, "`self._scaler` (line 5) is not saved"),)),
         # A module-level helper called by the function that has the scaler.
         Invalid("""
 import torch

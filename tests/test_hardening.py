@@ -239,3 +239,19 @@ def test_the_engine_codes_are_documented():
     for code, name in (("AMP000", "syntax-error"), ("amp999", "internal-error")):
         result = CliRunner().invoke(main, ["rule", code])
         assert result.exit_code == 0 and result.output.startswith(f"# {code.upper()} {name}\n\n")
+
+
+def test_code_nested_too_deeply_gets_a_clear_message_per_file(tmp_path):
+    region = 'import torch\nwith torch.autocast("cuda"):\n    y = {}\n    y.backward()\n'
+    (tmp_path / "sum.py").write_text(region.format(" + ".join(["x"] * 500)))  # Python compiles it
+    (tmp_path / "parens.py").write_text(region.format("(" * 1000 + "x" + ")" * 1000))  # Python does not
+    (tmp_path / "train.py").write_text(FAULTY)
+    result = _amplint("check", "--no-cache", "--output-format", "concise", ".", cwd=tmp_path)
+    lines = result.stdout.splitlines()
+    assert "parens.py:3:209: AMP000 syntax error: too many nested parentheses" in lines
+    assert not any(line.startswith("parens.py") and "AMP000" not in line for line in lines)  # no fix offered
+    deep = [line for line in lines if line.startswith("sum.py")]
+    assert deep and all(" AMP999 cannot check sum.py for AMP0" in line and "nested deeper than Python's "
+                        "recursion limit" in line for line in deep)
+    assert "train.py:34:13: AMP001" in result.stdout and result.returncode == 2
+    assert "KeyError" not in result.stdout and "RecursionError" not in result.stdout

@@ -109,6 +109,31 @@ def _syntax_error(path: str, source: str, exc: cst.ParserSyntaxError) -> Diagnos
                               exc.raw_line, exc.raw_column + 1)
 
 
+def _too_deep(exc: BaseException) -> bool:
+    """Whether Python's recursion limit stopped it (directly, or a cleanup it interrupted)."""
+    while exc is not None:
+        if isinstance(exc, RecursionError):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _nesting_error(path: str, source: str) -> Diagnostic | None:
+    """Python's own error for code nested deeper than its parser allows (libcst accepts some
+    such code). Other errors of Python's parser are not reported here: libcst reads syntax of
+    newer Pythons than the one amplint runs on."""
+    try:
+        compile(source, path, "exec", ast.PyCF_ONLY_AST)
+    except SyntaxError as exc:
+        if "nested" in (exc.msg or ""):
+            return _engine_diagnostic(SYNTAX_ERROR, path, f"syntax error: {exc.msg}", exc.lineno or 1, exc.offset or 1)
+    except (RecursionError, MemoryError):
+        return _engine_diagnostic(SYNTAX_ERROR, path, "syntax error: too deeply nested for Python's parser")
+    except ValueError:
+        pass
+    return None
+
+
 def run_rules(path: str, source: str, rules: Sequence[type[Rule]],
               policy_loader: Callable | None, outline: Outline | None = None) -> list[Diagnostic]:
     """Every diagnostic of ``rules`` on ``source`` (noqa not yet applied)."""
@@ -116,6 +141,13 @@ def run_rules(path: str, source: str, rules: Sequence[type[Rule]],
         module = parse(source)
     except cst.ParserSyntaxError as exc:
         return [_syntax_error(path, source, exc)]
+    except RecursionError:
+        return [_nesting_error(path, source) or _engine_diagnostic(
+            INTERNAL_ERROR, path, f"cannot check {path}: nested too deeply for libcst's parser")]
+    if outline is None:  # an outline was parsed only if a rule asked for one
+        nesting = _nesting_error(path, source)
+        if nesting is not None:
+            return [nesting]
     ctx = FileContext(path, source, module, policy_loader, outline)
     out: list[Diagnostic] = []
     for rule in rules:
@@ -124,6 +156,11 @@ def run_rules(path: str, source: str, rules: Sequence[type[Rule]],
         try:
             rule().check(ctx)
         except Exception as exc:  # one broken rule must not hide the others' findings
+            if _too_deep(exc):
+                out.append(_engine_diagnostic(
+                    INTERNAL_ERROR, path, f"cannot check {path} for {rule.code} ({rule.name}): its code is "
+                    "nested deeper than Python's recursion limit; the other rules' findings stand"))
+                continue
             out.append(_engine_diagnostic(
                 INTERNAL_ERROR, path, f"internal error in {rule.code} ({rule.name}): "
                 f"{type(exc).__name__}: {exc}", detail=traceback.format_exc()))

@@ -60,6 +60,9 @@ def _gate(source: str, torch_version: str | None = None) -> bool | None:
     ("import torch\nif use_amp and torch.__version__ < '2.0':\n    pass\n", False),
     ("import torch\nif use_amp or torch.__version__ >= '2.0':\n    pass\n", True),
     ("if TORCH_GE_2_4:\n    pass\n", None),  # not defined here (imported from elsewhere or a builtin)
+    ("import torch\nTORCH_GE: bool = torch.__version__ >= '2.4'\nif TORCH_GE:\n    pass\n", True),
+    ("FLAG = not FLAG\nif FLAG:\n    pass\n", None),  # depends on itself
+    ("DEBUG = False\nif DEBUG:\n    pass\n", None),  # a constant: no gate on the torch version
     ("import torch\nFLAG = torch.__version__ >= '2.4'\nFLAG = False\nif FLAG:\n    pass\n", None),
     ("import torch\nFLAG = torch.__version__ >= '2.4'\ndef f(FLAG):\n    if FLAG:\n        pass\n", None),
 ])

@@ -197,27 +197,25 @@ def is_successor(name: str) -> bool:
 
 
 def _uses_successor(ctx: FileContext, block: cst.CSTNode) -> bool:
-    for node in _subtree(block):
-        if isinstance(node, cst.ImportFrom) and not node.relative and node.module is not None \
-                and not isinstance(node.names, cst.ImportStar):
-            module = ".".join(dotted(node.module) or ())
-            if any(is_successor(f"{module}.{alias.evaluated_name}") for alias in node.names):
-                return True
-        elif isinstance(node, cst.Import):
-            if any(is_successor(alias.evaluated_name) for alias in node.names):
-                return True
-        elif isinstance(node, (cst.Name, cst.Attribute)):
-            if any(is_successor(q) for q in ctx.qualified_names(node)):
-                return True
-    return False
+    return any(ctx.contains(block, node) for node in _successor_uses(ctx))
 
 
-def _subtree(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(current.children)
+def _successor_uses(ctx: FileContext) -> list[cst.CSTNode]:
+    """The imports and references of the device-generic AMP API in the file."""
+    found = ctx.__dict__.get("_amp_successor_uses")
+    if found is None:
+        found = []
+        for stmt in ctx.nodes(cst.ImportFrom):
+            if not stmt.relative and stmt.module is not None and not isinstance(stmt.names, cst.ImportStar):
+                module = ".".join(dotted(stmt.module) or ())
+                if any(is_successor(f"{module}.{alias.evaluated_name}") for alias in stmt.names):
+                    found.append(stmt)
+        found += [stmt for stmt in ctx.nodes(cst.Import)
+                  if any(is_successor(alias.evaluated_name) for alias in stmt.names)]
+        found += [node for kind in (cst.Name, cst.Attribute) for node in ctx.nodes(kind)
+                  if any(is_successor(q) for q in ctx.qualified_names(node))]
+        ctx.__dict__["_amp_successor_uses"] = found
+    return found
 
 
 def _truth(value) -> bool:
@@ -237,16 +235,23 @@ class _Evaluator:
     def __init__(self, ctx: FileContext, version: str):
         self.ctx = ctx
         self.version = version if version.count(".") >= 2 else version + ".0"
+        # module-level names: (value, whether it depends on torch) or unknown
+        self._names: dict[str, tuple | _Unknown] = {}
+        self._torch = False  # whether the expression evaluated so far depends on torch
 
     def gate(self, test: cst.BaseExpression, depth: int) -> bool | None:
         cache = self.ctx.__dict__.setdefault("_version_gates", {})
         hit = cache.get(id(test))
         if hit is not None and hit[0] is test:
             return hit[1]
+        outer, self._torch = self._torch, False
         try:
             value = _truth(self.value(test, {}, depth))
         except _EVAL_ERRORS:
             value = None
+        if not self._torch:
+            value = None  # a constant, not a gate on the torch version
+        self._torch = outer or self._torch
         if depth == 0:  # deeper answers may be cut short by the depth limit
             cache[id(test)] = (test, value)
         return value
@@ -408,8 +413,10 @@ class _Evaluator:
         """The value of an imported name (``torch.__version__``, ``torch.amp``), or None."""
         for name in self.ctx.qualified_names(expr):
             if name in _TORCH_VERSION:
+                self._torch = True
                 return TorchVersionString(self.version)
             if name in _INTRODUCED or name == "torch":
+                self._torch = True
                 return _Api(name)
         return None
 
@@ -431,6 +438,7 @@ class _Evaluator:
         if names & _VERSION_TYPES and len(positional) == 1 and not keywords:
             return Version(str(positional[0]))
         if names & _DISTRIBUTION_VERSION and positional == ["torch"]:
+            self._torch = True
             return self.version
         if isinstance(expr.func, cst.Name) and not names and expr.func.value not in env:
             builtin = self._builtin(expr, positional, keywords, env, depth)
@@ -482,12 +490,29 @@ class _Evaluator:
 
     def _module_name(self, name: str, depth: int):
         """A module-level name's value: its assignments outside version-gated fallbacks must
-        all be plain ``name = value`` and agree."""
+        all be plain ``name = value`` and agree. Each name is worked out once per evaluation,
+        and one that depends on itself is unknown."""
+        if name not in self._names:
+            self._names[name] = _Unknown(name)  # while it is being worked out
+            outer, self._torch = self._torch, False
+            try:
+                self._names[name] = (self._assigned_value(name, depth), self._torch)
+            except _EVAL_ERRORS:
+                pass
+            self._torch = outer
+        found = self._names[name]
+        if isinstance(found, _Unknown):
+            raise found
+        self._torch = self._torch or found[1]
+        return found[0]
+
+    def _assigned_value(self, name: str, depth: int):
         values = []
         for binding in _module_bindings(self.ctx).get(name, ()):
-            if not isinstance(binding, cst.Assign):
+            if not isinstance(binding, (cst.Assign, cst.AnnAssign)):
                 raise _Unknown(name)
             if self.fallback(binding, depth) is not None:
+                self._torch = True  # which assignment runs depends on torch
                 continue
             values.append(self.value(binding.value, {}, depth))
         if not values or any(v != values[0] or type(v) is not type(values[0]) for v in values):
@@ -496,7 +521,8 @@ class _Evaluator:
 
     def _local_to_function(self, name: cst.Name) -> bool:
         for ancestor in self.ctx.ancestors(name):
-            if isinstance(ancestor, (cst.FunctionDef, cst.Lambda)) and _binds(ancestor, name.value):
+            if isinstance(ancestor, (cst.FunctionDef, cst.Lambda)) \
+                    and name.value in _function_locals(self.ctx, ancestor):
                 return True
         return False
 
@@ -593,38 +619,46 @@ def _compare(operator, left, right) -> bool:
     raise _Unknown(operator)
 
 
+_NESTED_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp,
+                  cst.GeneratorExp)
+
+
+def _bindings(ctx: FileContext) -> Iterator[tuple[cst.CSTNode, set[str]]]:
+    """Every statement or node that binds names, with the names: assignments (the ``Assign``),
+    augmented and annotated ones, loops, ``as`` names, imports, defs and classes."""
+    for target in ctx.nodes(cst.AssignTarget):
+        yield ctx.parent(target), _target_names(target.target)
+    for kind in (cst.AugAssign, cst.For, cst.CompFor, cst.NamedExpr):
+        for node in ctx.nodes(kind):
+            yield node, _target_names(node.target)
+    for node in ctx.nodes(cst.AnnAssign):
+        if node.value is not None:
+            yield node, _target_names(node.target)
+    for node in ctx.nodes(cst.AsName):
+        if not isinstance(ctx.parent(node), cst.ImportAlias):
+            yield node, _target_names(node.name)
+    for node in ctx.nodes(cst.ImportAlias):
+        yield node, {node.evaluated_alias or node.evaluated_name.split(".")[0]}
+    for kind in (cst.FunctionDef, cst.ClassDef):
+        for node in ctx.nodes(kind):
+            yield node, {node.name.value}
+
+
 def _module_bindings(ctx: FileContext) -> dict[str, list[cst.CSTNode]]:
-    """What binds each module-level name, from statements at module level (in blocks too, not
-    in functions or classes): assignments, augmented and annotated ones, defs, classes, loops,
-    ``with ... as``, imports; and every function that declares it ``global``."""
-    cache = ctx.__dict__.get("_module_bindings")
-    if cache is not None:
-        return cache
-    found: dict[str, list[cst.CSTNode]] = {}
-
-    def add(names, node):
-        for name in names:
-            found.setdefault(name, []).append(node)
-
-    stack = list(ctx.module.body)
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-            add((node.name.value,), node)
-            add({g.name.value for n in _subtree(node.body) if isinstance(n, cst.Global) for g in n.names}, node)
-            continue
-        if isinstance(node, cst.AssignTarget):
-            add(_target_names(node.target), ctx.parent(node))
-        elif isinstance(node, (cst.AugAssign, cst.For, cst.NamedExpr)) or (
-                isinstance(node, cst.AnnAssign) and node.value is not None):
-            add(_target_names(node.target), node)
-        elif isinstance(node, cst.AsName) and not isinstance(ctx.parent(node), cst.ImportAlias):
-            add(_target_names(node.name), node)
-        elif isinstance(node, cst.ImportAlias):
-            add((node.evaluated_alias or node.evaluated_name.split(".")[0],), node)
-        if not isinstance(node, (cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)):
-            stack.extend(node.children)
-    ctx.__dict__["_module_bindings"] = found
+    """What binds each module-level name: the bindings outside functions, classes and
+    comprehensions, and every function that declares the name ``global``."""
+    found = ctx.__dict__.get("_module_bindings")
+    if found is None:
+        found = {}
+        for node, names in _bindings(ctx):
+            if not any(isinstance(a, _NESTED_SCOPES) for a in ctx.ancestors(node)):
+                for name in names:
+                    found.setdefault(name, []).append(node)
+        for declaration in ctx.nodes(cst.Global):
+            function = next((a for a in ctx.ancestors(declaration) if isinstance(a, cst.FunctionDef)), None)
+            for item in declaration.names if function is not None else ():
+                found.setdefault(item.name.value, []).append(function)
+        ctx.__dict__["_module_bindings"] = found
     return found
 
 
@@ -638,30 +672,26 @@ def _target_names(target: cst.CSTNode) -> set[str]:
     return set()
 
 
-def _binds(function: cst.FunctionDef | cst.Lambda, name: str) -> bool:
-    """Whether ``name`` may be local to ``function``: a parameter, or bound in its body (nested
-    scopes included, to err on the side of unknown) without a ``global`` declaration."""
-    if any(p.name.value == name for p in _all_params(function.params)):
-        return True
-    nodes = list(_subtree(function.body))
-    if any(isinstance(n, cst.Global) and any(g.name.value == name for g in n.names) for n in nodes):
-        return False
-    for node in nodes:
-        if isinstance(node, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign, cst.For, cst.CompFor,
-                             cst.NamedExpr)) and name in _target_names(node.target):
-            return True
-        if isinstance(node, cst.AsName) and name in _target_names(node.name):
-            return True
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef)) and node.name.value == name:
-            return True
-    return False
-
-
-def _all_params(params: cst.Parameters):
-    yield from params.posonly_params
-    yield from params.params
-    yield from params.kwonly_params
-    if isinstance(params.star_arg, cst.Param):
-        yield params.star_arg
-    if params.star_kwarg is not None:
-        yield params.star_kwarg
+def _function_locals(ctx: FileContext, function: cst.FunctionDef | cst.Lambda) -> frozenset[str]:
+    """The names that may be local to ``function``: its parameters and what its body binds
+    (nested scopes included, to err on the side of unknown), less those declared ``global``."""
+    by_function = ctx.__dict__.get("_function_locals")
+    if by_function is None:
+        bound: dict[int, set[str]] = {}
+        declared: dict[int, set[str]] = {}
+        for node, names in _bindings(ctx):
+            for ancestor in ctx.ancestors(node):
+                if isinstance(ancestor, (cst.FunctionDef, cst.Lambda)):
+                    bound.setdefault(id(ancestor), set()).update(names)
+        for param in ctx.nodes(cst.Param):
+            for ancestor in ctx.ancestors(param):
+                if isinstance(ancestor, (cst.FunctionDef, cst.Lambda)):
+                    bound.setdefault(id(ancestor), set()).add(param.name.value)
+        for declaration in ctx.nodes(cst.Global):
+            for ancestor in ctx.ancestors(declaration):
+                if isinstance(ancestor, cst.FunctionDef):
+                    declared.setdefault(id(ancestor), set()).update(n.name.value for n in declaration.names)
+                    break
+        by_function = ctx.__dict__["_function_locals"] = {
+            key: frozenset(names - declared.get(key, set())) for key, names in bound.items()}
+    return by_function.get(id(function), frozenset())

@@ -87,14 +87,12 @@ def _importing_statement(ctx: FileContext, ref: cst.Name, target: str, name_impo
     """The `from ... import` of a deprecated name that ``ref`` uses: of those binding its name,
     the one in the innermost scope around it."""
     candidates = [stmt for stmt, targets in name_imports.values() if targets.get(ref.value) == target]
-    if not candidates:
-        return None
-    scopes = [a for a in ctx.ancestors(ref) if isinstance(a, _SCOPES)] + [ctx.module]
-    for scope in scopes:
-        for stmt in candidates:
-            if _scope(ctx, stmt) is scope:
-                return stmt
-    return candidates[0]
+    if candidates:
+        for scope in [a for a in ctx.ancestors(ref) if isinstance(a, _SCOPES)] + [ctx.module]:
+            for stmt in candidates:
+                if _scope(ctx, stmt) is scope:
+                    return stmt
+    return None
 
 
 def _type_check(ctx: FileContext, ref: cst.CSTNode) -> cst.BaseExpression | None:

@@ -180,9 +180,9 @@ def _is_save(call: cst.Call) -> bool:
 
 def checkpoints(ctx: FileContext) -> list[cst.CSTNode]:
     """Where each checkpoint is built, in source order: a dict or a call with an optimizer-state
-    keyword entry, a constructor (a capitalised callee) given an optimizer's state, the first ``x["optim..."] = state`` of a dict in a function, a save
-    call whose first argument is an optimizer's state. A checkpoint inside another is not one
-    of its own."""
+    keyword entry, a constructor (a capitalised callee) given an optimizer's state, the first
+    ``x["optim..."] = state`` of a dict in a function, a save call whose first argument is an
+    optimizer's state. A checkpoint inside another is not one of its own."""
     found: list[cst.CSTNode] = []
     for node in ctx.nodes(cst.Dict):
         if any(isinstance(e, cst.DictElement) and _optimizer_entry(ctx, key_text(e.key), e.value)

@@ -20,10 +20,15 @@ def _unit(ctx: FileContext, node: cst.CSTNode) -> cst.CSTNode:
     return next((a for a in ctx.ancestors(node) if isinstance(a, cst.ClassDef)), ctx.module)
 
 
-def self_call(call: cst.Call) -> bool:
+def _self_call(call: cst.Call) -> bool:
     """``self.method(...)``."""
     return isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name) \
         and call.func.value.value == "self"
+
+
+def _names_scaler(subscript: cst.Subscript) -> bool:
+    """``ckpt["scaler"]``, ``state["grad_scaler_state"]``."""
+    return any(isinstance(e.slice, cst.Index) and "scaler" in (key_text(e.slice.value) or "") for e in subscript.slice)
 
 
 def _line(ctx: FileContext, node: cst.CSTNode) -> int:
@@ -394,12 +399,12 @@ class Trainer:
         if id(unit) not in cache:
             body = unit.body.body if isinstance(unit, cst.ClassDef) else unit.body
             by_name = {f.name.value: f for f in body if isinstance(f, cst.FunctionDef)}
-            calls = [c for c in ctx.nodes(cst.Call) if isinstance(c.func, cst.Name) or self_call(c)]
+            calls = [c for c in ctx.nodes(cst.Call) if isinstance(c.func, cst.Name) or _self_call(c)]
             direct = {}
             for function in by_name.values():
                 direct[id(function)] = [function] + [
                     by_name[last_name(c.func)] for c in calls if ctx.contains(function, c)
-                    and last_name(c.func) in by_name and self_call(c) is isinstance(unit, cst.ClassDef)]
+                    and last_name(c.func) in by_name and _self_call(c) is isinstance(unit, cst.ClassDef)]
             reach = {}
             for key, first in direct.items():
                 seen, stack = {}, list(first)
@@ -445,6 +450,12 @@ class Trainer:
             or any(holds(code, s.code) for s in unit_scalers)
 
     def _saved(self, ctx: FileContext, unit: cst.CSTNode, unit_scalers: list[Scaler]) -> bool:
+        cache = ctx.__dict__.setdefault("_amp015_saved", {})
+        if id(unit) not in cache:
+            cache[id(unit)] = self._saves_scaler(ctx, unit, unit_scalers)
+        return cache[id(unit)]
+
+    def _saves_scaler(self, ctx: FileContext, unit: cst.CSTNode, unit_scalers: list[Scaler]) -> bool:
         for call in self._in_unit(ctx, unit, cst.Call):
             if last_name(call.func) == "state_dict" and isinstance(call.func, cst.Attribute) \
                     and self._is_scaler(ctx, call.func.value, unit_scalers):
@@ -457,12 +468,17 @@ class Trainer:
                 return True
         for node in self._in_unit(ctx, unit, cst.Assign):
             target = node.targets[0].target
-            if isinstance(target, cst.Subscript) and any(
-                    "scaler" in (key_text(e.slice.value) or "") for e in target.slice if isinstance(e.slice, cst.Index)):
+            if isinstance(target, cst.Subscript) and _names_scaler(target):
                 return True
         return False
 
     def _restored(self, ctx: FileContext, unit: cst.CSTNode, unit_scalers: list[Scaler]) -> bool:
+        cache = ctx.__dict__.setdefault("_amp015_restored", {})
+        if id(unit) not in cache:
+            cache[id(unit)] = self._restores_scaler(ctx, unit, unit_scalers)
+        return cache[id(unit)]
+
+    def _restores_scaler(self, ctx: FileContext, unit: cst.CSTNode, unit_scalers: list[Scaler]) -> bool:
         for call in self._in_unit(ctx, unit, cst.Call):
             name = last_name(call.func).lower()
             if name == "load_state_dict" and isinstance(call.func, cst.Attribute) \
@@ -475,7 +491,7 @@ class Trainer:
                 return True
         stores = {id(t.target) for node in self._in_unit(ctx, unit, cst.Assign) for t in node.targets}
         for node in self._in_unit(ctx, unit, cst.Subscript):
-            if id(node) not in stores and any("scaler" in (key_text(e.slice.value) or "") for e in node.slice if isinstance(e.slice, cst.Index)):
+            if id(node) not in stores and _names_scaler(node):
                 return True
         return False
 
@@ -500,8 +516,8 @@ class Trainer:
             earlier = [c for c in self._restores_in(ctx, function, code)
                        if ctx.order(c) < ctx.order(creation) and ctx.contains(block, c)]
             if earlier:
-                ctx.report(statement, f"a new GradScaler replaces the scaler restored at line {_line(ctx, earlier[0])}: "
-                                      "its loss scale restarts; keep the restored one")
+                ctx.report(statement, "a new GradScaler replaces the scaler restored at line "
+                                      f"{_line(ctx, earlier[0])}: its loss scale restarts; keep the restored one")
                 continue
             method_of = ctx.parent(ctx.parent(function))
             if isinstance(method_of, cst.ClassDef) and function.name.value != "__init__" \

@@ -261,7 +261,8 @@ class _Flow:
         if isinstance(expr, cst.Attribute):
             if expr.attr.value in ("T", "mT", "H", "mH", "data", "real"):
                 return self.value(expr.value, depth - 1)
-            if expr.attr.value in ("weight", "bias") and ctx.code(expr).startswith("self."):
+            root = _root(expr)
+            if expr.attr.value in ("weight", "bias") and isinstance(root, cst.Name) and root.value == "self":
                 return _Value(ACTIVATION)  # a parameter of the module or of a submodule
             return _UNKNOWN
         if isinstance(expr, cst.UnaryOperation) and not isinstance(expr.operator, (cst.BitInvert, cst.Not)):
@@ -380,6 +381,13 @@ class _Flow:
             if not _device_like(self, arg):
                 return _Value(self.value(arg, depth - 1).kind)  # .to(other): other's dtype
         return self.value(receiver, depth - 1)
+
+
+def _root(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """``x`` of ``x.a[i].b``."""
+    while isinstance(expr, (cst.Attribute, cst.Subscript)):
+        expr = expr.value
+    return expr
 
 
 def _factory(ctx: FileContext, call: cst.Call) -> str | None:
@@ -679,9 +687,7 @@ def _bound_before(flow: _Flow, other: cst.BaseExpression, origin: cst.Call) -> b
     the binding its name has there was made before the origin."""
     if not chain_without_calls(other):
         return False
-    root = other
-    while isinstance(root, (cst.Attribute, cst.Subscript)):
-        root = root.value
+    root = _root(other)
     binding = flow.binding(root)
     if binding is None or flow.scope_of(root) is not flow.scope_of(origin):
         return False

@@ -39,10 +39,10 @@ _NAME_CHAR = re.compile(r"\w")
 
 
 def tolerant_of_spacing(pattern: str) -> str:
-    """``pattern`` as the prefilter searches it: Python allows spaces and line breaks around
-    the dot of an attribute (`scaler . scale`, a call chain over lines), before a call's
-    parenthesis (`scale (loss)`), and a statement inside parentheses over several lines, so
-    `\\.` matches with spaces around it, `name\\(` with spaces before the parenthesis, and
+    """``pattern`` as the prefilter searches it: Python allows spaces around the dot of an
+    attribute (`scaler . scale`), a line break before it (a call chain over lines), spaces
+    before a call's parenthesis (`scale (loss)`), and a statement inside parentheses over
+    several lines, so `\\.` matches with those spaces, `name\\(` with spaces before the parenthesis, and
     `[^\\n]*` (rest of a line) also across line breaks, up to 500 characters. A rule writes its
     fragments as the code is usually spelled; the soundness tests try the other spellings."""
     out: list[str] = []
@@ -56,9 +56,9 @@ def tolerant_of_spacing(pattern: str) -> str:
         if ch == "\\":
             escape = pattern[i:i + 2]
             if not in_class and escape == "\\.":
-                out.append("\\.\\s*" if not out else "\\s*\\.\\s*")
+                out.append("\\.[ \\t]*" if not out else "\\s*\\.[ \\t]*")
             elif not in_class and escape == "\\(" and out and _NAME_CHAR.fullmatch(out[-1][-1]):
-                out.append("\\s*\\(")
+                out.append("[ \\t]*\\(")
             else:
                 out.append(escape)
             i += 2

@@ -1,14 +1,31 @@
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
 from ..engine.context import FileContext
 from ..engine.diagnostics import Fix
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
+from ..engine.outline import Outline
 from ..engine.semantics import calls, method_call
 
 _SOFTMAX = frozenset({"torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax"})
 _LOG = frozenset({"torch.log"})
+
+
+def _softmax_call(expr: ast.expr) -> bool:
+    """A call of something named softmax: what check() may take for one, on the ast."""
+    return isinstance(expr, ast.Call) and (
+        isinstance(expr.func, ast.Attribute) and expr.func.attr == "softmax"
+        or isinstance(expr.func, ast.Name))
+
+
+def _may_fire(outline: Outline) -> bool:
+    """A `log(<softmax call>)` or `<softmax call>.log()` (any log: aliases resolve later)."""
+    return any(isinstance(c.func, (ast.Name, ast.Attribute)) and len(c.args) == 1 and _softmax_call(c.args[0])
+               or isinstance(c.func, ast.Attribute) and c.func.attr == "log" and _softmax_call(c.func.value)
+               for c in outline.nodes(ast.Call))
 
 
 class LogOfSoftmax(Rule):
@@ -46,6 +63,7 @@ class LogOfSoftmax(Rule):
     summary = "log(softmax(x)) instead of log_softmax(x)"
     fixable = True
     fragments = (("softmax", AnyOf(r"softmax\([^\n]*\.log\(\)", r"log\([^\n]*softmax")),)
+    may_fire = staticmethod(_may_fire)
 
     valid = (
         Valid("""

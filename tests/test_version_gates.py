@@ -36,6 +36,7 @@ def _gate(source: str, torch_version: str | None = None) -> bool | None:
     ("import torch\nif torch.__version__ >= (2, 14):\n    pass\n", False),
     ("import torch\nif torch.__version__.split('+')[0] >= '2.3':\n    pass\n", False),  # '2.13.0' < '2.3'
     ("import torch\nif tuple(int(x) for x in torch.__version__.split('.')[:2]) >= (2, 4):\n    pass\n", True),
+    ("import torch\nif float(torch.__version__[:3]) >= 2.4:\n    pass\n", False),  # 2.1 < 2.4 on torch 2.13
     ("import torch\nMAJOR, MINOR = 0, 0\nif tuple(map(int, torch.__version__.split('.')[:2])) < (2, 4):\n    pass\n",
      False),
     ("import torch\ntorch_version = torch.__version__.split('+')[0]\nfrom packaging import version\n"

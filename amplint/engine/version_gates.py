@@ -25,7 +25,7 @@ from .names import dotted
 _INTRODUCED = {
     "torch.cuda.amp": "1.6", "torch.cuda.amp.autocast": "1.6", "torch.cuda.amp.GradScaler": "1.6",
     "torch.cuda.amp.custom_fwd": "1.6", "torch.cuda.amp.custom_bwd": "1.6",
-    "torch.amp": "1.10", "torch.autocast": "1.10", "torch.amp.autocast": "1.10",
+    "torch.autocast": "1.10", "torch.amp": "1.12", "torch.amp.autocast": "1.12",
     "torch.cpu.amp": "1.10", "torch.cpu.amp.autocast": "1.10",
     "torch.amp.GradScaler": "2.3", "torch.GradScaler": "2.3", "torch.cpu.amp.GradScaler": "2.3",
     "torch.amp.custom_fwd": "2.4", "torch.amp.custom_bwd": "2.4",
@@ -33,7 +33,7 @@ _INTRODUCED = {
 # The device-generic API that replaced torch.cuda.amp / torch.cpu.amp: code that uses it and
 # falls back when it is missing is a fallback for older torch.
 _SUCCESSOR_PREFIXES = ("torch.amp.",)
-SUCCESSORS = frozenset({"torch.amp", "torch.autocast", "torch.GradScaler"})
+_SUCCESSORS = frozenset({"torch.amp", "torch.autocast", "torch.GradScaler"})
 # What a missing attribute or module, or an older signature, raises.
 _MISSING_API_ERRORS = frozenset({"AttributeError", "ImportError", "ModuleNotFoundError", "TypeError",
                                  "Exception", "BaseException"})
@@ -54,7 +54,7 @@ class _Unknown(Exception):
 
 
 # What evaluating an expression the way Python would may raise besides _Unknown.
-_EVAL_ERRORS = (_Unknown, TypeError, ValueError, IndexError, KeyError, AttributeError, ZeroDivisionError)
+_EVAL_ERRORS = (_Unknown, TypeError, ValueError, IndexError, KeyError, AttributeError, OverflowError)
 
 
 class Version:
@@ -193,7 +193,7 @@ def _catches_missing_api(handler: cst.ExceptHandler) -> bool:
 def is_successor(name: str) -> bool:
     """Whether a qualified name is part of the device-generic AMP API (``torch.amp.*``,
     ``torch.autocast``, ``torch.GradScaler``)."""
-    return name in SUCCESSORS or name.startswith(_SUCCESSOR_PREFIXES)
+    return name in _SUCCESSORS or name.startswith(_SUCCESSOR_PREFIXES)
 
 
 def _uses_successor(ctx: FileContext, block: cst.CSTNode) -> bool:
@@ -356,12 +356,8 @@ class _Evaluator:
 
     def _BinaryOperation(self, expr, env, depth):
         left, right = self.value(expr.left, env, depth), self.value(expr.right, env, depth)
-        if isinstance(expr.operator, cst.Add):
+        if isinstance(expr.operator, cst.Add):  # `(2, 4) + extra`, `prefix + "2.4"`
             return left + right
-        if isinstance(expr.operator, cst.Multiply):
-            return left * right
-        if isinstance(expr.operator, cst.Subtract):
-            return left - right
         raise _Unknown(expr)
 
     def _IfExp(self, expr, env, depth):
@@ -585,7 +581,8 @@ class _Evaluator:
 
 
 _NOT_BUILTIN = object()
-_BUILTIN_VALUES = {"int": int, "str": str, "tuple": tuple, "list": list, "len": len, "bool": bool}
+_BUILTIN_VALUES = {"int": int, "float": float, "str": str, "tuple": tuple, "list": list, "len": len,
+                   "bool": bool}
 _FELL_THROUGH = object()
 
 

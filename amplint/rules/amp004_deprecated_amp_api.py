@@ -179,7 +179,7 @@ class DeprecatedAmpApi(Rule):
     that is not called (`ctx = autocast`, a type check on the old class alone), when a name
     from the deprecated import is used in any other way, or when one of its uses is a
     version-gated fallback (the fix never rewrites one). The fixed code needs a torch that
-    has the torch.amp API (`autocast` 1.10, `GradScaler` 2.3, `custom_fwd` 2.4).
+    has the torch.amp API (`autocast` 1.12, `GradScaler` 2.3, `custom_fwd` 2.4).
 
     ## False positives
     A fallback whose condition cannot be evaluated in the file — a flag or helper imported from

@@ -76,8 +76,11 @@ class Branch:
     atom: Atom
     body: list
     orelse: list
-    # Whether another branch tests the same atom: only then do paths remember its value.
+    # Whether another branch tests the same atom: only then do paths remember its value (a
+    # loop's next iteration may take either branch of one tested once).
     shared: bool = False
+    # Whether no branch after this one tests the atom (outside loops): paths forget it here.
+    last: bool = False
 
 
 @dataclass
@@ -193,8 +196,11 @@ class _Lowering:
         block = self._block(body)
         branches = [b for b in items(block) if isinstance(b, Branch)]
         counts = Counter(b.atom for b in branches)
+        in_loops = {id(b) for loop in items(block) if isinstance(loop, Loop) for b in items(loop.body)}
+        last = {b.atom: b for b in branches}
         for branch in branches:
             branch.shared = counts[branch.atom] > 1
+            branch.last = branch.shared and last[branch.atom] is branch and id(branch) not in in_loops
         return Flow(self.scope, block, sorted(self.events, key=lambda e: self.ctx.order(e.node)))
 
     # -- statements
@@ -597,6 +603,8 @@ def _branch(item: Branch, states: set, analysis: Analysis, trace, out: Outcome) 
     second = _run(item.orelse, orelse, analysis, trace)
     out.absorb(first, fall=False)
     out.absorb(second, fall=False)
+    if item.last:
+        return {(fact, atoms - {(item.atom, True), (item.atom, False)}) for fact, atoms in first.fall | second.fall}
     return first.fall | second.fall
 
 

@@ -525,7 +525,9 @@ def make(args, kwargs):
         lines = sorted({ctx.location(ctx.offsets(r)[0]).row for r in findings})
         used = f"used at line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))}"
         shown = ", ".join(f"`{_shown(t)}`" for t in dict.fromkeys(targets.values()))
-        message = (f"`{ctx.code(stmt)}` imports the deprecated {names} ({used}): "
+        imported = ", ".join(a.evaluated_name + (f" as {a.evaluated_alias}" if a.evaluated_alias else "")
+                             for a in stmt.names)
+        message = (f"`from {_dotted(stmt.module)} import {imported}` imports the deprecated {names} ({used}): "
                    f"import from `torch.amp` and pass the device: {shown}")
         fix = None
         import_edit = self._import_edit(ctx, stmt, None)

@@ -32,6 +32,12 @@ def last_name(expr: cst.BaseExpression) -> str:
     return expr.value if isinstance(expr, cst.Name) else ""
 
 
+def spelled(ctx: FileContext, expr: cst.BaseExpression) -> str:
+    """``self.scaler`` however it is spaced (``self . scaler``); other expressions as written."""
+    parts = dotted(expr)
+    return ".".join(parts) if parts else ctx.code(expr)
+
+
 def named_like_scaler(code: str) -> bool:
     return "scaler" in code.split(".")[-1].lower()
 
@@ -95,7 +101,7 @@ def scaler_creations(ctx: FileContext) -> list[tuple[cst.Assign | cst.AnnAssign,
         for node in sorted([*ctx.nodes(cst.Assign), *ctx.nodes(cst.AnnAssign)], key=ctx.order):
             if node.value is not None and creates_scaler(ctx, node.value, aliases):
                 targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
-                found.extend((node, ctx.code(t)) for t in targets if dotted(t))
+                found.extend((node, spelled(ctx, t)) for t in targets if dotted(t))
         ctx.__dict__["_scaler_creations"] = found
     return ctx.__dict__["_scaler_creations"]
 
@@ -112,9 +118,8 @@ def scalers(ctx: FileContext) -> list[Scaler]:
             if param.name.value in SCALER_PARAMS or "GradScaler" in annotation:
                 found.append(Scaler(param.name.value, param, enclosing_function(ctx, param)))
         for call in ctx.nodes(cst.Call):
-            code = scaled_backward_scaler(ctx, call)
-            if code is not None and dotted(call.func.value.func.value):
-                found.append(Scaler(code, call, enclosing_function(ctx, call)))
+            if scaled_backward_scaler(ctx, call) is not None and dotted(call.func.value.func.value):
+                found.append(Scaler(spelled(ctx, call.func.value.func.value), call, enclosing_function(ctx, call)))
         ctx.__dict__["_checkpoint_scalers"] = sorted(found, key=lambda s: ctx.order(s.node))
     return ctx.__dict__["_checkpoint_scalers"]
 
@@ -139,7 +144,7 @@ def _optimizer_state_call(ctx: FileContext, call: cst.Call) -> bool:
         return False
     name = last_name(call.func)
     if name == "state_dict":
-        return isinstance(call.func, cst.Attribute) and named_like_optimizer(ctx.code(call.func.value))
+        return isinstance(call.func, cst.Attribute) and named_like_optimizer(spelled(ctx, call.func.value))
     return "optim" in name.lower()
 
 
@@ -202,7 +207,7 @@ def checkpoints(ctx: FileContext) -> list[cst.CSTNode]:
         target = node.targets[0].target
         if len(node.targets) == 1 and isinstance(target, cst.Subscript) and len(target.slice) == 1 \
                 and isinstance(target.slice[0].slice, cst.Index):
-            where = (id(enclosing_function(ctx, node)), ctx.code(target.value))
+            where = (id(enclosing_function(ctx, node)), spelled(ctx, target.value))
             if where not in filled and _optimizer_entry(ctx, key_text(target.slice[0].slice.value), node.value):
                 filled.add(where)
                 found.append(node)
@@ -255,7 +260,7 @@ def optimizer_restores(ctx: FileContext) -> list[cst.Call]:
         name = last_name(call.func).lower()
         if not call.args or "state_dict" not in name or not name.startswith(("load", "set")):
             continue
-        restores = named_like_optimizer(ctx.code(call.func.value)) if name == "load_state_dict" \
+        restores = named_like_optimizer(spelled(ctx, call.func.value)) if name == "load_state_dict" \
             and isinstance(call.func, cst.Attribute) else "optim" in name
         if restores and not any(holds_state(ctx, a.value) for a in call.args):
             found.append(call)

@@ -6,7 +6,7 @@ import libcst as cst
 
 from ..engine.checkpoints import (Scaler, checkpoints, holds, key_text, last_name, name_words, named_like_scaler,
                                   optimizer_restores, restores_from_checkpoint, scaler_creations, scalers,
-                                  subexpressions)
+                                  spelled, subexpressions)
 from ..engine.context import FileContext
 from ..engine.outline import Outline
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
@@ -445,7 +445,7 @@ class Trainer:
     @staticmethod
     def _is_scaler(ctx: FileContext, expr: cst.BaseExpression, unit_scalers: list[Scaler]) -> bool:
         """A scaler of the unit, the object holding one, or something named like a scaler."""
-        code = ctx.code(expr)
+        code = spelled(ctx, expr)
         return (isinstance(expr, (cst.Name, cst.Attribute)) and named_like_scaler(code)) \
             or any(holds(code, s.code) for s in unit_scalers)
 
@@ -537,9 +537,9 @@ class Trainer:
             if not ctx.contains(function, call) or enclosing_function(ctx, call) is not function:
                 continue
             if last_name(call.func) == "load_state_dict" and isinstance(call.func, cst.Attribute) \
-                    and holds(ctx.code(call.func.value), code):
+                    and holds(spelled(ctx, call.func.value), code):
                 found.append(call)
-            elif restores_from_checkpoint(call) and self._restores(ctx, call, lambda e: holds(ctx.code(e), code)):
+            elif restores_from_checkpoint(call) and self._restores(ctx, call, lambda e: holds(spelled(ctx, e), code)):
                 found.append(call)
         return found
 

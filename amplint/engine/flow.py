@@ -514,7 +514,6 @@ def _helper_clip(ctx: FileContext, call: cst.Call) -> cst.Call | None:
 # -- analysis ---------------------------------------------------------------------------------
 
 Fact = Hashable
-State = tuple  # (fact, frozenset[tuple[Atom, bool]])
 
 
 class Analysis:

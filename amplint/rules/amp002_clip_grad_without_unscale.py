@@ -305,12 +305,14 @@ def step(scaler, loss, model, optimizer, log_only):
             # the backward or step nearest the clip, whatever order the paths came in
             cause = min(causes, key=lambda e: abs(ctx.order(e.node) - ctx.order(clip.node)))
             scaler = cause.scaler
-            where = f"`{scaler}.scale(...).backward()` on line {line_of(ctx, cause.node)}" \
-                if cause.kind == flow.SCALED_BACKWARD else \
-                f"`{ctx.code(cause.node)}` on line {line_of(ctx, cause.node)} steps them, and nothing unscales them before"
+            line = line_of(ctx, cause.node)
+            if cause.kind == flow.SCALED_BACKWARD:
+                where = f"`{scaler}.scale(...).backward()` on line {line}"
+            else:
+                where = f"`{ctx.code(cause.node)}` on line {line} steps them, and nothing unscales them before"
             helper = f" (`{ctx.code(clip.node.func)}` clips them on line {line_of(ctx, clip.via)})" if clip.via else ""
-            fix = None if clip in analysis.unscaled_before else \
-                self._fix(ctx, clip.node, scaler, [e for e in scope.events if ctx.order(e.node) > ctx.order(clip.node)])
+            later = [e for e in scope.events if ctx.order(e.node) > ctx.order(clip.node)]
+            fix = None if clip in analysis.unscaled_before else self._fix(ctx, clip.node, scaler, later)
             ctx.report(clip.node, f"gradients are clipped while still scaled by `{scaler}`{helper}: {where}; "
                                   f"call `{scaler}.unscale_(optimizer)` first", fix)
 

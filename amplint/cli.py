@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ from . import __version__
 from .engine import config as config_mod
 from .engine.cache import clean as cache_clean
 from .engine.discovery import PathError
-from .engine.project import Options, check_paths
+from .engine.project import Options, check_paths, check_stdin
 from .engine.rule import all_rules, rule_by_code
 from .output import FORMATS, TERMINAL_FORMATS
 from .output import json_format, rules_page
@@ -53,11 +54,21 @@ def main():
 @click.option("--no-cache", is_flag=True, help="Neither read nor write .amplint_cache/.")
 @click.option("--force-exclude", is_flag=True,
               help="Apply exclude / extend-exclude to files named on the command line too (pre-commit).")
+@click.option("--exit-non-zero-on-fix", is_flag=True, help="Exit 1 when --fix changed a file, even if nothing remains.")
+@click.option("-o", "--output-file", type=click.Path(dir_okay=False, writable=True, path_type=Path),
+              help="Write the findings (or the diff) to this file instead of stdout.")
+@click.option("-q", "--quiet", is_flag=True, help="Print the findings and nothing else (no summary, no progress bar).")
+@click.option("--stdin-filename", help="With `-` as the path (source read from stdin): the file name to show "
+              "and to match per-file-ignores against.")
 @click.option("-v", "--verbose", is_flag=True, help="Show tracebacks of internal errors.")
 def check(paths, fix, unsafe_fixes, diff, select, ignore, extend_select, output_format, color,
-          show_statistics, exit_zero, jobs, no_cache, force_exclude, verbose):
-    """Check Python files for AMP mistakes (default: the current folder)."""
+          show_statistics, exit_zero, jobs, no_cache, force_exclude, exit_non_zero_on_fix, output_file, quiet,
+          stdin_filename, verbose):
+    """Check Python files for AMP mistakes (default: the current folder; `-`: source from stdin)."""
     paths = list(paths) or [Path(".")]
+    from_stdin = paths == [Path("-")]
+    if from_stdin and stdin_filename:
+        paths = [Path(stdin_filename)]  # where its configuration is looked for
     try:
         # os.path.exists: a path that cannot be looked at is reported by discovery, naming it.
         config = config_mod.load(paths[0] if os.path.exists(paths[0]) else Path.cwd())
@@ -65,37 +76,52 @@ def check(paths, fix, unsafe_fixes, diff, select, ignore, extend_select, output_
             select=config_mod.validate_codes(_codes(select), "--select") if select is not None else None,
             ignore=config_mod.validate_codes(_codes(ignore) or [], "--ignore"),
             extend_select=config_mod.validate_codes(_codes(extend_select) or [], "--extend-select"))
-        with progress_bar("checking", unit="files") as progress:
-            report = check_paths(paths, config, rules,
-                                 Options(fix=fix, unsafe_fixes=unsafe_fixes, diff=diff, force_exclude=force_exclude,
-                                         jobs=jobs or os.cpu_count() or 1, cache=not no_cache,
-                                         progress=progress))
+        options = Options(fix=fix, unsafe_fixes=unsafe_fixes, diff=diff, force_exclude=force_exclude,
+                          jobs=jobs or os.cpu_count() or 1, cache=not no_cache)
+        if from_stdin:
+            report = check_stdin(sys.stdin.buffer.read(), stdin_filename or "-", config, rules, options)
+        else:
+            with contextlib.nullcontext() if quiet else progress_bar("checking", unit="files") as progress:
+                options.progress = progress
+                report = check_paths(paths, config, rules, options)
+        out = output_file.open("w", encoding="utf-8") if output_file else sys.stdout
     except (config_mod.ConfigError, PathError) as exc:
         click.echo(f"amplint: error: {exc}", err=True)
         sys.exit(2)
+    except OSError as exc:
+        click.echo(f"amplint: error: cannot write {output_file}: {exc.strerror or exc}", err=True)
+        sys.exit(2)
 
-    if diff:  # the diff stands for the findings: those left would point into text never written
-        click.echo("".join(report.diffs), nl=False)
-        click.echo(_diff_summary(report), err=True)
-        sys.exit(2 if report.internal_errors else 1 if report.diffs and not exit_zero else 0)
-    if show_statistics:
-        show = json_format.render_statistics if output_format == "json" else statistics
-        click.echo(show(report.diagnostics), nl=False)
-    elif output_format in TERMINAL_FORMATS:
-        colored = use_color(color, sys.stdout)
-        # click strips ANSI codes when stdout is not a terminal unless told otherwise.
-        click.echo(FORMATS[output_format](report.diagnostics, sources=report.sources, color=colored),
-                   nl=False, color=colored)
-    else:
-        click.echo(FORMATS[output_format](report.diagnostics), nl=False)
+    if from_stdin and fix:  # an editor's buffer: the fixed text on stdout, the findings on stderr
+        click.echo(report.fixed_text, nl=False, file=out)
+        out = sys.stderr
+    with out if output_file else contextlib.nullcontext():
+        if diff:  # the diff stands for the findings: those left would point into text never written
+            click.echo("".join(report.diffs), nl=False, file=out)
+        elif show_statistics:
+            show = json_format.render_statistics if output_format == "json" else statistics
+            click.echo(show(report.diagnostics), nl=False, file=out)
+        elif output_format in TERMINAL_FORMATS:
+            colored = use_color(color, out)
+            # click strips ANSI codes when stdout is not a terminal unless told otherwise.
+            click.echo(FORMATS[output_format](report.diagnostics, sources=report.sources, color=colored),
+                       nl=False, color=colored, file=out)
+        else:
+            click.echo(FORMATS[output_format](report.diagnostics), nl=False, file=out)
     if verbose:
         for d in report.diagnostics:
             if d.detail:
                 click.echo(f"{d.path}: {d.detail}", err=True)
-    if output_format in TERMINAL_FORMATS:
+    if diff:
+        if not quiet:
+            click.echo(_diff_summary(report), err=True)
+        sys.exit(2 if report.internal_errors else 1 if report.diffs and not exit_zero else 0)
+    if output_format in TERMINAL_FORMATS and not quiet:
         click.echo(_summary(report, fix), err=True)
     if report.internal_errors:
         sys.exit(2)
+    if exit_non_zero_on_fix and report.fixes_applied:
+        sys.exit(1)
     sys.exit(1 if report.diagnostics and not exit_zero else 0)
 
 

@@ -255,3 +255,30 @@ def test_code_nested_too_deeply_gets_a_clear_message_per_file(tmp_path):
                         "recursion limit" in line for line in deep)
     assert "train.py:34:13: AMP001" in result.stdout and result.returncode == 2
     assert "KeyError" not in result.stdout and "RecursionError" not in result.stdout
+
+
+def test_stdin_with_a_file_name_and_its_fixed_text_on_stdout(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.amplint]\nper-file-ignores = {"legacy/*" = ["AMP004"]}\n')
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "amplint", "check", "--output-format", "concise", *args],
+                              cwd=tmp_path, input=FAULTY, capture_output=True, text=True, timeout=120)
+
+    plain = run("--stdin-filename", "src/train.py", "-")
+    assert plain.returncode == 1 and "src/train.py:34:13: AMP001" in plain.stdout and " AMP004 " in plain.stdout
+    ignored = run("--stdin-filename", "legacy/train.py", "-")
+    assert "legacy/train.py:34:13: AMP001" in ignored.stdout and " AMP004 " not in ignored.stdout
+    fixed = run("--fix", "-")
+    assert fixed.stdout == FIXED and fixed.returncode == 0  # what --fix leaves has no findings
+    assert "Fixed 4 findings in 1 file." in fixed.stderr
+
+
+def test_output_file_quiet_and_exit_non_zero_on_fix(tmp_path):
+    (tmp_path / "train.py").write_text(FAULTY)
+    result = _amplint("check", "--no-cache", "-q", "--output-format", "json", "-o", "report.json", ".", cwd=tmp_path)
+    assert result.returncode == 1 and result.stdout == "" and result.stderr == ""
+    assert {f["code"] for f in json.loads((tmp_path / "report.json").read_text())} >= {"AMP001", "AMP002"}
+    fixed = _amplint("check", "--no-cache", "--fix", "--exit-non-zero-on-fix", "train.py", cwd=tmp_path)
+    assert fixed.returncode == 1 and (tmp_path / "train.py").read_text() == FIXED
+    again = _amplint("check", "--no-cache", "--fix", "--exit-non-zero-on-fix", "train.py", cwd=tmp_path)
+    assert again.returncode == 0

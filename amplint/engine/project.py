@@ -46,6 +46,7 @@ class Report:
     internal_errors: int = 0
     diffs: list[str] = field(default_factory=list)
     sources: dict[str, str] = field(default_factory=dict)  # the text findings point into
+    fixed_text: str | None = None  # from stdin with --fix: the text to hand back
 
 
 def policy_loader(config: Config):
@@ -93,6 +94,39 @@ def check_paths(paths: list[Path], config: Config, rules: list[type[Rule]], opti
         report.internal_errors += result.internal_errors
     report.diagnostics.sort(key=lambda d: d.sort_key)
     return report
+
+
+def check_stdin(data: bytes, name: str, config: Config, rules: list[type[Rule]], options: Options) -> Report:
+    """Source read from stdin (an editor's buffer), shown as ``name``; per-file-ignores apply
+    to that name. With fixes, the report's ``fixed_text`` is the text to hand back."""
+    report = Report(files_checked=1)
+    ignored = config.ignored_for(Path(name))
+    file_rules = [r for r in rules if not any(r.code.startswith(i) for i in ignored)]
+    try:
+        text = source_io.decode(data)
+    except source_io.SourceError as exc:
+        result = _unreadable(name, str(exc))
+    else:
+        result = lint_source(name, text.text, file_rules, fix=options.fix or options.diff,
+                             unsafe=options.unsafe_fixes, policy_loader=policy_loader(config),
+                             use_prefilter=options.use_prefilter)
+        report.fixed_text = result.source
+        if options.fix or options.diff:
+            report.fixes_applied, report.files_fixed = result.fixes_applied, int(bool(result.fixes_applied))
+        if options.diff and result.source != text.text:
+            report.diffs.append(_unified_diff(text.text, result.source, name))
+    report.diagnostics = sorted(result.diagnostics, key=lambda d: d.sort_key)
+    report.internal_errors = result.internal_errors
+    if result.diagnostics:
+        report.sources[name] = result.source
+    return report
+
+
+def _unified_diff(before: str, after: str, display: str) -> str:
+    return "".join(difflib.unified_diff(
+        source_io.split_lines(before, keepends=True), source_io.split_lines(after, keepends=True),
+        # git's prefixes; an absolute path keeps one slash (`a/tmp/x.py`), as git's own
+        fromfile=f"a/{display.lstrip('/')}", tofile=f"b/{display.lstrip('/')}"))
 
 
 def _in_pool(tasks, options: Options, config: Config, cache) -> Iterator[FileResult]:
@@ -174,11 +208,7 @@ def _check_file(path: Path, rules: list[type[Rule]], options: Options, load, cac
         cache.put(data, codes, result.diagnostics)
     if fixing and result.source is not None and result.source != text.text:
         if options.diff:
-            result.diff = "".join(difflib.unified_diff(
-                source_io.split_lines(text.text, keepends=True),
-                source_io.split_lines(result.source, keepends=True),
-                # git's prefixes; an absolute path keeps one slash (`a/tmp/x.py`), as git's own
-                fromfile=f"a/{display.lstrip('/')}", tofile=f"b/{display.lstrip('/')}"))
+            result.diff = _unified_diff(text.text, result.source, display)
         else:
             try:
                 source_io.write_atomically(path, text.encode(result.source), expected=data)

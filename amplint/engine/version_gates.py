@@ -235,8 +235,8 @@ class _Evaluator:
     def __init__(self, ctx: FileContext, version: str):
         self.ctx = ctx
         self.version = version if version.count(".") >= 2 else version + ".0"
-        # module-level names: (value, whether it depends on torch) or unknown
-        self._names: dict[str, tuple | _Unknown] = {}
+        # module-level names: (value, whether it depends on torch), or None: unknown
+        self._names: dict[str, tuple | None] = {}
         self._torch = False  # whether the expression evaluated so far depends on torch
 
     def gate(self, test: cst.BaseExpression, depth: int) -> bool | None:
@@ -489,7 +489,7 @@ class _Evaluator:
         all be plain ``name = value`` and agree. Each name is worked out once per evaluation,
         and one that depends on itself is unknown."""
         if name not in self._names:
-            self._names[name] = _Unknown(name)  # while it is being worked out
+            self._names[name] = None  # unknown while it is being worked out
             outer, self._torch = self._torch, False
             try:
                 self._names[name] = (self._assigned_value(name, depth), self._torch)
@@ -497,8 +497,8 @@ class _Evaluator:
                 pass
             self._torch = outer
         found = self._names[name]
-        if isinstance(found, _Unknown):
-            raise found
+        if found is None:
+            raise _Unknown(name)
         self._torch = self._torch or found[1]
         return found[0]
 

@@ -52,10 +52,14 @@ def subexpressions(expr: cst.CSTNode) -> Iterator[cst.CSTNode]:
 
 
 def key_text(expr: cst.BaseExpression) -> str | None:
-    """A literal string key, lowercased."""
-    if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString)):
-        value = expr.evaluated_value
-        return value.lower() if isinstance(value, str) else None
+    """A literal string key, lowercased, as written (escapes left as they are: keys are only
+    searched for words). Not ``evaluated_value``: its ``ast.literal_eval`` leaves reference
+    cycles behind on every call."""
+    if isinstance(expr, cst.SimpleString):
+        return None if "b" in expr.prefix.lower() else expr.raw_value.lower()
+    if isinstance(expr, cst.ConcatenatedString):
+        parts = key_text(expr.left), key_text(expr.right)
+        return None if None in parts else "".join(parts)
     return None
 
 

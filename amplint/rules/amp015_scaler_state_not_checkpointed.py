@@ -35,6 +35,14 @@ def _line(ctx: FileContext, node: cst.CSTNode) -> int:
     return ctx.location(ctx.offsets(node)[0]).row
 
 
+def _may_be_optimizer(expr: ast.expr) -> bool:
+    """Named like an optimizer (``self.opt_g``), or an expression ``named_like_optimizer`` reads
+    from its text (``self.optimizers[0]``)."""
+    if isinstance(expr, ast.Attribute):
+        return named_like_optimizer(expr.attr)
+    return named_like_optimizer(expr.id) if isinstance(expr, ast.Name) else True
+
+
 def _may_fire(outline: Outline) -> bool:
     """A save, load, restore or resume call, an optimizer's state, or a key naming an optimizer:
     what every finding needs."""
@@ -42,7 +50,7 @@ def _may_fire(outline: Outline) -> bool:
         func = call.func
         name = (func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else "").lower()
         if any(word in name for word in ("save", "load", "restore", "resume")) or ("state_dict" in name and (
-                "optim" in name or isinstance(func, ast.Attribute) and named_like_optimizer(ast.unparse(func.value)))):
+                "optim" in name or isinstance(func, ast.Attribute) and _may_be_optimizer(func.value))):
             return True
         if any(k.arg and "optim" in k.arg.lower() for k in call.keywords):
             return True

@@ -113,8 +113,9 @@ class ScalerStateNotCheckpointed(Rule):
     assigned from a call named like a load, a restore or a resume.
     A replacement is reported when it follows a restore of the same scaler in the same block
     (or one around it), or when a method other than `__init__` assigns a new scaler, outside
-    any condition, to what `__init__` restored from a checkpoint; one under a condition (a new
-    precision asked for) is taken as deliberate.
+    any condition, to what `__init__` (or a method it calls) restored from a checkpoint; one
+    under a condition (a new precision asked for) is taken as deliberate, and one in a method
+    that `__init__` calls is left alone (it may run before the restore).
     """
 
     code = "AMP015"
@@ -197,6 +198,17 @@ def train(model, optimizer, loader):
     for x in loader:
         scaler.scale(model(x).mean()).backward()
     save_checkpoint({"optimizer": optimizer.state_dict()}, scaler=scaler)
+"""),
+        # Created by a method that `__init__` calls before it restores the checkpoint.
+        Valid("""
+import torch
+class Trainer:
+    def __init__(self, path):
+        self._setup_amp()
+        load_checkpoint(self.scaler, path)
+
+    def _setup_amp(self):
+        self.scaler = torch.amp.GradScaler("cuda")
 """),
         # A new scaler only when a new precision is asked for; the restore creates none.
         Valid("""
@@ -357,7 +369,23 @@ class Trainer:
         self.state.scaler = torch.amp.GradScaler("cuda")
         for batch in self.loader:
             self.state.scaler.scale(self.loss(batch)).backward()
-""", at=((9, 9, "restored by `__init__` at line 6"),)),
+""", at=((9, 9, "which `__init__` restored from a checkpoint at line 6"),)),
+        # ... or restored through a method `__init__` calls.
+        Invalid("""
+import torch
+class Trainer:
+    def __init__(self, path):
+        self.scaler = torch.amp.GradScaler("cuda")
+        self.load(path)
+
+    def load(self, path):
+        ckpt = torch.load(path)
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        self.scaler.load_state_dict(ckpt["scaler"])
+
+    def train(self):
+        self.scaler = torch.amp.GradScaler("cuda")
+""", at=((14, 9, "restored from a checkpoint at line 11"),)),
     )
 
     def check(self, ctx: FileContext) -> None:
@@ -528,15 +556,20 @@ class Trainer:
                                       f"{_line(ctx, earlier[0])}: its loss scale restarts; keep the restored one")
                 continue
             method_of = ctx.parent(ctx.parent(function))
-            if isinstance(method_of, cst.ClassDef) and function.name.value != "__init__" \
-                    and block is function.body:
-                init = next((m for m in method_of.body.body
-                             if isinstance(m, cst.FunctionDef) and m.name.value == "__init__"), None)
-                restored = self._restores_in(ctx, init, code) if init is not None else []
-                if restored:
-                    ctx.report(statement, f"a new GradScaler replaces `{code}`, restored by `__init__` at line "
-                                          f"{_line(ctx, restored[0])} from a checkpoint: its loss scale restarts; "
-                                          "create the scaler before the checkpoint is loaded")
+            if not isinstance(method_of, cst.ClassDef) or block is not function.body:
+                continue
+            init = next((m for m in method_of.body.body
+                         if isinstance(m, cst.FunctionDef) and m.name.value == "__init__"), None)
+            # What `__init__` runs, the methods it calls included; a method it calls itself may
+            # create the scaler before the restore, so it is left alone.
+            setup = self._callees(ctx, method_of).get(id(init), [])
+            if any(f is function for f in setup):
+                continue
+            restored = [c for f in setup for c in self._restores_in(ctx, f, code)]
+            if restored:
+                ctx.report(statement, f"a new GradScaler replaces `{code}`, which `__init__` restored from a "
+                                      f"checkpoint at line {_line(ctx, restored[0])}: its loss scale restarts; "
+                                      "create the scaler before the checkpoint is loaded")
 
     def _restores_in(self, ctx: FileContext, function: cst.FunctionDef, code: str) -> list[cst.Call]:
         """Calls directly in ``function`` that restore the scaler held by ``code``, or the object holding it."""

@@ -45,6 +45,15 @@ _PER_DEVICE_DEFAULT_DTYPE = {"cuda": "float16", "cpu": "bfloat16"}
 
 # -- arguments ---------------------------------------------------------------------------
 
+def subtree(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """``node`` and every node below it, in no particular order."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(current.children)
+
+
 def has_star_args(call: cst.Call) -> bool:
     return any(a.star for a in call.args)
 

@@ -5,7 +5,7 @@ import libcst as cst
 from ..engine.context import FileContext
 from ..engine.diagnostics import Edit, Fix
 from ..engine.rule import Invalid, Rule, Valid
-from ..engine.semantics import bind, has_star_args
+from ..engine.semantics import bind, has_star_args, subtree
 from ..engine.version_gates import is_successor, version_fallback
 
 # qualified name -> (name in torch.amp, device)
@@ -39,14 +39,6 @@ def _dotted(node: cst.BaseExpression) -> str | None:
         inner = _dotted(node.value)
         return f"{inner}.{node.attr.value}" if inner else None
     return None
-
-
-def _subtree(node: cst.CSTNode):
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(current.children)
 
 
 def _is_attr_name(ctx: FileContext, node: cst.CSTNode) -> bool:
@@ -122,7 +114,7 @@ def _compat_reference(ctx: FileContext, ref: cst.CSTNode) -> bool:
         return True
     classes = _type_check(ctx, ref)
     return classes is not None and any(
-        is_successor(q) for n in _subtree(classes) if isinstance(n, (cst.Name, cst.Attribute))
+        is_successor(q) for n in subtree(classes) if isinstance(n, (cst.Name, cst.Attribute))
         for q in ctx.qualified_names(n))
 
 
@@ -452,7 +444,7 @@ def make(args, kwargs):
 
     def check(self, ctx: FileContext) -> None:
         imports = ctx.nodes(cst.Import) + ctx.nodes(cst.ImportFrom)
-        in_imports = {id(n) for imp in imports for n in _subtree(imp)}
+        in_imports = {id(n) for imp in imports for n in subtree(imp)}
         # References outside import statements.
         references = [n for n in ctx.nodes(cst.Attribute) + ctx.nodes(cst.Name)
                       if id(n) not in in_imports and not _is_attr_name(ctx, n)]

@@ -12,6 +12,7 @@ from ..engine.semantics import (
     call_spelling,
     calls_autocast,
     policies_of,
+    subtree,
 )
 
 _FUNCTION = frozenset({"torch.autograd.Function", "torch.autograd.function.Function"})
@@ -80,9 +81,9 @@ def _given_callable(ctx: FileContext, call: cst.Call, holder: str, given: set[st
     value = assigned_before(ctx, root)
     if value is None:
         return False
-    called = {id(n.func) for n in _walk(value) if isinstance(n, cst.Call)}
+    called = {id(n.func) for n in subtree(value) if isinstance(n, cst.Call)}
     return any(isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name) and n.value.value == holder
-               and n.attr.value in given and id(n) not in called for n in _walk(value))
+               and n.attr.value in given and id(n) not in called for n in subtree(value))
 
 
 def _recomputed(ctx: FileContext, body: cst.FunctionDef, holder: str, given: set[str]) -> cst.Call | None:
@@ -177,21 +178,13 @@ def _stored_arguments(method: cst.FunctionDef | None, holder: str) -> set[str]:
     params = {p.name.value for p in method.params.params} | \
         ({method.params.star_arg.name.value} if isinstance(method.params.star_arg, cst.Param) else set())
     found = set()
-    for node in _walk(method.body):
+    for node in subtree(method.body):
         if isinstance(node, cst.Assign) and isinstance(node.value, cst.Name) and node.value.value in params:
             for target in node.targets:
                 t = target.target
                 if isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == holder:
                     found.add(t.attr.value)
     return found
-
-
-def _walk(node: cst.CSTNode):
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(current.children)
 
 
 def _method(cls: cst.ClassDef, name: str) -> cst.FunctionDef | None:
@@ -202,7 +195,7 @@ def _mentions_autocast(node: cst.CSTNode) -> bool:
     """Whether the code reads or sets the autocast state itself (``torch.is_autocast_enabled()``,
     ``with torch.autocast(...)``, an accelerator's ``autocast()``), as checkpointing does."""
     return any(isinstance(n, cst.Name) and "autocast" in n.value or
-               isinstance(n, cst.Attribute) and "autocast" in n.attr.value for n in _walk(node))
+               isinstance(n, cst.Attribute) and "autocast" in n.attr.value for n in subtree(node))
 
 
 class CustomFunctionWithoutCustomFwd(Rule):

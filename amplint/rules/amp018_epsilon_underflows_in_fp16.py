@@ -20,6 +20,7 @@ from ..engine.semantics import (
     policies_of,
     region_dtype,
     region_table,
+    subtree,
 )
 
 # float16's smallest subnormal is 2**-24; anything below half of it rounds to 0.
@@ -135,14 +136,6 @@ def _epsilon(ctx: FileContext, node: cst.BaseExpression) -> tuple[float, cst.CST
     return (value, constant) if value is not None else None
 
 
-def _walk(node: cst.CSTNode):
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(current.children)
-
-
 def _guard(ctx: FileContext, eps: cst.BaseExpression) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
     """(the guarded expression, the value it guards) for ``x + eps``, ``x.clamp(min=eps)``,
     ``x.clamp_min(eps)``, ``torch.clamp(x, min=eps)``."""
@@ -208,7 +201,7 @@ def _bound_values(ctx: FileContext, function: cst.FunctionDef) -> dict[str, list
                     continue
                 targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
                 for target in targets:
-                    for name in _walk(target):
+                    for name in subtree(target):
                         if isinstance(name, cst.Name):
                             found.setdefault(name.value, []).append(node.value)
         cache[id(function)] = found
@@ -219,7 +212,7 @@ def _names_wide_dtype(ctx: FileContext, expr: cst.BaseExpression, bound: dict) -
     """``torch.float32``, or a name bound to an expression that names float32/float64
     (``work_dtype = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype``)."""
     values = bound.get(expr.value, []) if isinstance(expr, cst.Name) else []
-    return any(DTYPES.get(n) in _WIDE for node in (expr, *values) for part in _walk(node)
+    return any(DTYPES.get(n) in _WIDE for node in (expr, *values) for part in subtree(node)
                if isinstance(part, (cst.Name, cst.Attribute)) for n in ctx.qualified_names(part))
 
 
@@ -282,7 +275,7 @@ def _caller_tensor(ctx: FileContext, value: cst.BaseExpression,
             if made == "norm" and _model_output(ctx, node, function, bound):
                 made = None  # a model's dense output or features: its norm is not 0 in practice
             zero = zero or made or next(
-                (z for out in _module_outputs(ctx, node, function) for c in _walk(out)
+                (z for out in _module_outputs(ctx, node, function) for c in subtree(out)
                  if isinstance(c, cst.Call) and (z := _zero_producer(ctx, c))), None)
         elif isinstance(node, cst.Name):
             seen.add(node.value)
@@ -354,7 +347,7 @@ def _module_outputs(ctx: FileContext, call: cst.Call, function: cst.FunctionDef)
         if not ctx.contains(owner, assign) or not any(
                 isinstance(t.target, cst.Attribute) and t.target.attr.value == func.attr.value for t in assign.targets):
             continue
-        for made in _walk(assign.value):
+        for made in subtree(assign.value):
             if isinstance(made, cst.Call) and isinstance(made.func, cst.Name) and made.func.value in classes:
                 forward = next((m for m in classes[made.func.value].body.body
                                 if isinstance(m, cst.FunctionDef) and m.name.value == "forward"), None)
@@ -392,7 +385,7 @@ def _private(ctx: FileContext, function: cst.FunctionDef) -> bool:
 def _tested_positive(ctx: FileContext, eps: cst.CSTNode, value: cst.BaseExpression, function: cst.FunctionDef) -> bool:
     """The guard runs only where a condition compares the guarded value (``if norm > eps:``
     ``x / (norm + 1e-12)``): the epsilon is not what keeps it finite."""
-    names = {n.value for n in _walk(value) if isinstance(n, cst.Name)}
+    names = {n.value for n in subtree(value) if isinstance(n, cst.Name)}
     child: cst.CSTNode = eps
     for ancestor in ctx.ancestors(eps):
         if ancestor is function:
@@ -401,9 +394,9 @@ def _tested_positive(ctx: FileContext, eps: cst.CSTNode, value: cst.BaseExpressi
         if isinstance(ancestor, cst.Call) and ctx.resolves_to(ancestor.func, {"torch.where"}) \
                 and ancestor.args and child is not ancestor.args[0]:
             test = ancestor.args[0].value  # torch.where(theta > 0, x / (theta + 1e-10), y)
-        if test is not None and any(isinstance(c, cst.Comparison) and names & {n.value for n in _walk(c)
+        if test is not None and any(isinstance(c, cst.Comparison) and names & {n.value for n in subtree(c)
                                                                                if isinstance(n, cst.Name)}
-                                    for c in _walk(test)):
+                                    for c in subtree(test)):
             return True
         child = ancestor
     return False
@@ -412,7 +405,7 @@ def _tested_positive(ctx: FileContext, eps: cst.CSTNode, value: cst.BaseExpressi
 def _handles_half(ctx: FileContext, function: cst.FunctionDef) -> bool:
     """The function deals with float16 itself (``torch.float16``, ``torch.finfo``): its
     author chose what happens there."""
-    return any(n in ("torch.float16", "torch.half", "torch.finfo") for node in _walk(function)
+    return any(n in ("torch.float16", "torch.half", "torch.finfo") for node in subtree(function)
                if isinstance(node, (cst.Name, cst.Attribute)) for n in ctx.qualified_names(node))
 
 

@@ -79,12 +79,13 @@ def check(paths, fix, unsafe_fixes, diff, select, ignore, extend_select, output_
         options = Options(fix=fix, unsafe_fixes=unsafe_fixes, diff=diff, force_exclude=force_exclude,
                           jobs=jobs or os.cpu_count() or 1, cache=not no_cache)
         if from_stdin:
-            report = check_stdin(sys.stdin.buffer.read(), stdin_filename or "-", config, rules, options)
+            stdin_data = sys.stdin.buffer.read()
+            report = check_stdin(stdin_data, stdin_filename or "-", config, rules, options)
         else:
             with contextlib.nullcontext() if quiet else progress_bar("checking", unit="files") as progress:
                 options.progress = progress
                 report = check_paths(paths, config, rules, options)
-        out = output_file.open("w", encoding="utf-8") if output_file else sys.stdout
+        opened = output_file.open("w", encoding="utf-8") if output_file else None
     except (config_mod.ConfigError, PathError) as exc:
         click.echo(f"amplint: error: {exc}", err=True)
         sys.exit(2)
@@ -92,10 +93,12 @@ def check(paths, fix, unsafe_fixes, diff, select, ignore, extend_select, output_
         click.echo(f"amplint: error: cannot write {output_file}: {exc.strerror or exc}", err=True)
         sys.exit(2)
 
-    if from_stdin and fix:  # an editor's buffer: the fixed text on stdout, the findings on stderr
-        click.echo(report.fixed_text, nl=False, file=out)
-        out = sys.stderr
-    with out if output_file else contextlib.nullcontext():
+    out = opened or sys.stdout
+    with opened or contextlib.nullcontext():
+        if from_stdin and fix:  # an editor's buffer: the fixed text on stdout, the findings on stderr
+            # Text that could not be read goes back as it came: an editor must not lose its buffer.
+            click.echo(stdin_data if report.fixed_text is None else report.fixed_text, nl=False, file=out)
+            out = sys.stderr
         if diff:  # the diff stands for the findings: those left would point into text never written
             click.echo("".join(report.diffs), nl=False, file=out)
         elif show_statistics:

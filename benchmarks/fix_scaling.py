@@ -50,7 +50,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     sizes = sorted(int(s) for s in args.sizes.split(","))
-    modes = {"check --select AMP001": ["--select", "AMP001"], "check --fix": ["--fix"]}
+    modes = {"check --select AMP001": ["--select", "AMP001"],
+             "check --fix --select AMP001,AMP002": ["--fix", "--select", "AMP001,AMP002"]}
     with tempfile.TemporaryDirectory() as tmp:
         originals, lines = {}, {}
         for size in sizes:

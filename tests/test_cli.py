@@ -96,6 +96,13 @@ def test_unknown_code_on_the_command_line(run_amplint, project):
     assert result.returncode == 2 and "unknown rule code 'AMP777'" in result.stderr
 
 
+def test_ignoring_an_engine_code_says_why_it_cannot_be(run_amplint, project):
+    result = run_amplint("check", "--ignore", "AMP000", "pkg", cwd=project)
+    assert result.returncode == 2
+    assert "AMP000 (syntax-error) is the engine's, not a rule's" in result.stderr
+    assert "extend-exclude" in result.stderr
+
+
 def test_noqa_line_and_file(run_amplint, project):
     path = project / "pkg" / "train.py"
     path.write_text(FAULTY.replace("scaler.scale(loss).backward()", "scaler.scale(loss).backward()  # noqa: AMP001")

@@ -17,6 +17,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from .rule import Rule, all_rules
+from .runner import INTERNAL_ERROR, SYNTAX_ERROR
 
 DEFAULT_EXCLUDE = (".git", ".hg", ".svn", ".venv", "venv", "__pycache__", "build", "dist",
                    "site-packages", "node_modules", ".tox", ".nox", ".mypy_cache", ".amplint_cache")
@@ -115,6 +116,10 @@ def validate_codes(codes: Iterable[str], where: str) -> list[str]:
         code = code.strip().upper()
         if not code:
             continue
+        engine = {SYNTAX_ERROR[0]: SYNTAX_ERROR[1], INTERNAL_ERROR[0]: INTERNAL_ERROR[1]}
+        if code in engine:
+            raise ConfigError(f"{where}: {code} ({engine[code]}) is the engine's, not a rule's: it is always "
+                              "reported; leave the file out with `extend-exclude` instead")
         if code != "ALL" and not any(k.startswith(code) for k in known):
             raise ConfigError(f"{where}: unknown rule code {code!r} (known: {', '.join(known)})")
         out.append("AMP" if code == "ALL" else code)

@@ -20,6 +20,12 @@ from ..engine.semantics import (
 _CALL_DEPTH = 3  # how many in-file calls deep a region is followed to a backward pass
 
 
+def _vector_jacobian(call: cst.Call) -> bool:
+    """``out.backward(gradient=g)``: the gradient of a non-scalar output (a saliency map, an
+    input gradient), not a loss trained with an optimizer; a loss scale has nothing to scale."""
+    return any(a.keyword is not None and a.keyword.value == "gradient" for a in call.args)
+
+
 def _owner(ctx: FileContext, func: cst.FunctionDef) -> cst.CSTNode | None:
     """The module or class a function is defined in directly; None when it is nested."""
     parent = ctx.parent(func)
@@ -74,7 +80,8 @@ class _TrainingPaths:
         if self.uses_scaler(func):
             return []
         return [c for c in self.calls_in.get(id(func), [])
-                if is_backward(self.ctx, c) and scaled_backward_scaler(self.ctx, c) is None]
+                if is_backward(self.ctx, c) and scaled_backward_scaler(self.ctx, c) is None
+                and not _vector_jacobian(c)]
 
     def _callee(self, call: cst.Call, caller: cst.FunctionDef | None) -> cst.FunctionDef | None:
         """The function of this file that ``f(...)`` or ``self.f(...)`` calls."""
@@ -184,8 +191,10 @@ class Fp16TrainingWithoutScaler(Rule):
     ## False positives
     Frameworks that scale for you call the backward with the loss as an argument
     (`accelerator.backward(loss)`, `engine.backward(loss)`), which does not count as a backward
-    here. A region whose dtype is an expression is not judged. A gradient taken for its own
-    sake (a saliency map's `output.backward(gradient=...)`) is reported like training.
+    here. A region whose dtype is an expression is not judged. A backward given an explicit
+    `gradient=` (a saliency map's `output.backward(gradient=one_hot)`, a vector-Jacobian product)
+    is not a loss's: it is not reported. A loss written `loss.backward(gradient=torch.ones_like(loss))`
+    is missed.
     """
 
     code = "AMP009"
@@ -196,6 +205,18 @@ class Fp16TrainingWithoutScaler(Rule):
     may_fire = staticmethod(calls_autocast)  # every region comes from an autocast call
 
     valid = (
+        # A saliency map: the gradient of a non-scalar output, nothing trained.
+        Valid("""
+import torch
+def saliency(model, x, target):
+    x.requires_grad = True
+    with torch.autocast("cuda", dtype=torch.float16):
+        out = model(x)
+    one_hot = torch.zeros_like(out)
+    one_hot[:, target] = 1
+    out.backward(gradient=one_hot)
+    return x.grad
+"""),
         Valid("""
 import torch
 scaler = torch.amp.GradScaler("cuda")

@@ -10,7 +10,7 @@ from ..engine.context import FileContext
 from ..engine.diagnostics import Fix
 from ..engine.factories import NEW_METHODS, chain_without_calls, new_method_fix
 from ..engine.outline import Outline
-from ..engine.rule import AnyOf, Invalid, Rule, Valid, call_with
+from ..engine.rule import PARENTHESIZED, AnyOf, Invalid, Rule, Valid, call_with
 from ..engine.semantics import (
     FP32_FAMILY,
     autocast_region,
@@ -29,6 +29,7 @@ from ..policy import committed_tables
 FLOAT32, HALF, AUTOCAST_HALF, ACTIVATION = "float32", "half", "autocast half", "activation"
 _HALF_KINDS = (HALF, AUTOCAST_HALF, ACTIVATION)
 
+_FACTORY_NAMES = ("zeros", "ones", "empty", "full", "tensor", "rand", "randn")
 _FACTORIES = frozenset({"torch.zeros", "torch.ones", "torch.empty", "torch.full", "torch.tensor",
                         "torch.rand", "torch.randn"})
 _LIKE_FACTORIES = frozenset({"torch.zeros_like", "torch.ones_like", "torch.empty_like",
@@ -1004,11 +1005,15 @@ class TensorFactoryDropsDtype(Rule):
     summary = "A float32 tensor (factory without dtype) meets half activations"
     fixable = True
     uses_policy = True
-    # A factory call given a device among its own arguments, or moved to one afterwards, or
-    # a `.float()`.
-    fragments = ((AnyOf(*(call_with(factory, r"\bdevice\s*=")
-                          for factory in ("zeros", "ones", "empty", "full", "tensor", "rand", "randn")),
-                        r"\.to\(", r"\.cuda\(", r"\.float\(\)"),),)
+    # A factory call (by its own name: not `new_zeros`, `as_tensor`) given a device among its
+    # own arguments, or moved to one by a `.to(`/`.cuda(` on its result; or a `.float()` where
+    # an op that needs equal dtypes (an index-put, a scatter) or a half module may take it.
+    # The name's start is checked behind it: a leading `\b` would cost the literal scan.
+    fragments = ((AnyOf(*(call_with(rf"{f}(?<!\w{f})", r"\bdevice\s*=") for f in _FACTORY_NAMES),
+                        *(rf"{f}(?<!\w{f})\s*\((?:[^()]|{PARENTHESIZED})*\)[\s)]*\.\s*(?:to|cuda)\s*\("
+                          for f in _FACTORY_NAMES)),),
+                 (r"\.float\(\)", AnyOf(rf"\.(?:{'|'.join(_STRICT_METHODS)})\s*\(", r"\][\s)\\]*=(?!=)",
+                                         "half", "float16")))
     may_fire = staticmethod(_may_fire)
 
     valid = (

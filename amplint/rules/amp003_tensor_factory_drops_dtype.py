@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import libcst as cst
 
@@ -157,12 +157,15 @@ class _Binding:
     parameter: cst.Param | None = None
 
 
-def _walk_same_scope(scope: cst.CSTNode):
-    stack = list(scope.body) if isinstance(scope, cst.Module) else [scope.body]
-    while stack:
-        node = stack.pop()
-        yield node
-        stack.extend(c for c in node.children if not isinstance(c, (cst.FunctionDef, cst.ClassDef, cst.Lambda)))
+def _binding_scope(ctx: FileContext, node: cst.CSTNode) -> cst.CSTNode | None:
+    """The function (or the module) whose names an assignment in ``node`` binds; None in a
+    class body."""
+    for a in ctx.ancestors(node):
+        if isinstance(a, cst.FunctionDef):
+            return a
+        if isinstance(a, (cst.ClassDef, cst.Lambda)):
+            return None
+    return ctx.module
 
 
 def _targets(target: cst.BaseExpression) -> list[tuple[str, int | None]]:
@@ -188,28 +191,45 @@ class _Flow:
     def scope_of(self, node: cst.CSTNode) -> cst.CSTNode:
         return next((a for a in self.ctx.ancestors(node) if isinstance(a, cst.FunctionDef)), self.ctx.module)
 
+    @cached_property
+    def _assigned(self) -> dict[int, dict[str, list[_Binding]]]:
+        """Every scope's assignments, loop and ``with`` targets by name, from the file's index
+        (one pass, not a walk per scope)."""
+        ctx = self.ctx
+        nodes = sorted([*ctx.nodes(cst.Assign), *ctx.nodes(cst.AnnAssign), *ctx.nodes(cst.For),
+                        *ctx.nodes(cst.WithItem)], key=ctx.order)
+        found: dict[int, dict[str, list[_Binding]]] = {}
+        for node in nodes:
+            pairs: list[tuple[cst.BaseExpression, cst.BaseExpression | None]] = []
+            if isinstance(node, cst.Assign):
+                pairs = [(t.target, node.value) for t in node.targets]
+            elif isinstance(node, cst.AnnAssign) and node.value is not None:
+                pairs = [(node.target, node.value)]
+            elif isinstance(node, cst.For):
+                pairs = [(node.target, None)]
+            elif isinstance(node, cst.WithItem) and node.asname is not None:
+                pairs = [(node.asname.name, None)]
+            if not pairs:
+                continue
+            scope = _binding_scope(ctx, node)
+            if scope is None:
+                continue
+            names = found.setdefault(id(scope), {})
+            for target, value in pairs:
+                for name, index in _targets(target):
+                    names.setdefault(name, []).append(_Binding(node, value, index))
+        return found
+
     def bindings(self, scope: cst.CSTNode) -> dict[str, list[_Binding]]:
+        """The scope's bindings by name, in source order: parameters first."""
         if id(scope) not in self._bindings:
             found: dict[str, list[_Binding]] = {}
             if isinstance(scope, cst.FunctionDef):
                 params = scope.params
                 for p in [*params.posonly_params, *params.params, *params.kwonly_params]:
                     found.setdefault(p.name.value, []).append(_Binding(scope, None, parameter=p))
-            for node in _walk_same_scope(scope):
-                pairs: list[tuple[cst.BaseExpression, cst.BaseExpression | None]] = []
-                if isinstance(node, cst.Assign):
-                    pairs = [(t.target, node.value) for t in node.targets]
-                elif isinstance(node, cst.AnnAssign) and node.value is not None:
-                    pairs = [(node.target, node.value)]
-                elif isinstance(node, cst.For):
-                    pairs = [(node.target, None)]
-                elif isinstance(node, cst.WithItem) and node.asname is not None:
-                    pairs = [(node.asname.name, None)]
-                for target, value in pairs:
-                    for name, index in _targets(target):
-                        found.setdefault(name, []).append(_Binding(node, value, index))
-            for entries in found.values():
-                entries.sort(key=lambda b: self.ctx.order(b.statement))
+            for name, entries in self._assigned.get(id(scope), {}).items():
+                found.setdefault(name, []).extend(entries)
             self._bindings[id(scope)] = found
         return self._bindings[id(scope)]
 
@@ -279,6 +299,20 @@ class _Flow:
             return self._call(expr, depth)
         return _UNKNOWN
 
+    @cached_property
+    def _calls_by_name(self) -> dict[str, list[tuple[cst.Call, int]]]:
+        """The file's calls ``f(...)`` and ``self.f(...)`` without ``*args``, by ``f``, with
+        how many arguments ``self`` takes (0 or 1)."""
+        found: dict[str, list[tuple[cst.Call, int]]] = {}
+        for call in self.ctx.nodes(cst.Call):
+            name = call.func
+            offset = 0
+            if isinstance(name, cst.Attribute) and isinstance(name.value, cst.Name) and name.value.value == "self":
+                name, offset = name.attr, 1
+            if isinstance(name, cst.Name) and not any(a.star for a in call.args):
+                found.setdefault(name.value, []).append((call, offset))
+        return found
+
     def arguments(self, func: cst.FunctionDef, param: cst.Param, depth: int) -> list[_Value]:
         """The values the file passes for ``param`` where it calls ``func`` by its name (or
         as ``self.name``); empty when it passes none it can read."""
@@ -287,13 +321,7 @@ class _Flow:
             return []
         position = params.index(param.name.value) if param.name.value in params else None
         found = []
-        for call in self.ctx.nodes(cst.Call):
-            name = call.func
-            offset = 0
-            if isinstance(name, cst.Attribute) and isinstance(name.value, cst.Name) and name.value.value == "self":
-                name, offset = name.attr, 1
-            if not isinstance(name, cst.Name) or name.value != func.name.value or any(a.star for a in call.args):
-                continue
+        for call, offset in self._calls_by_name.get(func.name.value, ()):
             positional = [a.value for a in call.args if a.keyword is None]
             keyword = next((a.value for a in call.args if a.keyword is not None
                             and a.keyword.value == param.name.value), None)

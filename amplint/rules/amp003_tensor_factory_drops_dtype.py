@@ -522,10 +522,10 @@ def _meetings(flow: _Flow) -> list[_Meeting]:
 
     def promoting(node, operands, verb):
         values = [flow.value(o) for o in operands]
+        if all(_float32_origin(v, False) is None for v in values) or _cast_back(flow, node):
+            return
         # Outside a model, only a value the code makes half is known to be half.
         half = _HALF_KINDS if _in_model(ctx, node) else (HALF,)
-        if _cast_back(flow, node):
-            return
         for value in values:
             if _float32_origin(value, False) is None:
                 continue
@@ -567,6 +567,8 @@ def _meetings(flow: _Flow) -> list[_Meeting]:
         if operands:
             # Autocast casts both operands; in a half model the op fails on mixed dtypes.
             values = [flow.value(o) for o in operands]
+            if all(_float32_origin(v, False) is None for v in values):
+                continue
             half = (HALF, ACTIVATION) if _in_model(ctx, node) else (HALF,)
             for value in values:
                 other = next((o for o, v in zip(operands, values) if v.kind in half), None)
@@ -575,7 +577,7 @@ def _meetings(flow: _Flow) -> list[_Meeting]:
                     found.append(_Meeting(node, value.origin, other,
                                           f"multiplies it with `{ctx.code(other)}` (`{name}`){_HALF_NOTE}"))
     half_modules = _half_modules(ctx)
-    for call in ctx.nodes(cst.Call):
+    for call in ctx.nodes(cst.Call) if half_modules else ():
         made_half = half_modules.get(ctx.code(call.func))
         if made_half is None or ctx.order(made_half) > ctx.order(call):
             continue
@@ -597,8 +599,15 @@ def _lower_precision_operands(flow: _Flow, node: cst.CSTNode) -> list[cst.BaseEx
     ``F.linear``, ``x.bmm(y)``); empty for anything else."""
     if isinstance(node, cst.BinaryOperation):
         return [node.left, node.right] if isinstance(node.operator, cst.MatrixMultiply) else []
-    if not isinstance(node, cst.Call) \
-            or policies_of(flow.table, call_spelling(flow.ctx, node)) != {"lower_precision_fp"}:
+    if not isinstance(node, cst.Call):
+        return []
+    # A method spelling no such op, on something torch does not name: not one (rendering the
+    # receiver, as call_spelling does, costs more than the rest of the rule).
+    if isinstance(node.func, cst.Attribute) \
+            and f"torch.Tensor.{node.func.attr.value}" not in _lower_precision_spellings(flow.table) \
+            and not any(n.startswith("torch.") for n in flow.ctx.qualified_names(node.func)):
+        return []
+    if policies_of(flow.table, call_spelling(flow.ctx, node)) != {"lower_precision_fp"}:
         return []
     mc = method_call(node)
     receiver = [mc[0]] if mc is not None and not any(
@@ -950,6 +959,11 @@ def _may_fire(outline: Outline) -> bool:
                and any(_mentions(outline, side, factories, from_factories) and not isinstance(other, ast.Constant)
                        for side, other in ((b.left, b.right), (b.right, b.left)))
                for b in outline.nodes(ast.BinOp))
+
+
+@lru_cache(maxsize=None)
+def _lower_precision_spellings(table) -> frozenset[str]:
+    return frozenset(table.spellings_with("lower_precision_fp"))
 
 
 @lru_cache(maxsize=None)

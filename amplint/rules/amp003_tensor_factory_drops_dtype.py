@@ -765,6 +765,8 @@ def _fix(flow: _Flow, m: _Meeting) -> Fix | None:
 def _may_make_float32(outline: Outline, call: ast.Call) -> bool:
     """A factory call check() may take for a float32 maker, as far as the ast shows it: no
     ``dtype=`` or ``**kwargs``, a call by a torch factory's name, data that may hold a float."""
+    if isinstance(call.func, ast.Attribute) and call.func.attr not in _FACTORY_NAMES:
+        return False  # what it resolves to ends in that name too
     if any(k.arg in ("dtype", None) for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
         return False
     names = outline.qualified_names(call.func)
@@ -803,9 +805,13 @@ def _tainted(outline: Outline, makers: set[int]) -> set[str]:
         + [([a.target], a.value) for a in outline.nodes(ast.AnnAssign) if a.value is not None]
     while True:
         before = len(names)
+        pending = []
         for targets, value in assignments:
             if _mentions(outline, value, makers, names):
                 names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+            else:  # one that matched has added all it can
+                pending.append((targets, value))
+        assignments = pending
         if len(names) == before:
             return names
 
@@ -909,21 +915,22 @@ def _may_fire(outline: Outline) -> bool:
     calls = outline.nodes(ast.Call)
     moved = {id(c.func.value) for c in calls if isinstance(c.func, ast.Attribute)
              and (c.func.attr == "cuda" or (c.func.attr == "to" and _may_be_device(c)))}
-    factories = {id(c) for c in calls if _may_make_float32(outline, c)
-                 and (id(c) in moved or any(k.arg == "device" for k in c.keywords))}
-    integral = _maybe_integral_names(outline)
-    casts = {id(c) for c in calls if isinstance(c.func, ast.Attribute) and c.func.attr == "float" and not c.args
-             and _may_be_integral(c.func.value, integral)}
+    factories = {id(c) for c in calls if (id(c) in moved or any(k.arg == "device" for k in c.keywords))
+                 and _may_make_float32(outline, c)}
+    floats = [c for c in calls if isinstance(c.func, ast.Attribute) and c.func.attr == "float" and not c.args]
+    integral = _maybe_integral_names(outline) if floats else set()
+    casts = {id(c) for c in floats if _may_be_integral(c.func.value, integral)}
     if not factories and not casts:
         return False
     from_factories = _tainted(outline, factories)
     makers = factories | casts
-    from_makers = _tainted(outline, makers)
-    tensors = _maybe_tensor_names(outline)
-    parameters = {a.arg for a in outline.nodes(ast.arg)}
-    for a in outline.nodes(ast.Assign):
-        if not isinstance(a.value, ast.Constant) and any(
-                isinstance(t, ast.Subscript) and _may_be_tensor_index(t.slice, tensors, parameters)
+    from_makers = _tainted(outline, makers) if casts else from_factories
+    index_puts = [a for a in outline.nodes(ast.Assign) if not isinstance(a.value, ast.Constant)
+                  and any(isinstance(t, ast.Subscript) for t in a.targets)]
+    tensors = _maybe_tensor_names(outline) if index_puts else set()
+    parameters = {a.arg for a in outline.nodes(ast.arg)} if index_puts else set()
+    for a in index_puts:
+        if any(isinstance(t, ast.Subscript) and _may_be_tensor_index(t.slice, tensors, parameters)
                and any(_mentions(outline, e, makers, from_makers) for e in (t.value, a.value))
                for t in a.targets):
             return True

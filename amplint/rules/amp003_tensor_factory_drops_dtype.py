@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import ast
+from bisect import bisect_left
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
@@ -874,9 +875,13 @@ def _maybe_integral_names(outline: Outline) -> set[str]:
     assignments = [(a.targets, a.value) for a in outline.nodes(ast.Assign)]
     while True:
         before = len(names)
+        pending = []
         for targets, value in assignments:
             if _may_be_integral(value, names):
                 names.update(t.id for t in targets if isinstance(t, ast.Name))
+            else:  # one that matched has added all it can
+                pending.append((targets, value))
+        assignments = pending
         if len(names) == before:
             return names
 
@@ -981,13 +986,21 @@ def _lower_precision_names() -> frozenset[str]:
 
 
 def _in_model_classes(outline: Outline) -> set[int]:
-    """``_in_model`` on the ast: the ids of the nodes in a class that defines ``forward`` or
-    derives from a ``...Module``."""
+    """``_in_model`` on the ast: the ids of the calls and binary operations in a class that
+    defines ``forward`` or derives from a ``...Module``. By position (a class's nodes are
+    those that start inside it, decorators included), not a walk of each class."""
+    classes = [cls for cls in outline.nodes(ast.ClassDef)
+               if any(getattr(b, "attr", getattr(b, "id", "")).endswith("Module") for b in cls.bases) or any(
+                   isinstance(s, ast.FunctionDef) and s.name == "forward" for s in cls.body)]
+    if not classes:
+        return set()
+    nodes = sorted(((n.lineno, n.col_offset), id(n)) for kind in (ast.Call, ast.BinOp) for n in outline.nodes(kind))
+    starts = [start for start, _ in nodes]
     found: set[int] = set()
-    for cls in outline.nodes(ast.ClassDef):
-        if any(getattr(b, "attr", getattr(b, "id", "")).endswith("Module") for b in cls.bases) or any(
-                isinstance(s, ast.FunctionDef) and s.name == "forward" for s in cls.body):
-            found.update(id(n) for n in ast.walk(cls))
+    for cls in classes:
+        first = min([(cls.lineno, cls.col_offset), *((d.lineno, d.col_offset) for d in cls.decorator_list)])
+        found.update(i for _, i in nodes[bisect_left(starts, first):bisect_left(starts, (cls.end_lineno,
+                                                                                          cls.end_col_offset))])
     return found
 
 

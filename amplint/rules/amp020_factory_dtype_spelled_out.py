@@ -12,6 +12,7 @@ from ..engine.semantics import autocast_region, calls, calls_autocast, enclosing
 
 # Names of tensors that hold integers or booleans, and attributes of a module that are
 # tensors: what `x` in `device=x.device` may be without being a submodule.
+_FACTORY_NAMES = tuple(method.removeprefix("torch.") for method in NEW_METHODS)
 _NON_FLOAT_HINTS = ("ids", "idx", "index", "indices", "mask", "len", "label", "target", "count")
 
 
@@ -152,11 +153,14 @@ class FactoryDtypeSpelledOut(Rule):
     summary = "Tensor factory spells out a tensor's device and dtype: use `new_*`"
     fixable = True
     on_by_default = False
-    # A forward method or an autocast region, and a factory call with `dtype=<...>.dtype`
-    # among its own arguments.
+    # A forward method or an autocast region, and a factory call (by its own name, checked
+    # behind it: not `new_zeros`) with `dtype=<...>.dtype` and `device=<...>.device` among its
+    # own arguments.
     fragments = ((r"\.dtype", AnyOf(r"def\s+forward\b", "autocast"),
-                  AnyOf(*(call_with(factory, rf"\bdtype\s*=\s*(?:[^()]|{PARENTHESIZED})*?\.dtype\b")
-                          for factory in ("zeros", "ones", "empty", "full", "tensor")))),)
+                  AnyOf(*(call_with(rf"{f}(?<!\w{f})", rf"\bdtype\s*=\s*(?:[^()]|{PARENTHESIZED})*?\.dtype\b")
+                          for f in _FACTORY_NAMES)),
+                  AnyOf(*(call_with(rf"{f}(?<!\w{f})", rf"\bdevice\s*=\s*(?:[^()]|{PARENTHESIZED})*?\.device\b")
+                          for f in _FACTORY_NAMES))),)
     # On the ast: such a call to a torch factory in a method named forward or in a file that
     # calls autocast.
     may_fire = staticmethod(_may_fire)

@@ -9,7 +9,7 @@ import libcst as cst
 
 from ..engine.context import FileContext
 from ..engine.diagnostics import Fix
-from ..engine.factories import NEW_METHODS, chain_without_calls, new_method_fix
+from ..engine.factories import chain_without_calls, new_method_fix
 from ..engine.outline import Outline
 from ..engine.rule import PARENTHESIZED, AnyOf, Invalid, Rule, Valid, call_with
 from ..engine.semantics import (
@@ -999,8 +999,8 @@ def _in_model_classes(outline: Outline) -> set[int]:
     found: set[int] = set()
     for cls in classes:
         first = min([(cls.lineno, cls.col_offset), *((d.lineno, d.col_offset) for d in cls.decorator_list)])
-        found.update(i for _, i in nodes[bisect_left(starts, first):bisect_left(starts, (cls.end_lineno,
-                                                                                          cls.end_col_offset))])
+        end = (cls.end_lineno, cls.end_col_offset)
+        found.update(i for _, i in nodes[bisect_left(starts, first):bisect_left(starts, end)])
     return found
 
 
@@ -1074,8 +1074,8 @@ class TensorFactoryDropsDtype(Rule):
     fragments = ((AnyOf(*(call_with(rf"{f}(?<!\w{f})", r"\bdevice\s*=") for f in _FACTORY_NAMES),
                         *(rf"{f}(?<!\w{f})\s*\((?:[^()]|{PARENTHESIZED})*\)[\s)]*\.\s*(?:to|cuda)\s*\("
                           for f in _FACTORY_NAMES)),),
-                 (r"\.float\(\)", AnyOf(rf"\.(?:{'|'.join(_STRICT_METHODS)})\s*\(", r"\][\s)\\]*=(?!=)",
-                                         "half", "float16")))
+                 (r"\.float\(\)",
+                  AnyOf(rf"\.(?:{'|'.join(_STRICT_METHODS)})\s*\(", r"\][\s)\\]*=(?!=)", "half", "float16")))
     may_fire = staticmethod(_may_fire)
 
     valid = (

@@ -1071,7 +1071,10 @@ class TensorFactoryDropsDtype(Rule):
     # own arguments, or moved to one by a `.to(`/`.cuda(` on its result; or a `.float()` where
     # an op that needs equal dtypes (an index-put, a scatter) or a half module may take it.
     # The name's start is checked behind it: a leading `\b` would cost the literal scan.
-    fragments = ((AnyOf(*(call_with(rf"{f}(?<!\w{f})", r"\bdevice\s*=") for f in _FACTORY_NAMES),
+    # `torch.tensor` only with data that can be a list or a tuple (what may hold a float).
+    fragments = ((AnyOf(*(call_with(rf"{f}(?<!\w{f})", r"\bdevice\s*=") for f in _FACTORY_NAMES if f != "tensor"),
+                        rf"tensor(?<!\wtensor)\s*\(\s*(?=[\[(])(?:[^()]|{PARENTHESIZED})*?\bdevice\s*=",
+                        call_with(r"tensor(?<!\wtensor)", r"\bdata\s*="),
                         *(rf"{f}(?<!\w{f})\s*\((?:[^()]|{PARENTHESIZED})*\)[\s)]*\.\s*(?:to|cuda)\s*\("
                           for f in _FACTORY_NAMES)),),
                  (r"\.float\(\)",

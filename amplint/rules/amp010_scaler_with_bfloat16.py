@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-from typing import Iterator
-
 import libcst as cst
 
 from ..engine.context import FileContext
@@ -17,15 +15,8 @@ from ..engine.semantics import (
     method_call,
     region_dtype,
     scaled_backward_scaler,
+    subtree,
 )
-
-
-def _descendants(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(current.children)
 
 
 def _dtype_source(ac: AutocastCall) -> tuple[cst.BaseExpression, bool] | None:
@@ -95,7 +86,7 @@ def _gated(ctx: FileContext, creation: cst.Call, code: str) -> bool:
     around it, mention the dtype source or a torch dtype."""
     def mentions(node: cst.CSTNode) -> bool:
         return any(isinstance(n, (cst.Name, cst.Attribute)) and (ctx.code(n) == code or dtype_of(ctx, n))
-                   for n in _descendants(node))
+                   for n in subtree(node))
 
     if any(mentions(a.value) for a in creation.args):
         return True

@@ -105,8 +105,8 @@ def test_every_table_knows_cuda_and_cpu_and_their_default_dtypes():
 
 @pytest.mark.parametrize("code,found", [
     ("torch.zeros(3, device=x.device, dtype=x.dtype)", True),
-    ("torch.zeros(\n    (b, len(x)),  # (batch, tokens)\n    dtype=h[:, 0].dtype,\n)", True),
-    ("torch.ones(n, dtype=next(self.parameters()).dtype)", True),
+    ("torch.zeros(\n    (b, len(x)),  # (batch, tokens)\n    dtype=h[:, 0].dtype,\n    device=h.device,\n)", True),
+    ("torch.ones(n, dtype=next(self.parameters()).dtype, device=x.device)", True),
     ("torch.zeros(f(dtype=x.dtype))", False),  # the keyword of another call
     ("torch.zeros(n).to(dtype=x.dtype)", False),
 ])

@@ -11,7 +11,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from amplint.engine.tree import Index, child_fields, parse
+from amplint.engine.tree import Index, child_fields, children, parse
 from conftest import ROOT
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
@@ -122,6 +122,16 @@ def test_index_equals_libcsts_visitor(path):
     for position, node in enumerate(reference.order):
         assert index.parents.get(id(node)) is reference.parents[id(node)]
         assert index.spans[id(node)] == [position, last[id(node)]]
+
+
+@pytest.mark.parametrize("path", FILES[:8] + ["exotic"], ids=lambda p: getattr(p, "name", p))
+def test_children_are_libcsts_children_that_hold_code(path):
+    module = cst.parse_module(EXOTIC if path == "exotic" else path.read_text(encoding="utf-8"))
+    reference = _Reference()
+    module.visit(reference)
+    for node in reference.order:
+        expected = [c for c in node.children if not isinstance(c, SYNTAX)]
+        assert [id(c) for c in children(node)] == [id(c) for c in expected], type(node).__name__
 
 
 @pytest.mark.parametrize("path", FILES[-6:], ids=lambda p: p.name)

@@ -17,6 +17,7 @@ import libcst as cst
 
 from .context import FileContext
 from .names import dotted
+from .tree import children
 from .semantics import GRAD_SCALER, assigned_before, enclosing_function, named_like_optimizer, scaled_backward_scaler
 
 SCALER_CLASSES = GRAD_SCALER | {"torch.GradScaler", "torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler",
@@ -48,7 +49,7 @@ def subexpressions(expr: cst.CSTNode) -> Iterator[cst.CSTNode]:
     while stack:
         node = stack.pop()
         yield node
-        stack.extend(c for c in node.children if not isinstance(c, (cst.Lambda, cst.FunctionDef, cst.ClassDef)))
+        stack.extend(c for c in children(node) if not isinstance(c, (cst.Lambda, cst.FunctionDef, cst.ClassDef)))
 
 
 def key_text(expr: cst.BaseExpression) -> str | None:

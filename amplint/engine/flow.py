@@ -33,6 +33,7 @@ from .semantics import (
     scaled_backward_scaler,
 )
 
+from .tree import children
 from .version_gates import gate_value
 
 BACKWARD = "backward"  # loss.backward(), torch.autograd.backward(...)
@@ -439,7 +440,7 @@ def _walk(node: cst.CSTNode, into_suites: bool = False) -> Iterator[cst.CSTNode]
     while stack:
         current = stack.pop()
         yield current
-        for child in current.children:
+        for child in children(current):
             if not isinstance(child, _NESTED) and (into_suites or not isinstance(child, cst.BaseSuite)):
                 stack.append(child)
 
@@ -454,7 +455,7 @@ def _reads(ctx: FileContext, expr: cst.CSTNode) -> Iterator[str]:
         if isinstance(current, cst.Attribute):
             stack.append(current.value)
         else:
-            stack.extend(c for c in current.children if not isinstance(c, _NESTED))
+            stack.extend(c for c in children(current) if not isinstance(c, _NESTED))
 
 
 def _text(ctx: FileContext, expr: cst.BaseExpression) -> str:

@@ -23,14 +23,22 @@ def _dotted(expr: ast.expr) -> list[str] | None:
     return parts[::-1]
 
 
-# The fields each node type is walked through (an expression's Load/Store context is not);
-# None for values that are not nodes.
-_FIELDS: dict[type, tuple[str, ...] | None] = {}
+# The fields each node type is walked through: not an expression's Load/Store context, nor the
+# fields that hold identifiers, numbers or strings; None for values that are not nodes.
+_SCALAR_FIELDS = frozenset({"ctx", "id", "attr", "name", "arg", "module", "kind", "level", "type_comment",
+                            "is_async", "conversion"})
+_FIELDS: dict[type, tuple[str, ...] | None] = {str: None, int: None, type(None): None}
 
 
 def _fields(kind: type) -> tuple[str, ...] | None:
-    _FIELDS[kind] = tuple(f for f in kind._fields if f != "ctx") if issubclass(kind, ast.AST) else None
-    return _FIELDS[kind]
+    if not issubclass(kind, ast.AST):
+        found = None
+    elif kind is ast.Constant:
+        found = ()
+    else:
+        found = tuple(f for f in kind._fields if f not in _SCALAR_FIELDS)
+    _FIELDS[kind] = found
+    return found
 
 
 class Outline:
@@ -54,11 +62,9 @@ class Outline:
         while stack:
             node = stack.pop()
             kind = type(node)
-            fields = _FIELDS.get(kind)
-            if fields is None:
-                fields = _fields(kind)
-                if fields is None:  # a name, a number, a None key of a dict: not a node
-                    continue
+            fields = _FIELDS[kind] if kind in _FIELDS else _fields(kind)
+            if fields is None:  # a name in `global x`, a number in a match pattern: not a node
+                continue
             nodes = found.get(kind)
             if nodes is None:
                 nodes = found[kind] = []

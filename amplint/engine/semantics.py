@@ -11,6 +11,7 @@ import libcst as cst
 
 from .context import FileContext
 from .outline import Outline
+from .tree import children
 
 # torch.autocast and torch.amp.autocast take the device first; the per-device classes do not.
 AUTOCAST_GENERIC = frozenset({"torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast"})
@@ -51,7 +52,7 @@ def subtree(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     while stack:
         current = stack.pop()
         yield current
-        stack.extend(current.children)
+        stack.extend(children(current))
 
 
 def has_star_args(call: cst.Call) -> bool:
@@ -161,7 +162,7 @@ def _walk_same_scope(scope: cst.CSTNode) -> Iterator[cst.CSTNode]:
     while stack:
         node = stack.pop()
         yield node
-        for child in node.children:
+        for child in children(node):
             if not isinstance(child, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
                 stack.append(child)
 

@@ -11,7 +11,7 @@ from ..engine.context import FileContext
 from ..engine.diagnostics import Fix
 from ..engine.factories import chain_without_calls, new_method_fix
 from ..engine.outline import Outline
-from ..engine.rule import PARENTHESIZED, AnyOf, Invalid, Rule, Valid, call_with
+from ..engine.rule import PARENTHESIZED, AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import (
     FP32_FAMILY,
     autocast_region,
@@ -763,6 +763,11 @@ def _fix(flow: _Flow, m: _Meeting) -> Fix | None:
     return Fix(f"Pass `dtype={other}.dtype`", (ctx.replace(m.origin, ctx.module.code_for_node(new)),), "unsafe")
 
 
+# What a factory's fragment lets through between its parentheses: text and nested groups,
+# but no `dtype=` or `**` of its own (check() never reports a factory given either).
+_ARGUMENT = rf"(?:(?!\bdtype\s*=|\*\*)[^()]|{PARENTHESIZED})"
+
+
 def _may_make_float32(outline: Outline, call: ast.Call) -> bool:
     """A factory call check() may take for a float32 maker, as far as the ast shows it: no
     ``dtype=`` or ``**kwargs``, a call by a torch factory's name, data that may hold a float."""
@@ -1068,14 +1073,16 @@ class TensorFactoryDropsDtype(Rule):
     fixable = True
     uses_policy = True
     # A factory call (by its own name: not `new_zeros`, `as_tensor`) given a device among its
-    # own arguments, or moved to one by a `.to(`/`.cuda(` on its result; or a `.float()` where
-    # an op that needs equal dtypes (an index-put, a scatter) or a half module may take it.
-    # The name's start is checked behind it: a leading `\b` would cost the literal scan.
-    # `torch.tensor` only with data that can be a list or a tuple (what may hold a float).
-    fragments = ((AnyOf(*(call_with(rf"{f}(?<!\w{f})", r"\bdevice\s*=") for f in _FACTORY_NAMES if f != "tensor"),
-                        rf"tensor(?<!\wtensor)\s*\(\s*(?=[\[(])(?:[^()]|{PARENTHESIZED})*?\bdevice\s*=",
-                        call_with(r"tensor(?<!\wtensor)", r"\bdata\s*="),
-                        *(rf"{f}(?<!\w{f})\s*\((?:[^()]|{PARENTHESIZED})*\)[\s)]*\.\s*(?:to|cuda)\s*\("
+    # own arguments, or moved to one by a `.to(`/`.cuda(` on its result, and given no `dtype=`
+    # or `**kwargs` (_ARGUMENT); or a `.float()` where an op that needs equal dtypes (an
+    # index-put, a scatter) or a half module may take it. The name's start is checked behind
+    # it: a leading `\b` would cost the literal scan. `torch.tensor` only with data that can
+    # be a list or a tuple (what may hold a float).
+    fragments = ((AnyOf(*(rf"{f}(?<!\w{f})\s*\({_ARGUMENT}*?\bdevice\s*={_ARGUMENT}*\)"
+                          for f in _FACTORY_NAMES if f != "tensor"),
+                        rf"tensor(?<!\wtensor)\s*\(\s*(?=[\[(]){_ARGUMENT}*?\bdevice\s*={_ARGUMENT}*\)",
+                        rf"tensor(?<!\wtensor)\s*\({_ARGUMENT}*?\bdata\s*={_ARGUMENT}*\)",
+                        *(rf"{f}(?<!\w{f})\s*\({_ARGUMENT}*\)[\s)]*\.\s*(?:to|cuda)\s*\("
                           for f in _FACTORY_NAMES)),),
                  (r"\.float\(\)",
                   AnyOf(rf"\.(?:{'|'.join(_STRICT_METHODS)})\s*\(", r"\][\s)\\]*=(?!=)", "half", "float16")))

@@ -22,6 +22,7 @@ from ..engine.semantics import (
     region_table,
     subtree,
 )
+from ..engine.tree import children
 
 # float16's smallest subnormal is 2**-24; anything below half of it rounds to 0.
 FP16_SMALLEST = 2.0 ** -24
@@ -254,7 +255,7 @@ def _data_walk(node: cst.CSTNode):
         if isinstance(current, cst.Call) and isinstance(current.func, cst.Attribute) \
                 and current.func.attr.value in _METADATA:
             continue
-        stack.extend(c for c in current.children if not isinstance(c, cst.SubscriptElement))
+        stack.extend(c for c in children(current) if not isinstance(c, cst.SubscriptElement))
 
 
 def _caller_tensor(ctx: FileContext, value: cst.BaseExpression,

@@ -13,6 +13,7 @@ from ..engine.factories import chain_without_calls, new_method_fix
 from ..engine.outline import Outline
 from ..engine.rule import PARENTHESIZED, AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import (
+    DTYPES,
     FP32_FAMILY,
     autocast_region,
     call_spelling,
@@ -64,6 +65,8 @@ _RECURRENT = frozenset({"torch.nn.LSTM", "torch.nn.GRU", "torch.nn.RNN", "torch.
                         "torch.nn.GRUCell", "torch.nn.RNNCell"})
 _PROMOTING = {cst.Add: "adds it to", cst.Subtract: "subtracts", cst.Multiply: "multiplies it with",
               cst.Divide: "divides"}
+# Attributes of a tensor that are that tensor's values, in its dtype.
+_SAME_VALUE_ATTRIBUTES = frozenset({"T", "mT", "H", "mH", "data", "real"})
 _NON_FLOAT_HINTS = ("ids", "idx", "index", "indices", "mask", "len", "label", "target", "count")
 _FLOAT_CONSTANTS = frozenset({"math.inf", "math.nan", "math.pi", "math.e", "math.tau",
                               "numpy.inf", "numpy.nan", "numpy.pi", "numpy.e"})
@@ -281,7 +284,7 @@ class _Flow:
         if isinstance(expr, cst.Subscript):
             return self.value(expr.value, depth - 1)
         if isinstance(expr, cst.Attribute):
-            if expr.attr.value in ("T", "mT", "H", "mH", "data", "real"):
+            if expr.attr.value in _SAME_VALUE_ATTRIBUTES:
                 return self.value(expr.value, depth - 1)
             root = _root(expr)
             if expr.attr.value in ("weight", "bias") and isinstance(root, cst.Name) and root.value == "self":
@@ -814,12 +817,22 @@ def _tainted(outline: Outline, makers: set[int]) -> set[str]:
         pending = []
         for targets, value in assignments:
             if _mentions(outline, value, makers, names):
-                names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+                names.update(n.id for t in targets for n in _bound_names(t))
             else:  # one that matched has added all it can
                 pending.append((targets, value))
         assignments = pending
         if len(names) == before:
             return names
+
+
+def _bound_names(target: ast.expr) -> list[ast.Name]:
+    """The names an assignment to ``target`` binds as ``_targets`` sees them: a name, or the
+    names of a tuple or list (not the object of ``self.x = ...`` or ``x[i] = ...``)."""
+    if isinstance(target, ast.Name):
+        return [target]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [e for e in target.elts if isinstance(e, ast.Name)]
+    return []
 
 
 def _mentions(outline: Outline, expr: ast.AST | None, makers: set[int], names: set[str]) -> bool:
@@ -841,7 +854,9 @@ def _mentions(outline: Outline, expr: ast.AST | None, makers: set[int], names: s
         # A tensor's method keeps its tensor's dtype; another call (a module) makes its own.
         return isinstance(func, ast.Attribute) and not (isinstance(func.value, ast.Name) and func.value.id == "self") \
             and _mentions(outline, func.value, makers, names)
-    if isinstance(expr, (ast.Subscript, ast.Attribute, ast.Starred)):
+    if isinstance(expr, ast.Attribute):  # `_Flow.value` follows only these attributes
+        return expr.attr in _SAME_VALUE_ATTRIBUTES and _mentions(outline, expr.value, makers, names)
+    if isinstance(expr, (ast.Subscript, ast.Starred)):
         return _mentions(outline, expr.value, makers, names)
     if isinstance(expr, ast.UnaryOp):
         return not isinstance(expr.op, (ast.Invert, ast.Not)) and _mentions(outline, expr.operand, makers, names)
@@ -956,11 +971,13 @@ def _may_fire(outline: Outline) -> bool:
     # Values that promote meet half values in a model, or where the file makes some half.
     made_half = any(a.attr in ("half", "bfloat16", "float16") for a in outline.nodes(ast.Attribute))
     anywhere = made_half or calls_autocast(outline)
+    half_modules = _may_be_half_modules(outline) if made_half else set()
     in_model = set() if anywhere else _in_model_classes(outline)
     recurrent = bool(outline.calls_to(_RECURRENT))
     for c in calls:
-        if made_half and any(_mentions(outline, a, makers, from_makers) for a in c.args):
-            return True  # perhaps passed to a half module
+        if half_modules and ast.unparse(c.func) in half_modules \
+                and any(_mentions(outline, a, makers, from_makers) for a in [*c.args, *(k.value for k in c.keywords)]):
+            return True  # passed to a half module
         if (anywhere or id(c) in in_model) \
                 and (recurrent or not outline.qualified_names(c.func).isdisjoint(_CONCATENATIONS)) \
                 and any(_mentions(outline, a, factories, from_factories) for a in c.args):
@@ -976,6 +993,27 @@ def _may_fire(outline: Outline) -> bool:
                and any(_mentions(outline, side, factories, from_factories) and not isinstance(other, ast.Constant)
                        for side, other in ((b.left, b.right), (b.right, b.left)))
                for b in outline.nodes(ast.BinOp))
+
+
+_HALF_DTYPES = frozenset(name for name, dtype in DTYPES.items() if dtype in ("float16", "bfloat16"))
+
+
+def _may_be_half_modules(outline: Outline) -> set[str]:
+    """``_half_modules``' keys, as ``ast.unparse`` writes them: what a statement of its own
+    makes half (`model.half()`, `.bfloat16()`, `.to(torch.float16)`), or the name it is
+    assigned to."""
+    def makes_half(value: ast.expr) -> bool:
+        if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)):
+            return False
+        if value.func.attr in ("half", "bfloat16"):
+            return not value.args and not value.keywords
+        return value.func.attr == "to" and any(not outline.qualified_names(a).isdisjoint(_HALF_DTYPES)
+                                               for a in [*value.args, *(k.value for k in value.keywords)])
+
+    found = {ast.unparse(s.value.func.value) for s in outline.nodes(ast.Expr) if makes_half(s.value)}
+    found.update(ast.unparse(a.targets[0]) for a in outline.nodes(ast.Assign)
+                 if len(a.targets) == 1 and makes_half(a.value))
+    return found
 
 
 @lru_cache(maxsize=None)

@@ -144,7 +144,13 @@ def test_call_fragment_reads_the_call_own_arguments(code, found):
     ("AMP004", "from torch.cuda import amp\nwith amp.autocast():\n    pass\n", True),
     # AMP015: a checkpoint written or restored.
     ("AMP015", "import torch\nscaler = torch.amp.GradScaler()\nstate = model.state_dict()\n", False),
-    ("AMP015", "from torch import save\nscaler = GradScaler()\nsave(model.state_dict(), p)\n", True),
+    ("AMP015", "from torch import save\nfrom torch.amp import GradScaler\nscaler = GradScaler()\n"
+               "save(model.state_dict(), p)\n", True),
+    # ... and a GradScaler in use: created, received or scaling a loss.
+    ("AMP015", "from torch import save\nscaler = LossScaler()\nsave(model.state_dict(), p)\n", False),
+    ("AMP015", "import torch\ndef save(model, scaler, p):\n    torch.save(model.state_dict(), p)\n", True),
+    ("AMP015", "import torch\ndef save(model, s, p):\n    s.scale(l).backward()\n    torch.save(model.state_dict(), p)\n",
+     True),
     # AMP016: a torch.optim optimizer and a backward pass.
     ("AMP016", "import torch\nmodel.half()\nopt = torch.optim.SGD(model.parameters())\n", False),
     ("AMP016", "import torch.optim as optim\nmodel.half()\nopt = optim.SGD(model.parameters())\n"
@@ -159,6 +165,11 @@ def test_call_fragment_reads_the_call_own_arguments(code, found):
     ("AMP018", "import torch\nwith torch.autocast('cuda'):\n    y = x + 1e-6\n", False),
     ("AMP018", "import torch\nwith torch.autocast('cuda'):\n    y = x + 1e-8\n", True),
     ("AMP018", "import torch\nwith torch.autocast('cuda'):\n    y = x + 0.0000000_1\n", True),
+    # Outside regions: a public function on a `Tensor` that guards its own division, log or root.
+    ("AMP018", "import torch\ndef f(x: torch.Tensor):\n    return x / (x.norm() + 1e-8)\n", True),
+    ("AMP018", "import torch\ndef _f(x: torch.Tensor):\n    return x / (x.norm() + 1e-8)\n", False),
+    ("AMP018", "import torch\ndef f(x: torch.Tensor):\n    return x.norm()\ndef g(x):\n    return x / (x + 1e-8)\n",
+     False),
     # AMP019: an op that needs equal dtypes, through `@`, an import or a method, given a name
     # and a float32 value.
     ("AMP019", "import torch\nwith torch.autocast('cuda'):\n    h = x.relu()\nout = torch.zeros(3) + h\n", False),

@@ -4,9 +4,9 @@ import ast
 
 import libcst as cst
 
-from ..engine.checkpoints import (Scaler, checkpoints, holds, key_text, last_name, name_words, named_like_scaler,
-                                  optimizer_restores, restores_from_checkpoint, scaler_creations, scalers,
-                                  spelled, subexpressions)
+from ..engine.checkpoints import (SCALER_CLASSES, SCALER_PARAMS, Scaler, checkpoints, holds, key_text, last_name,
+                                  name_words, named_like_scaler, optimizer_restores, restores_from_checkpoint,
+                                  scaler_creations, scalers, spelled, subexpressions)
 from ..engine.context import FileContext
 from ..engine.outline import Outline
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
@@ -43,9 +43,23 @@ def _may_be_optimizer(expr: ast.expr) -> bool:
     return named_like_optimizer(expr.id) if isinstance(expr, ast.Name) else True
 
 
+def _may_use_scaler(outline: Outline) -> bool:
+    """``scalers``, loosely: a parameter that receives a scaler, a GradScaler class named (to
+    create one, or to alias it), or ``S.scale(loss).backward()``."""
+    if any(a.arg in SCALER_PARAMS or (a.annotation is not None and "GradScaler" in ast.unparse(a.annotation))
+           for a in outline.nodes(ast.arg)):
+        return True
+    if any(isinstance(c.func.value, ast.Call) and isinstance(c.func.value.func, ast.Attribute)
+           and c.func.value.func.attr == "scale" for c in outline.method_calls("backward")):
+        return True
+    return outline.refers_to(SCALER_CLASSES)
+
+
 def _may_fire(outline: Outline) -> bool:
-    """A save, load, restore or resume call, an optimizer's state, or a key naming an optimizer:
-    what every finding needs."""
+    """A GradScaler used, and a save, load, restore or resume call, an optimizer's state, or a
+    key naming an optimizer: what every finding needs."""
+    if not _may_use_scaler(outline):
+        return False
     for call in outline.nodes(ast.Call):
         func = call.func
         name = (func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else "").lower()

@@ -78,10 +78,24 @@ def _may_fire(outline: Outline) -> bool:
     if any(_called(c) == "half" or _called(c) == "to" and ("float16" in ast.dump(c) or "half" in ast.dump(c))
            for c in calls):
         return True
-    return any(_called(c) in _NORMS | _PROBABILITIES for c in calls) and any(
-        not (f.name.startswith("_") and not f.name.endswith("__")) and any(
-            a.annotation is not None and "Tensor" in ast.dump(a.annotation) for a in f.args.args + f.args.kwonlyargs)
-        for kind in (ast.FunctionDef, ast.AsyncFunctionDef) for f in outline.nodes(kind))
+    # Else a public function with a ``Tensor`` parameter that guards a division, log or root
+    # itself (the guard's function is the one _check_caller_dtype reads).
+    if not any(_called(c) in _NORMS | _PROBABILITIES for c in calls):
+        return False
+    for kind in (ast.FunctionDef, ast.AsyncFunctionDef):
+        for f in outline.nodes(kind):
+            if (f.name.startswith("_") and not f.name.endswith("__")) or not any(
+                    a.annotation is not None and "Tensor" in ast.dump(a.annotation)
+                    for a in f.args.args + f.args.kwonlyargs):
+                continue
+            inside = list(ast.walk(f))
+            if any(isinstance(b, ast.BinOp) and isinstance(b.op, ast.Add) and (tiny(b.left) or tiny(b.right))
+                   or isinstance(b, ast.Call) and _called(b) in _CLAMPS
+                   and any(tiny(a) for a in (*b.args, *(k.value for k in b.keywords))) for b in inside) \
+                    and any(isinstance(b, ast.BinOp) and isinstance(b.op, ast.Div)
+                            or isinstance(b, ast.Call) and _called(b) in _SINGULAR for b in inside):
+                return True
+    return False
 
 
 def _tiny(node: cst.BaseExpression) -> float | None:

@@ -45,11 +45,15 @@ class Prefilter:
     """
 
     def __init__(self, rules: Sequence[type[Rule]]):
-        compiled: dict[str, re.Pattern] = {}
+        compiled: dict[str, re.Pattern | str] = {}
 
-        def alternatives(item: str | AnyOf) -> tuple[re.Pattern, ...]:
+        def searcher(pattern: str) -> re.Pattern | str:
+            # A plain word is found faster by ``in`` than by the regex engine.
+            return pattern if re.escape(pattern) == pattern else re.compile(tolerant_of_spacing(pattern))
+
+        def alternatives(item: str | AnyOf) -> tuple[re.Pattern | str, ...]:
             patterns = item.patterns if isinstance(item, AnyOf) else (item,)
-            return tuple(compiled.setdefault(p, re.compile(tolerant_of_spacing(p))) for p in patterns)
+            return tuple(compiled.setdefault(p, searcher(p)) for p in patterns)
 
         self.rules = [(rule, [[alternatives(item) for item in (f if isinstance(f, tuple) else (f,))]
                               for f in rule.fragments])
@@ -57,11 +61,11 @@ class Prefilter:
 
     def matching(self, text: str) -> list[type[Rule]]:
         """The rules whose fragments the text contains."""
-        seen: dict[re.Pattern, bool] = {}
+        seen: dict[re.Pattern | str, bool] = {}
 
-        def found(pattern: re.Pattern) -> bool:
+        def found(pattern: re.Pattern | str) -> bool:
             if pattern not in seen:
-                seen[pattern] = pattern.search(text) is not None
+                seen[pattern] = pattern in text if type(pattern) is str else pattern.search(text) is not None
             return seen[pattern]
 
         return [rule for rule, groups in self.rules

@@ -66,7 +66,7 @@ class ClipGradWithoutUnscale(Rule):
     summary = "Gradient clipping on scaled gradients (no scaler.unscale_ first)"
     fixable = True
     # A scaler (a scaled backward, a GradScaler, a parameter named like one) and a clip.
-    fragments = ((AnyOf(r"\.scale\(", "scaler", "Scaler", r"\.unscale_\("), "clip_grad"),)
+    fragments = (("clip_grad", AnyOf(r"\.scale\(", "scaler", "Scaler", r"\.unscale_\(")),)  # the rarer first
 
     valid = (
         Valid("""

@@ -13,6 +13,7 @@ from ..engine.factories import chain_without_calls, new_method_fix
 from ..engine.outline import Outline
 from ..engine.rule import PARENTHESIZED, AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import (
+    AUTOCAST,
     DTYPES,
     FP32_FAMILY,
     autocast_region,
@@ -970,9 +971,10 @@ def _may_fire(outline: Outline) -> bool:
             return True
     # Values that promote meet half values in a model, or where the file makes some half.
     made_half = any(a.attr in ("half", "bfloat16", "float16") for a in outline.nodes(ast.Attribute))
-    anywhere = made_half or calls_autocast(outline)
+    # Outside a model or region only a value the file makes half is half.
+    anywhere = made_half
     half_modules = _may_be_half_modules(outline) if made_half else set()
-    in_model = set() if anywhere else _in_model_classes(outline)
+    in_model = set() if anywhere else _in_model_on_ast(outline)
     recurrent = bool(outline.calls_to(_RECURRENT))
     for c in calls:
         if half_modules and ast.unparse(c.func) in half_modules \
@@ -1028,21 +1030,33 @@ def _lower_precision_names() -> frozenset[str]:
                      for spelling in table.spellings_with("lower_precision_fp"))
 
 
-def _in_model_classes(outline: Outline) -> set[int]:
+def _in_model_on_ast(outline: Outline) -> set[int]:
     """``_in_model`` on the ast: the ids of the calls and binary operations in a class that
-    defines ``forward`` or derives from a ``...Module``. By position (a class's nodes are
-    those that start inside it, decorators included), not a walk of each class."""
-    classes = [cls for cls in outline.nodes(ast.ClassDef)
-               if any(getattr(b, "attr", getattr(b, "id", "")).endswith("Module") for b in cls.bases) or any(
-                   isinstance(s, ast.FunctionDef) and s.name == "forward" for s in cls.body)]
-    if not classes:
+    defines ``forward`` or derives from a ``...Module``, or in an autocast region (a ``with``
+    on an autocast call or on a name, in a file that calls autocast, or a function with an
+    autocast decorator). By position (a class's nodes are those that start inside it,
+    decorators included), not a walk of each."""
+    spans = [(min([(cls.lineno, cls.col_offset), *((d.lineno, d.col_offset) for d in cls.decorator_list)]),
+              (cls.end_lineno, cls.end_col_offset))
+             for cls in outline.nodes(ast.ClassDef)
+             if any(getattr(b, "attr", getattr(b, "id", "")).endswith("Module") for b in cls.bases) or any(
+                 isinstance(s, ast.FunctionDef) and s.name == "forward" for s in cls.body)]
+    if calls_autocast(outline):
+        def autocast(expr: ast.expr) -> bool:
+            return isinstance(expr, ast.Call) and not outline.qualified_names(expr.func).isdisjoint(AUTOCAST)
+
+        spans += [((w.lineno, w.col_offset), (w.end_lineno, w.end_col_offset))
+                  for kind in (ast.With, ast.AsyncWith) for w in outline.nodes(kind)
+                  if any(autocast(item.context_expr) or isinstance(item.context_expr, ast.Name) for item in w.items)]
+        spans += [((f.lineno, f.col_offset), (f.end_lineno, f.end_col_offset))
+                  for kind in (ast.FunctionDef, ast.AsyncFunctionDef) for f in outline.nodes(kind)
+                  if any(autocast(d) for d in f.decorator_list)]
+    if not spans:
         return set()
     nodes = sorted(((n.lineno, n.col_offset), id(n)) for kind in (ast.Call, ast.BinOp) for n in outline.nodes(kind))
     starts = [start for start, _ in nodes]
     found: set[int] = set()
-    for cls in classes:
-        first = min([(cls.lineno, cls.col_offset), *((d.lineno, d.col_offset) for d in cls.decorator_list)])
-        end = (cls.end_lineno, cls.end_col_offset)
+    for first, end in spans:
         found.update(i for _, i in nodes[bisect_left(starts, first):bisect_left(starts, end)])
     return found
 
@@ -1115,13 +1129,15 @@ class TensorFactoryDropsDtype(Rule):
     # or `**kwargs` (_ARGUMENT); or a `.float()` where an op that needs equal dtypes (an
     # index-put, a scatter) or a half module may take it. The name's start is checked behind
     # it: a leading `\b` would cost the literal scan. `torch.tensor` only with data that can
-    # be a list or a tuple (what may hold a float).
-    fragments = ((AnyOf(*(rf"{f}(?<!\w{f})\s*\({_ARGUMENT}*?\bdevice\s*={_ARGUMENT}*\)"
+    # be a list or a tuple (what may hold a float). Each group starts with a cheap pattern its
+    # others need, which most files lack.
+    fragments = (("device",
+                  AnyOf(*(rf"{f}(?<!\w{f})\s*\({_ARGUMENT}*?\bdevice\s*={_ARGUMENT}*\)"
                           for f in _FACTORY_NAMES if f != "tensor"),
                         rf"tensor(?<!\wtensor)\s*\(\s*(?=[\[(]){_ARGUMENT}*?\bdevice\s*={_ARGUMENT}*\)",
-                        rf"tensor(?<!\wtensor)\s*\({_ARGUMENT}*?\bdata\s*={_ARGUMENT}*\)",
-                        *(rf"{f}(?<!\w{f})\s*\({_ARGUMENT}*\)[\s)]*\.\s*(?:to|cuda)\s*\("
-                          for f in _FACTORY_NAMES)),),
+                        rf"tensor(?<!\wtensor)\s*\((?={_ARGUMENT}*?\bdata\s*=){_ARGUMENT}*?\bdevice\s*={_ARGUMENT}*\)")),
+                 (r"\.\s*(?:to|cuda)\s*\(",
+                  AnyOf(*(rf"{f}(?<!\w{f})\s*\({_ARGUMENT}*\)[\s)]*\.\s*(?:to|cuda)\s*\(" for f in _FACTORY_NAMES))),
                  (r"\.float\(\)",
                   AnyOf(rf"\.(?:{'|'.join(_STRICT_METHODS)})\s*\(", r"\][\s)\\]*=(?!=)", "half", "float16")))
     may_fire = staticmethod(_may_fire)

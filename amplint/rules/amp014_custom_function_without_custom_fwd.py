@@ -266,7 +266,7 @@ class CustomFunctionWithoutCustomFwd(Rule):
     name = "custom-function-without-custom-fwd"
     summary = "autograd.Function without custom_fwd/custom_bwd whose dtypes autocast changes"
     uses_policy = True
-    fragments = ((r"autocast", r"Function"), (r"custom_bwd", r"Function"), (r"enable_grad", r"Function"))
+    fragments = (("Function", "autocast"), ("Function", "custom_bwd"), ("Function", "enable_grad"))  # rarer first
     # Every region comes from an autocast call; a lone custom_bwd is a bug anywhere, and so is a
     # backward that recomputes (under enable_grad) without custom_bwd.
     may_fire = staticmethod(_may_fire)

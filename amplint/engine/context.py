@@ -157,6 +157,12 @@ class FileContext:
         """The node's rank in source order (``a`` before ``b`` iff ``order(a) < order(b)``)."""
         return self._index.spans[id(node)][0]
 
+    def span(self, node: cst.CSTNode) -> tuple[int, int]:
+        """The ranks of ``node`` and of its last descendant: ``node`` holds exactly the nodes
+        ranked between them."""
+        first, last = self._index.spans[id(node)]
+        return first, last
+
     def contains(self, outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
         first, last = self._index.spans[id(outer)]
         return first <= self._index.spans[id(inner)][0] <= last

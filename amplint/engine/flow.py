@@ -15,6 +15,7 @@ sets merged at every join and capped, so the cost stays linear in the function's
 from __future__ import annotations
 
 import re
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Hashable, Iterator
@@ -176,6 +177,7 @@ def _class_like(func: cst.BaseExpression) -> bool:
 
 
 _NESTED = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+_NOT_ENTERED = (*_NESTED, cst.BaseSuite)  # what _events_in leaves to the lowering
 
 
 class _Lowering:
@@ -370,9 +372,10 @@ class _Lowering:
     # -- events
 
     def _events_in(self, node: cst.CSTNode) -> list:
-        found = [c for c in _walk(node) if isinstance(c, cst.Call)]
-        found.sort(key=self.ctx.order)
-        return [e for call in found if (e := self._call_event(call)) is not None]
+        """The events of the calls in ``node`` (not in the bodies of its compound statements,
+        nor in nested functions, classes and lambdas), in source order: the calls the file's
+        index ranks inside ``node``, less those below such a body or definition."""
+        return [e for call in _calls_within(self.ctx, node) if (e := self._call_event(call)) is not None]
 
     def _event(self, event: Event) -> Event:
         self.events.append(event)
@@ -431,6 +434,26 @@ def _params(params: cst.Parameters) -> Iterator[cst.Param]:
     for star in (params.star_arg, params.star_kwarg):
         if isinstance(star, cst.Param):
             yield star
+
+
+def _calls_within(ctx: FileContext, node: cst.CSTNode) -> list[cst.Call]:
+    ranked = ctx.__dict__.get("_call_ranks")
+    if ranked is None:
+        calls = ctx.nodes(cst.Call)  # in source order
+        ranked = ctx.__dict__["_call_ranks"] = (calls, [ctx.order(c) for c in calls])
+    calls, ranks = ranked
+    first, last = ctx.span(node)
+    found = []
+    for call in calls[bisect_left(ranks, first):bisect_right(ranks, last)]:
+        if call is node:
+            found.append(call)
+            continue
+        ancestor = ctx.parent(call)
+        while ancestor is not node and not isinstance(ancestor, _NOT_ENTERED):
+            ancestor = ctx.parent(ancestor)
+        if ancestor is node:
+            found.append(call)
+    return found
 
 
 def _walk(node: cst.CSTNode, into_suites: bool = False) -> Iterator[cst.CSTNode]:

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -282,3 +283,81 @@ def test_output_file_quiet_and_exit_non_zero_on_fix(tmp_path):
     assert fixed.returncode == 1 and (tmp_path / "train.py").read_text() == FIXED
     again = _amplint("check", "--no-cache", "--fix", "--exit-non-zero-on-fix", "train.py", cwd=tmp_path)
     assert again.returncode == 0
+
+
+def test_fix_keeps_a_hard_link_one_file_under_every_name(tmp_path):
+    (tmp_path / "src").mkdir()
+    train = tmp_path / "src" / "train.py"
+    train.write_bytes(FAULTY.replace("\n", "\r\n").encode())  # line endings kept, too
+    train.chmod(0o640)
+    alias = tmp_path / "alias.py"  # outside the folder checked: fixed through the other name
+    os.link(train, alias)
+    single = tmp_path / "src" / "single.py"  # one name: replaced by a rename, as before
+    single.write_text(FAULTY)
+    single_inode = single.stat().st_ino
+    result = _amplint("check", "--no-cache", "--fix", "src", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Fixed 8 findings in 2 files." in result.stderr
+    for name in (train, alias):
+        assert name.read_bytes() == FIXED.replace("\n", "\r\n").encode(), name
+    assert train.stat().st_ino == alias.stat().st_ino and train.stat().st_nlink == 2
+    assert stat.S_IMODE(train.stat().st_mode) == 0o640
+    assert single.read_text() == FIXED and single.stat().st_ino != single_inode
+    assert sorted(p.name for p in (tmp_path / "src").iterdir()) == ["single.py", "train.py"]  # nothing left over
+
+
+def test_fix_of_two_names_of_one_file_in_the_same_run(tmp_path):
+    (tmp_path / "a.py").write_text(FAULTY)
+    os.link(tmp_path / "a.py", tmp_path / "b.py")
+    result = _amplint("check", "--no-cache", "--fix", "--output-format", "concise", ".", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (tmp_path / "a.py").read_text() == (tmp_path / "b.py").read_text() == FIXED
+    assert (tmp_path / "a.py").stat().st_ino == (tmp_path / "b.py").stat().st_ino
+
+
+def test_a_hard_linked_file_changed_meanwhile_is_not_written(tmp_path):
+    path, other = tmp_path / "train.py", tmp_path / "other.py"
+    path.write_text("edited by the user\n")
+    os.link(path, other)
+    with pytest.raises(source_io.ChangedOnDisk, match="changed on disk"):
+        source_io.write_atomically(path, b"fixed\n", expected=FAULTY.encode())
+    assert path.read_text() == other.read_text() == "edited by the user\n"
+    source_io.write_atomically(path, b"fixed\n", expected=b"edited by the user\n")
+    assert path.read_text() == other.read_text() == "fixed\n"
+    assert path.stat().st_ino == other.stat().st_ino
+    # Through a symlink to one of the names: the link stays a link, the file stays linked.
+    link = tmp_path / "link.py"
+    link.symlink_to(other)
+    source_io.write_atomically(link, b"shorter\n", expected=b"fixed\n")
+    assert link.is_symlink() and path.read_bytes() == b"shorter\n" and path.stat().st_nlink == 2
+    path.chmod(0o444)
+    with pytest.raises(PermissionError, match="read-only"):
+        source_io.write_atomically(other, b"again\n", expected=b"shorter\n")
+    assert other.read_bytes() == b"shorter\n"
+
+
+@pytest.mark.skipif(not hasattr(os, "link") or sys.platform == "win32", reason="POSIX hard links and rlimits")
+def test_a_hard_linked_file_that_cannot_grow_is_left_whole(tmp_path):
+    """A file-size limit just above the old text: the longer fixed text cannot be written. The
+    file keeps its old text, whole, under both names (and the rename path keeps it too)."""
+    import resource
+    import signal
+    (tmp_path / "linked.py").write_text(FAULTY)
+    os.link(tmp_path / "linked.py", tmp_path / "alias.py")
+    (tmp_path / "single.py").write_text(FAULTY)
+    limit = len(FAULTY.encode()) + 10  # FIXED is longer
+
+    def limited():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    result = subprocess.run([sys.executable, "-m", "amplint", "check", "--no-cache", "--fix", "--output-format",
+                             "concise", "linked.py", "single.py"], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=120, preexec_fn=limited)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "linked.py:1:1: AMP999 cannot write fixes to linked.py: " in result.stdout
+    assert "single.py:1:1: AMP999 cannot write fixes to single.py: " in result.stdout
+    for name in ("linked.py", "alias.py", "single.py"):
+        assert (tmp_path / name).read_text() == FAULTY, name
+    assert (tmp_path / "linked.py").stat().st_nlink == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["alias.py", "linked.py", "single.py"]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import codecs
+import contextlib
+import errno
 import io
 import os
 import re
@@ -89,18 +91,29 @@ class ChangedOnDisk(OSError):
 
 
 def write_atomically(path: Path, data: bytes, expected: bytes | None = None) -> None:
-    """Replace ``path`` in one step, keeping its permission bits; a reader never sees half a file.
-    A file without write permission is left alone (renaming over it would succeed). A symlink
-    stays a symlink: the file it points to is the one replaced. With ``expected``, the file
-    is replaced only if it still holds exactly that (or already holds ``data``)."""
+    """Write ``data`` to ``path``, keeping its permission bits; a file without write permission
+    is left alone (renaming over it would succeed). A symlink stays a symlink: the file it
+    points to is the one written. With ``expected``, the file is written only if it still holds
+    exactly that (or already holds ``data``); otherwise ChangedOnDisk, and nothing is written.
+
+    A file with one name is replaced in one step (a new file, flushed to disk, renamed over
+    it): a reader never sees half a file. A file with more names (hard links) is written in
+    place instead, as ruff does, so that every name still shows one file, fixed: see
+    ``_write_in_place``."""
     path = Path(os.path.realpath(path))
-    mode = path.stat().st_mode
+    before = path.stat()
+    mode = before.st_mode
     if not mode & stat.S_IWUSR:
         raise PermissionError(f"{path} is read-only")
+    if before.st_nlink > 1:
+        _write_in_place(path, data, expected, before)
+        return
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".amplint")
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
         os.chmod(tmp, mode & 0o7777)
         if expected is not None:
             current = path.read_bytes()
@@ -114,3 +127,60 @@ def write_atomically(path: Path, data: bytes, expected: bytes | None = None) -> 
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _write_in_place(path: Path, data: bytes, expected: bytes | None, before: os.stat_result) -> None:
+    """Overwrite a hard-linked file through its own inode (a rename would give this name a new
+    file and leave the other names with the old text). The file opened must be the one looked
+    at, a regular file, holding ``expected``; room for the new text is reserved before a byte
+    changes (running out of space then leaves the file as it was); the whole text is written,
+    the file cut to its length and flushed to disk before this returns. Should writing fail
+    midway, the old text is put back. Owner, mode and every other name are untouched."""
+    flags = os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_BINARY", 0)
+    fd = os.open(path, flags)
+    try:
+        now = os.fstat(fd)
+        if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (before.st_dev, before.st_ino):
+            raise ChangedOnDisk(f"{path} changed on disk while amplint ran; fixes not written")
+        current = _read_all(fd)
+        if expected is not None:
+            if current == data:  # another run wrote the same fixes first
+                return
+            if current != expected:
+                raise ChangedOnDisk(f"{path} changed on disk while amplint ran; fixes not written")
+        if len(data) > len(current) and hasattr(os, "posix_fallocate"):
+            try:
+                os.posix_fallocate(fd, 0, len(data))
+            except OSError as exc:  # ENOSPC, EFBIG: nothing written yet
+                if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                    raise
+        try:
+            _write_all(fd, data)
+            os.ftruncate(fd, len(data))
+            os.fsync(fd)
+        except BaseException:
+            with contextlib.suppress(OSError):  # what was there, in the blocks it had
+                _write_all(fd, current)
+                os.ftruncate(fd, len(current))
+                os.fsync(fd)
+            raise
+    finally:
+        os.close(fd)
+
+
+def _read_all(fd: int) -> bytes:
+    os.lseek(fd, 0, os.SEEK_SET)
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    os.lseek(fd, 0, os.SEEK_SET)
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if not written:
+            raise OSError(errno.ENOSPC, "no room to write")
+        view = view[written:]

@@ -33,6 +33,8 @@ _SINGULAR = frozenset({"log", "log2", "log10", "sqrt", "rsqrt", "reciprocal"})
 _WIDE = frozenset({"float32", "float64"})
 _NORMS = frozenset({"norm", "vector_norm", "matrix_norm"})
 _PROBABILITIES = frozenset({"sigmoid", "softmax"})
+# Names a function that deals with float16 itself mentions (_handles_half).
+_HALF_AWARE = frozenset({"torch.float16", "torch.half", "torch.finfo"})
 _METADATA = frozenset({"shape", "ndim", "dtype", "device", "size", "dim", "numel"})
 
 
@@ -89,6 +91,9 @@ def _may_fire(outline: Outline) -> bool:
                     for a in f.args.args + f.args.kwonlyargs):
                 continue
             inside = list(ast.walk(f))
+            if any(isinstance(n, (ast.Name, ast.Attribute)) and not outline.qualified_names(n).isdisjoint(_HALF_AWARE)
+                   for n in inside):
+                continue  # _handles_half
             if any(isinstance(b, ast.BinOp) and isinstance(b.op, ast.Add) and (tiny(b.left) or tiny(b.right))
                    or isinstance(b, ast.Call) and _called(b) in _CLAMPS
                    and any(tiny(a) for a in (*b.args, *(k.value for k in b.keywords))) for b in inside) \
@@ -420,7 +425,7 @@ def _tested_positive(ctx: FileContext, eps: cst.CSTNode, value: cst.BaseExpressi
 def _handles_half(ctx: FileContext, function: cst.FunctionDef) -> bool:
     """The function deals with float16 itself (``torch.float16``, ``torch.finfo``): its
     author chose what happens there."""
-    return any(n in ("torch.float16", "torch.half", "torch.finfo") for node in subtree(function)
+    return any(n in _HALF_AWARE for node in subtree(function)
                if isinstance(node, (cst.Name, cst.Attribute)) for n in ctx.qualified_names(node))
 
 

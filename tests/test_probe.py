@@ -235,3 +235,41 @@ def test_probing_leaves_this_process_as_it_was(probed):
     x = torch.ones(2, requires_grad=True)
     assert (x * 2).grad_fn is not None
     assert torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu")
+
+
+def test_ops_that_match_nothing_is_a_usage_error(run_amplint):
+    result = run_amplint("probe", "--device", "cuda", "--ops", "nomatch*")
+    assert result.returncode == 2 and result.stdout == ""  # as the other usage errors
+    assert "Error: --ops 'nomatch*' matches no op with an autocast kernel on cuda" in result.stderr
+    assert "(conv2d, conv*, *softmax*)" in result.stderr  # how patterns are matched
+
+
+def _legend_rows(unclassified: str) -> list[str]:
+    from amplint.probe.html_page import NO_KERNEL_MEANING, POLICY_MEANINGS
+    rows = [(policy or unclassified, meaning) for policy, meaning in POLICY_MEANINGS.items()]
+    assert {name for name, _ in rows} >= {"lower_precision_fp", "fp32", "fp32_set_opt_dtype", "fp32_append_dtype",
+                                          "promote", "banned"}
+    width = max(len(name) for name, _ in rows + [("(not listed)", "")])
+    return [f"{name.ljust(width)}  {meaning}" for name, meaning in rows + [("(not listed)", NO_KERNEL_MEANING)]]
+
+
+def test_the_policy_names_are_explained_in_help_text_and_html_alike(run_amplint):
+    from amplint.probe.html_page import POLICY_MEANINGS, tables_page
+    from amplint.probe.render import _detail
+    helped = run_amplint("probe", "--help")
+    assert helped.returncode == 0
+    assert "Policies (what autocast does to an op):\n" in helped.stdout
+    help_lines = [line.strip() for line in helped.stdout.splitlines()]
+    for row in _legend_rows("unclassified"):
+        assert row in help_lines, row
+    # Under the text table; softmax has no cpu autocast kernel: a warning, the others probed.
+    result = run_amplint("probe", "--device", "all", "--mode", "simulate", "--ops", "softmax.int")
+    assert result.returncode == 0, result.stderr
+    assert "amplint probe: warning: --ops 'softmax.int' matches no op on cpu" in result.stderr
+    assert "aten::softmax.int  fp32_set_opt_dtype" in result.stdout
+    tail = result.stdout.split("\npolicies:\n")[1]
+    assert [line.strip() for line in tail.splitlines()] == _legend_rows("UNCLASSIFIED")
+    assert result.stdout.count("\npolicies:\n") == 1  # once, after every device's table
+    page = tables_page([json.loads((POLICY_DIR / "cuda.json").read_text())], _detail)
+    for policy, meaning in POLICY_MEANINGS.items():
+        assert f"<b>{policy or 'unclassified'}</b> {meaning}</span>" in page

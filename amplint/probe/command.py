@@ -10,7 +10,7 @@ import click
 
 from . import docs
 from ..terminal import progress_bar
-from .render import DIFF_FORMATS, FORMATS, markdown_table, render, render_diff
+from .render import DIFF_FORMATS, FORMATS, markdown_table, policy_legend, render, render_diff
 
 _INSTALL_HINT = "amplint probe needs PyTorch: pip install 'amplint[probe]' (or pip install torch)"
 
@@ -83,7 +83,26 @@ class ProbeGroup(click.Group):
     """`amplint probe [OPTIONS]` probes; `amplint probe diff A B` compares two tables."""
 
 
-@click.group(cls=ProbeGroup, invoke_without_command=True)
+# click keeps a paragraph's lines as they are after a "\b" line.
+_EPILOG = "\b\n" + policy_legend("unclassified", "Policies (what autocast does to an op):")
+
+
+def _check_patterns_match(devices: list[str], patterns: tuple[str, ...]) -> None:
+    """--ops that matches no op with an autocast kernel on any device probed is a usage error
+    (found before the probe's long work); one that misses some devices is a warning."""
+    from .dispatcher import ops_with_autocast_kernel
+
+    missed = [d for d in devices if not ops_with_autocast_kernel(d, patterns)]
+    shown = " ".join(f"--ops {p!r}" for p in patterns)
+    if len(missed) == len(devices):
+        raise click.UsageError(
+            f"{shown} matches no op with an autocast kernel on {', '.join(devices)}; a pattern is matched "
+            "against the whole name (aten::conv2d) and the name after '::' (conv2d, conv*, *softmax*)")
+    if missed:
+        click.echo(f"amplint probe: warning: {shown} matches no op on {', '.join(missed)}", err=True)
+
+
+@click.group(cls=ProbeGroup, invoke_without_command=True, epilog=_EPILOG)
 @click.option("--device", default="cuda", show_default=True,
               help="Device to probe (cpu, cuda, xpu, mps, mtia, …) or 'all'.")
 @click.option("--dtype", default=None, help="Lower-precision dtype (default: the device's autocast default).")
@@ -106,6 +125,8 @@ def probe(ctx, device, dtype, mode, op_patterns, imports, fmt, output, output_di
     try:
         tables_mod.import_extensions(imports)
         devices = tables_mod.resolve_devices(device)
+        if op_patterns:
+            _check_patterns_match(devices, tuple(op_patterns))
         with progress_bar("probing", unit="steps") as progress:
             tables = tables_mod.probe(devices, dtype, mode, tuple(op_patterns), progress)
     except tables_mod.ProbeUsageError as exc:

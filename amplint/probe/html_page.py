@@ -6,16 +6,29 @@ from __future__ import annotations
 
 import html
 
-# Colours chosen to stay apart for the common kinds of colour blindness.
-POLICY_COLORS = {
-    "lower_precision_fp": ("#f28e2b", "runs in the lower-precision dtype"),
-    "fp32": ("#4e79a7", "runs in float32"),
-    "fp32_set_opt_dtype": ("#76b7b2", "float32 unless a dtype is passed"),
-    "fp32_append_dtype": ("#59a14f", "float32 via an appended dtype argument"),
-    "promote": ("#b07aa1", "runs in the widest input dtype"),
-    "banned": ("#e15759", "raises under autocast"),
-    None: ("#bab0ac", "not classified"),
+# What each policy means: the one text of the legend here, of the one under the text table
+# and of `amplint probe --help` (render.policy_legend), so that they cannot drift apart.
+POLICY_MEANINGS = {
+    "lower_precision_fp": "runs in the lower-precision dtype",
+    "fp32": "runs in float32",
+    "fp32_set_opt_dtype": "float32 unless a dtype is passed",
+    "fp32_append_dtype": "float32 via an appended dtype argument",
+    "promote": "runs in the widest input dtype",
+    "banned": "raises under autocast",
+    None: "not classified",
 }
+NO_KERNEL_MEANING = "no autocast kernel (runs as called)"
+
+# Colours chosen to stay apart for the common kinds of colour blindness.
+POLICY_COLORS = {policy: (color, POLICY_MEANINGS[policy]) for policy, color in {
+    "lower_precision_fp": "#f28e2b",
+    "fp32": "#4e79a7",
+    "fp32_set_opt_dtype": "#76b7b2",
+    "fp32_append_dtype": "#59a14f",
+    "promote": "#b07aa1",
+    "banned": "#e15759",
+    None: "#bab0ac",
+}.items()}
 
 _STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #222; }
@@ -66,7 +79,7 @@ def _legend() -> str:
         items.append(f'<span><i class="swatch" style="background:{color}"></i><b>{name}</b> '
                      f'{html.escape(meaning)}</span>')
     items.append('<span><i class="swatch" style="border:1px solid #ccc"></i><b>—</b> '
-                 'no autocast kernel (runs as called)</span>')
+                 f'{html.escape(NO_KERNEL_MEANING)}</span>')
     return '<div class="legend">' + "".join(items) + "</div>"
 
 

@@ -54,7 +54,16 @@ def render(tables: list[dict], fmt: str) -> str:
         return "\n".join(markdown_table(t) for t in tables)
     if fmt == "html":
         return html_page.tables_page(tables, _detail)
-    return "\n".join(text_table(t) for t in tables)
+    return "\n".join(text_table(t) for t in tables) + "\n" + policy_legend()
+
+
+def policy_legend(unclassified: str = "UNCLASSIFIED", title: str = "policies:") -> str:
+    """The policy names explained, in the words of the HTML page's legend
+    (``html_page.POLICY_MEANINGS``): under the text table, and in `amplint probe --help`."""
+    names = {policy or unclassified: meaning for policy, meaning in html_page.POLICY_MEANINGS.items()}
+    names["(not listed)"] = html_page.NO_KERNEL_MEANING
+    width = max(map(len, names))
+    return "\n".join([title] + [f"  {name.ljust(width)}  {meaning}" for name, meaning in names.items()]) + "\n"
 
 
 def text_table(table: dict) -> str:

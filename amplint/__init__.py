@@ -15,7 +15,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "CheckResult", "check_source", "load_policy"]
+__all__ = ["__version__", "CheckResult", "check_source", "load_policy", "tracing"]
 
 
 class CheckResult(list):
@@ -61,3 +61,11 @@ def load_policy(device: str = "cuda", torch_version: str | None = None):
     from .policy import load_policy as load
 
     return load(device, torch_version)
+
+
+def tracing(steps: int | None = None, select=None, device: str | None = "cuda"):
+    """Trace a real run (imports torch, here only): ``with amplint.tracing() as t: train()``;
+    then ``t.findings`` (Diagnostics), ``t.steps`` and ``t.dtype_map``. See ``amplint.trace``."""
+    from .trace import tracing as make
+
+    return make(steps=steps, select=select, device=device)

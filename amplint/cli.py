@@ -211,3 +211,13 @@ def rules_list(output_format):
 
 
 main.add_command(probe)
+
+
+@main.command("trace", add_help_option=False, context_settings={
+    "ignore_unknown_options": True, "allow_extra_args": True, "allow_interspersed_args": False})
+@click.pass_context
+def trace(ctx):
+    """Run a training script with AMP instrumentation: `amplint trace -- python train.py ARGS`."""
+    from .trace.command import trace as command  # imports torch: here only, never for `check`
+
+    command.main(list(ctx.args), prog_name="amplint trace")

@@ -30,6 +30,9 @@ class Fix:
 class Location:
     row: int  # 1-based
     column: int  # 1-based, as ruff prints it
+    # In a Jupyter notebook: the cell (1-based, every cell counted); ``row`` is then the
+    # row within that cell. None in a Python file.
+    cell: int | None = None
 
 
 @dataclass
@@ -48,4 +51,4 @@ class Diagnostic:
 
     @property
     def sort_key(self):
-        return (self.path, self.location.row, self.location.column, self.code)
+        return (self.path, self.location.cell or 0, self.location.row, self.location.column, self.code)

@@ -76,7 +76,7 @@ def python_files(paths: list[Path], config: Config, unreadable: list[tuple[Path,
                 here = Path(folder)
                 dirs[:] = sorted(d for d in dirs if not config.is_excluded(here / d))
                 found.extend(here / f for f in files
-                             if f.endswith((".py", ".pyi")) and not config.is_excluded(here / f))
+                             if f.endswith((".py", ".pyi", ".ipynb")) and not config.is_excluded(here / f))
             ignored = _ignored_by_git(path, found)
             candidates = sorted(f for f in found if f not in ignored)
         else:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..policy import PolicyError, loader
-from . import source as source_io
+from . import notebook, source as source_io
 from .cache import Cache
 from .config import Config, ConfigError
 from .diagnostics import Diagnostic, Location
@@ -102,6 +102,8 @@ def check_stdin(data: bytes, name: str, config: Config, rules: list[type[Rule]],
     report = Report(files_checked=1)
     ignored = config.ignored_for(Path(name))
     file_rules = [r for r in rules if not any(r.code.startswith(i) for i in ignored)]
+    if notebook.is_notebook(name):
+        return _notebook_from_stdin(report, data, name, file_rules, config, options)
     try:
         text = source_io.decode(data)
     except source_io.SourceError as exc:
@@ -115,6 +117,20 @@ def check_stdin(data: bytes, name: str, config: Config, rules: list[type[Rule]],
             report.fixes_applied, report.files_fixed = result.fixes_applied, int(bool(result.fixes_applied))
         if options.diff and result.source != text.text:
             report.diffs.append(_unified_diff(text.text, result.source, name))
+    report.diagnostics = sorted(result.diagnostics, key=lambda d: d.sort_key)
+    report.internal_errors = result.internal_errors
+    if result.diagnostics:
+        report.sources[name] = result.source
+    return report
+
+
+def _notebook_from_stdin(report: Report, data: bytes, name: str, rules: list[type[Rule]], config: Config,
+                         options: Options) -> Report:
+    """``check_stdin`` for a notebook's JSON: with fixes, ``fixed_text`` is the fixed notebook."""
+    result, fixed = notebook.check_data(name, data, rules, options, policy_loader(config))
+    report.fixed_text = None if fixed is None else fixed.decode("utf-8")
+    report.fixes_applied, report.files_fixed = result.fixes_applied, int(bool(result.fixes_applied))
+    report.diffs += [result.diff] if result.diff else []
     report.diagnostics = sorted(result.diagnostics, key=lambda d: d.sort_key)
     report.internal_errors = result.internal_errors
     if result.diagnostics:
@@ -191,11 +207,13 @@ def _check_file(path: Path, rules: list[type[Rule]], options: Options, load, cac
     display = printable(path)
     try:
         data = source_io.read_file(path)
-        text = source_io.decode(data)
+        text = None if notebook.is_notebook(path) else source_io.decode(data)
     except OSError as exc:
         return _unreadable(display, f"cannot read: {exc.strerror or exc}")
     except source_io.SourceError as exc:
         return _unreadable(display, str(exc))
+    if text is None:  # a Jupyter notebook: its code cells
+        return notebook.check_file(path, display, data, rules, options, load, cache)
     codes = [r.code for r in rules]
     if cache is not None:
         cached = cache.get(data, codes, display)

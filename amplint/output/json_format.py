@@ -12,13 +12,20 @@ def _loc(location) -> dict:
     return {"row": location.row, "column": location.column}
 
 
+def _in_cell(fields: dict, location) -> dict:
+    """In a notebook, ``cell`` (1-based, every cell counted, as Jupyter numbers them) is added
+    beside the locations, which are then relative to that cell (as ruff reports notebooks)."""
+    return fields if location.cell is None else {**fields, "cell": location.cell}
+
+
 def as_dict(d: Diagnostic) -> dict:
     fix = None
     if d.fix is not None:
         fix = {"applicability": d.fix.applicability, "message": d.fix.message,
-               "edits": [{"content": content, "location": _loc(start), "end_location": _loc(end)}
+               "edits": [_in_cell({"content": content, "location": _loc(start), "end_location": _loc(end)}, start)
                          for start, end, content in d.edit_locations]}
-    return {"code": d.code, "name": d.name, "message": d.message, "filename": d.path,
+    out = {"code": d.code, "name": d.name, "message": d.message, "filename": d.path}
+    return {**_in_cell(out, d.location),
             "location": _loc(d.location), "end_location": _loc(d.end_location),
             "fix": fix, "noqa_row": d.location.row, "url": d.url}
 

@@ -7,6 +7,7 @@ from collections import Counter
 from typing import Mapping
 
 from ..engine.diagnostics import Diagnostic
+from ..engine.notebook import cell_text
 from ..engine.source import split_lines
 
 _CONTEXT = 1  # source lines shown before and after the finding
@@ -33,7 +34,8 @@ def _fix_marker(d: Diagnostic) -> str:
 
 
 def _headline(d: Diagnostic, style: Style) -> str:
-    where = f"{style.bold(d.path)}:{d.location.row}:{d.location.column}:"
+    cell = "" if d.location.cell is None else f"cell {d.location.cell}:"  # a notebook's, as ruff shows it
+    where = f"{style.bold(d.path)}:{cell}{d.location.row}:{d.location.column}:"
     return f"{where} {style.code(d.code)} {d.message}"
 
 
@@ -83,6 +85,8 @@ def full(diagnostics: list[Diagnostic], *, sources: Mapping[str, str] | None = N
     for d in diagnostics:
         block = [_headline(d, style)]
         text = (sources or {}).get(d.path)
+        if text is not None and d.location.cell is not None:  # a notebook: the rows are its cell's
+            text = cell_text(text, d.location.cell)
         lines = split_lines(text) if text is not None else []
         if 1 <= d.location.row <= len(lines):
             block.extend(_snippet(d, lines, style))

@@ -156,6 +156,17 @@ def test_json_fields_of_notebook_and_python_findings(training):
     assert all("cell" not in edit for d in python for edit in d["fix"]["edits"])
 
 
+def test_sarif_and_github_name_the_cell(training):
+    sarif = json.loads(_invoke("--output-format", "sarif", "train.ipynb").stdout)
+    first = sarif["runs"][0]["results"][0]
+    assert first["properties"] == {"cell": 6}
+    assert first["message"]["text"].startswith("cell 6: `torch.cuda.amp.autocast` is deprecated")
+    assert first["locations"][0]["physicalLocation"]["region"]["startLine"] == 9
+    github = _invoke("--output-format", "github", "train.ipynb").stdout.splitlines()
+    assert github[0].startswith("::error title=amplint (AMP004),file=train.ipynb,line=9,col=14,")
+    assert "::AMP004 cell 6: `torch.cuda.amp.autocast` is deprecated" in github[0]
+
+
 def test_fix_rewrites_only_the_changed_cells_and_keeps_every_other_byte(training):
     tmp_path, nb, numbers = training
     path = tmp_path / "train.ipynb"

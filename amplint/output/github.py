@@ -22,5 +22,6 @@ def render(diagnostics: list[Diagnostic]) -> str:
             f"line={d.location.row}", f"col={d.location.column}",
             f"endLine={d.end_location.row}", f"endColumn={d.end_location.column}",
         ])
-        lines.append(f"::error {props}::{_escape_data(f'{d.code} {d.message}')}")
+        where = "" if d.location.cell is None else f"cell {d.location.cell}: "  # rows are the cell's
+        lines.append(f"::error {props}::{_escape_data(f'{d.code} {where}{d.message}')}")
     return "".join(line + "\n" for line in lines)

@@ -43,12 +43,15 @@ def render(diagnostics: list[Diagnostic]) -> str:
         result = {
             "ruleId": d.code,
             "level": "error" if d.code in ("AMP000", "AMP999") else "warning",
-            "message": {"text": d.message},
+            # SARIF has no notebook cells: the rows are the cell's, the cell is named here.
+            "message": {"text": d.message if d.location.cell is None else f"cell {d.location.cell}: {d.message}"},
             "locations": [{"physicalLocation": {
                 "artifactLocation": {"uri": uri},
                 "region": _region(d.location, d.end_location),
             }}],
         }
+        if d.location.cell is not None:
+            result["properties"] = {"cell": d.location.cell}
         if d.code in index:
             result["ruleIndex"] = index[d.code]
         if d.fix is not None and d.edit_locations:

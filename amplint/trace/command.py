@@ -49,13 +49,12 @@ def run_command(command, steps=3, output_format="text", select=None, ignore=None
         click.echo(f"amplint: error: {exc}", err=True)
         return 2
     try:
-        import torch  # noqa: F401
+        from .tracer import Tracer  # imports torch (quietly about numpy's absence)
     except ImportError:
         click.echo("amplint: error: amplint trace needs PyTorch (pip install torch)", err=True)
         return 2
     from . import report
     from .runner import run, split_command
-    from .tracer import Tracer
 
     try:
         split_command(command)

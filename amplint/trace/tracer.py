@@ -250,6 +250,7 @@ class Tracer:
         self._internal = False
         self._stop_pending = False
         self._nonfinite: str | None = None
+        self._pending_outputs: list = []  # (module name, output) of the open top-level forward
         self._banned: dict[str, dict[str, str]] = {}  # op -> {table device: torch's message}
         self._op_cache: dict = {}
 
@@ -486,21 +487,31 @@ class Tracer:
             return
         _, name = self._mstack.pop()
         record = self.modules[name]
-        check = self._nonfinite is None
         for t in _tensors(output):
             record.output_dtypes.add(_dtype_name(t.dtype))
-            if check and t.is_floating_point() and t.device.type != "meta":
-                self._internal = True
-                try:
-                    with torch.no_grad():
-                        bad = not bool(torch.isfinite(t).all())
-                except Exception:  # tensors that cannot be read here (functorch transforms, fakes)
-                    bad = False
-                finally:
-                    self._internal = False
-                if bad:
+            if self._nonfinite is None and t.is_floating_point() and self._mstack:
+                # Checked once per top-level forward: outputs that autograd keeps anyway wait for the
+                # top-level module's; others are checked here (not kept alive longer than they would be).
+                if t.requires_grad:
+                    self._pending_outputs.append((name, t))
+                elif not self._finite(t):
                     self._nonfinite = name
-                    check = False
+        if not self._mstack:
+            pending, self._pending_outputs = self._pending_outputs, []
+            if self._nonfinite is None and any(not self._finite(t) for t in _tensors(output)):
+                self._nonfinite = next((n for n, t in pending if not self._finite(t)), name)
+
+    def _finite(self, t) -> bool:
+        if not t.is_floating_point() or t.device.type == "meta":
+            return True
+        self._internal = True
+        try:
+            with torch.no_grad():
+                return bool(torch.isfinite(t).all())
+        except Exception:  # tensors that cannot be read here (functorch transforms, fakes)
+            return True
+        finally:
+            self._internal = False
 
     # -- backward ---------------------------------------------------------------------------------
 

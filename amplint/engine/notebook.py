@@ -32,15 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-import libcst as cst
-
-from . import noqa
 from . import source as source_io
 from .diagnostics import Diagnostic, Edit, Fix, Location
 from .rule import Rule
-from .runner import (INTERNAL_ERROR, MAX_FIX_ROUNDS, SYNTAX_ERROR, FileResult, _AcceptedEdits,
-                     _engine_diagnostic, _fixes_to_apply, lint_source, prefilter, run_rules)
-from .tree import parse
+from .runner import INTERNAL_ERROR, FileResult, _AcceptedEdits, lint_source
 
 SUFFIX = ".ipynb"
 
@@ -477,43 +472,27 @@ class _Joined:
 
 def _lint(display: str, cells: list[tuple[int, str]], rules: Sequence[type[Rule]], *, fix: bool,
           unsafe: bool, load: Callable | None, use_prefilter: bool):
-    """(findings placed in their cells, the cells after the fixes, fixes applied): the fix
-    loop of ``runner.lint_source``, with the fixes a notebook cannot take left out."""
-    joined = _Joined(cells)
-    if not fix:
-        result = lint_source(display, joined.text, rules, policy_loader=load, use_prefilter=use_prefilter)
-        return [joined.mapped(d) for d in result.diagnostics], cells, 0
-    applied, kept, seen = 0, [], joined
-    for _ in range(MAX_FIX_ROUNDS):
-        seen = joined
-        selected, outline = prefilter(tuple(rules)).select_with_outline(joined.text) if use_prefilter \
-            else (list(rules), None)
-        if not selected:
-            kept = []
-            break
-        diagnostics = run_rules(display, joined.text, selected, load, outline)
-        suppressions = noqa.parse(joined.text) if diagnostics else noqa.Suppressions()
-        kept, suppressed = [], []
-        for d in diagnostics:
-            engine = d.code in (SYNTAX_ERROR[0], INTERNAL_ERROR[0])
-            (kept if engine or not suppressions.suppresses(d.location.row, d.code) else suppressed).append(d)
-        fixes = joined.placeable(_fixes_to_apply(kept, suppressed, unsafe))
-        if not fixes:
-            break
-        new_cells, count = joined.apply(fixes)
-        new_joined = _Joined(new_cells)
-        try:
-            parse(new_joined.text)
-        except cst.ParserSyntaxError as exc:  # never hand back code that does not parse
-            kept.append(_engine_diagnostic(
-                INTERNAL_ERROR, display, f"a fix produced code that does not parse ({exc.message}); "
-                "the notebook was left as it was before that fix"))
-            break
-        if new_cells == cells:
-            break
-        cells, joined, applied = new_cells, new_joined, applied + count
-    kept.sort(key=lambda d: d.sort_key)
-    return [seen.mapped(d) for d in kept], cells, applied
+    """(findings placed in their cells, the cells after the fixes, fixes applied):
+    ``runner.lint_source`` on the joined cells, its fixes applied cell by cell, those a
+    notebook cannot take left out."""
+    joined = {}  # each text linted: the cells it joins
+
+    def remember(cells: list[tuple[int, str]]) -> str:
+        j = _Joined(cells)
+        joined[j.text] = j
+        return j.text
+
+    def apply(text: str, fixes) -> tuple[str, int]:
+        placeable = joined[text].placeable(list(fixes))
+        if not placeable:
+            return text, 0
+        new_cells, count = joined[text].apply(placeable)
+        return remember(new_cells), count
+
+    result = lint_source(display, remember(cells), rules, fix=fix, unsafe=unsafe, policy_loader=load,
+                         use_prefilter=use_prefilter, apply=apply)
+    final = joined[result.source]
+    return [final.mapped(d) for d in result.diagnostics], final.cells, result.fixes_applied
 
 
 def _io_error(display: str, message: str) -> Diagnostic:

@@ -233,9 +233,16 @@ def _fixes_to_apply(kept: list[Diagnostic], suppressed: list[Diagnostic], unsafe
     return [d.fix for d in kept if applicable(d) and d.fix.group not in blocked]
 
 
+# Applies fixes to a text: (the new text, fixes applied). A notebook's leaves out what its cells
+# cannot take.
+FixApplier = Callable[[str, Sequence[Fix]], "tuple[str, int]"]
+
+
 def lint_source(path: str, source: str, rules: Sequence[type[Rule]], *,
                 fix: bool = False, unsafe: bool = False, policy_loader: Callable | None = None,
-                use_prefilter: bool = True) -> FileResult:
+                use_prefilter: bool = True, apply: FixApplier = apply_fixes) -> FileResult:
+    """The findings in ``source`` after as many rounds of fixes as asked (``result.source``:
+    the text they point into)."""
     result = FileResult(path)
     text = source
     for _ in range(MAX_FIX_ROUNDS if fix else 1):
@@ -258,7 +265,7 @@ def lint_source(path: str, source: str, rules: Sequence[type[Rule]], *,
         fixes = _fixes_to_apply(kept, suppressed, unsafe)
         if not fixes:
             break
-        new_text, applied = apply_fixes(text, fixes)
+        new_text, applied = apply(text, fixes)
         try:
             parse(new_text)
         except cst.ParserSyntaxError as exc:  # never hand back code that does not parse

@@ -15,6 +15,7 @@ from .engine.cache import clean as cache_clean
 from .engine.discovery import PathError
 from .engine.project import Options, check_paths, check_stdin
 from .engine.rule import all_rules, rule_by_code
+from .engine.runner import INTERNAL_ERROR
 from .output import FORMATS, TERMINAL_FORMATS
 from .output import json_format, rules_page
 from .output.rules_page import ENGINE_CODES
@@ -25,6 +26,19 @@ from .probe.command import probe
 
 def _codes(value: str | None) -> list[str] | None:
     return None if value is None else [c for c in value.replace(" ", "").split(",") if c]
+
+
+def _globs(value: str | None) -> list[str] | None:
+    return None if value is None else [g.strip() for g in value.split(",") if g.strip()]
+
+
+def _stdin_config(resolver: config_mod.Resolver, name: Path) -> config_mod.Config:
+    """The configuration of a buffer shown as ``name``: that of the nearest folder of its path
+    that exists (the current one for `-`)."""
+    folder = Path(os.path.abspath(name)).parent
+    while not folder.is_dir() and folder != folder.parent:
+        folder = folder.parent
+    return resolver.for_folder(folder)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -61,30 +75,48 @@ def main():
 @click.option("--stdin-filename", help="With `-` as the path (source read from stdin): the file name to show "
               "and to match per-file-ignores against.")
 @click.option("-v", "--verbose", is_flag=True, help="Show tracebacks of internal errors.")
+@click.option("--config", "config_file", type=click.Path(path_type=Path),
+              help="Use this pyproject.toml's [tool.amplint] for every file, instead of each file's nearest "
+              "one (its relative patterns then apply from the current folder).")
+@click.option("--exclude", help="Comma-separated globs to leave out (replaces the configured exclude, "
+              "defaults included).")
+@click.option("--extend-exclude", help="Comma-separated globs to leave out, in addition to the configured ones.")
+@click.option("--fix-only", is_flag=True, help="Apply fixes as --fix does, and report only what was fixed; "
+              "exit 0 unless an error (1 with --exit-non-zero-on-fix when something was fixed).")
+@click.option("--show-fixes", is_flag=True, help="With --fix or --fix-only: after the findings, list the fixes "
+              "applied per file and rule.")
+@click.option("--add-noqa", is_flag=True, help="Append `# noqa: CODE` to each line with a finding (merged with "
+              "a noqa comment it has) and say how many; fix nothing.")
 def check(paths, fix, unsafe_fixes, diff, select, ignore, extend_select, output_format, color,
           show_statistics, exit_zero, jobs, no_cache, force_exclude, exit_non_zero_on_fix, output_file, quiet,
-          stdin_filename, verbose):
+          stdin_filename, verbose, config_file, exclude, extend_exclude, fix_only, show_fixes, add_noqa):
     """Check Python files for AMP mistakes (default: the current folder; `-`: source from stdin)."""
     paths = list(paths) or [Path(".")]
     from_stdin = paths == [Path("-")]
-    if from_stdin and stdin_filename:
-        paths = [Path(stdin_filename)]  # where its configuration is looked for
+    if add_noqa and (fix or fix_only or diff):
+        raise click.UsageError("--add-noqa cannot be combined with --fix, --fix-only or --diff")
+    if add_noqa and from_stdin:
+        raise click.UsageError("--add-noqa writes files; it cannot be used with source from stdin")
+    fix = fix or fix_only
     try:
-        # os.path.exists: a path that cannot be looked at is reported by discovery, naming it.
-        config = config_mod.load(paths[0] if os.path.exists(paths[0]) else Path.cwd())
-        rules = config.rules(
+        overrides = config_mod.Overrides(
             select=config_mod.validate_codes(_codes(select), "--select") if select is not None else None,
             ignore=config_mod.validate_codes(_codes(ignore) or [], "--ignore"),
-            extend_select=config_mod.validate_codes(_codes(extend_select) or [], "--extend-select"))
+            extend_select=config_mod.validate_codes(_codes(extend_select) or [], "--extend-select"),
+            exclude=_globs(exclude), extend_exclude=_globs(extend_exclude) or [])
+        # Each file's nearest pyproject.toml, or with --config that one file for all of them.
+        resolver = config_mod.Resolver(config_mod.load_file(config_file) if config_file else None, overrides)
         options = Options(fix=fix, unsafe_fixes=unsafe_fixes, diff=diff, force_exclude=force_exclude,
-                          jobs=jobs or os.cpu_count() or 1, cache=not no_cache)
+                          jobs=jobs or os.cpu_count() or 1, cache=not no_cache, show_fixes=show_fixes,
+                          add_noqa=add_noqa)
         if from_stdin:
+            config = _stdin_config(resolver, Path(stdin_filename or "-"))
             stdin_data = sys.stdin.buffer.read()
-            report = check_stdin(stdin_data, stdin_filename or "-", config, rules, options)
+            report = check_stdin(stdin_data, stdin_filename or "-", config, resolver.rules_for(config), options)
         else:
             with contextlib.nullcontext() if quiet else progress_bar("checking", unit="files") as progress:
                 options.progress = progress
-                report = check_paths(paths, config, rules, options)
+                report = check_paths(paths, resolver, None, options)
         opened = output_file.open("w", encoding="utf-8") if output_file else None
     except (config_mod.ConfigError, PathError) as exc:
         click.echo(f"amplint: error: {exc}", err=True)
@@ -93,6 +125,8 @@ def check(paths, fix, unsafe_fixes, diff, select, ignore, extend_select, output_
         click.echo(f"amplint: error: cannot write {output_file}: {exc.strerror or exc}", err=True)
         sys.exit(2)
 
+    # --fix-only reports what was fixed, not what remains: only errors (exit 2) are shown.
+    shown = [d for d in report.diagnostics if d.code == INTERNAL_ERROR[0]] if fix_only else report.diagnostics
     out = opened or sys.stdout
     with opened or contextlib.nullcontext():
         if from_stdin and fix:  # an editor's buffer: the fixed text on stdout, the findings on stderr
@@ -103,14 +137,16 @@ def check(paths, fix, unsafe_fixes, diff, select, ignore, extend_select, output_
             click.echo("".join(report.diffs), nl=False, file=out)
         elif show_statistics:
             show = json_format.render_statistics if output_format == "json" else statistics
-            click.echo(show(report.diagnostics), nl=False, file=out)
+            click.echo(show(shown), nl=False, file=out)
         elif output_format in TERMINAL_FORMATS:
             colored = use_color(color, out)
             # click strips ANSI codes when stdout is not a terminal unless told otherwise.
-            click.echo(FORMATS[output_format](report.diagnostics, sources=report.sources, color=colored),
+            click.echo(FORMATS[output_format](shown, sources=report.sources, color=colored),
                        nl=False, color=colored, file=out)
         else:
-            click.echo(FORMATS[output_format](report.diagnostics), nl=False, file=out)
+            click.echo(FORMATS[output_format](shown), nl=False, file=out)
+        if show_fixes and fix and not diff and report.fixed_by_file and output_format in TERMINAL_FORMATS:
+            click.echo(("\n" if shown else "") + _fixes_applied(report), nl=False, file=out)
     if verbose:
         for d in report.diagnostics:
             if d.detail:
@@ -119,6 +155,14 @@ def check(paths, fix, unsafe_fixes, diff, select, ignore, extend_select, output_
         if not quiet:
             click.echo(_diff_summary(report), err=True)
         sys.exit(2 if report.internal_errors else 1 if report.diffs and not exit_zero else 0)
+    if add_noqa:
+        if not quiet:
+            click.echo(_noqa_summary(report), err=True)
+        sys.exit(2 if report.internal_errors else 1 if shown and not exit_zero else 0)
+    if fix_only:
+        if output_format in TERMINAL_FORMATS and not quiet:
+            click.echo(_fix_only_summary(report, unsafe_fixes), err=True)
+        sys.exit(2 if report.internal_errors else 1 if exit_non_zero_on_fix and report.fixes_applied else 0)
     if output_format in TERMINAL_FORMATS and not quiet:
         click.echo(_summary(report, fix), err=True)
     if report.internal_errors:
@@ -142,6 +186,39 @@ def _diff_summary(report) -> str:
     remaining = len(report.diagnostics) - len(internal)
     if remaining:
         lines.append(f"{_plural(remaining, 'finding')} would remain (run without --diff to see them).")
+    return "\n".join(lines)
+
+
+def _fixes_applied(report) -> str:
+    """--show-fixes: per file, how many findings of each rule the fixes removed."""
+    lines = ["Fixes applied:"]
+    for path in sorted(report.fixed_by_file):
+        lines.append(f"  {path}")
+        for code, n in report.fixed_by_file[path].items():
+            rule = rule_by_code(code)
+            lines.append(f"    {code} {rule.name if rule else ''}: {_plural(n, 'finding')} fixed")
+    return "\n".join(lines) + "\n"
+
+
+def _fix_only_summary(report, unsafe_fixes: bool) -> str:
+    if report.fixes_applied:
+        line = f"Fixed {_plural(report.fixes_applied, 'finding')} in {_plural(report.files_fixed, 'file')}"
+    else:
+        line = f"No fixes applied ({_plural(report.files_checked, 'file')} checked)"
+    unsafe = sum(d.fix is not None and d.fix.applicability == "unsafe" for d in report.diagnostics)
+    if unsafe and not unsafe_fixes:
+        line += f" ({unsafe} more fixable with --unsafe-fixes)"
+    return line + "."
+
+
+def _noqa_summary(report) -> str:
+    lines = [f"Added {_plural(report.noqa_added, 'noqa code')} on {_plural(report.noqa_lines, 'line')} "
+             f"in {_plural(report.noqa_files, 'file')}."]
+    left = [d for d in report.diagnostics if d.code != INTERNAL_ERROR[0]]
+    if left:
+        lines.append(f"{_plural(len(left), 'finding')} left as they were (shown above): in a file that does not "
+                     "parse, on a line that cannot take a comment (it ends inside a string or continues with a "
+                     "backslash), in a notebook, or AMP100's.")
     return "\n".join(lines)
 
 

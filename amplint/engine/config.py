@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import os
 import re
@@ -126,18 +127,23 @@ def validate_codes(codes: Iterable[str], where: str) -> list[str]:
     return out
 
 
+def _amplint_table(path: Path) -> object | None:
+    """The ``[tool.amplint]`` value of a TOML file (None when it has none)."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read TOML: {getattr(exc, 'strerror', None) or exc}") from None
+    tool = data.get("tool", {})
+    return tool.get("amplint") if isinstance(tool, dict) else None
+
+
 def find_pyproject(start: Path) -> Path | None:
     """The nearest pyproject.toml with a [tool.amplint] table, looking upward from ``start``."""
     start = start.resolve()
     for folder in [start, *start.parents] if start.is_dir() else [*start.parents]:
         candidate = folder / "pyproject.toml"
-        if candidate.is_file():
-            try:
-                data = tomllib.loads(candidate.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-                raise ConfigError(f"{candidate}: cannot read TOML: {exc}") from None
-            if "amplint" in data.get("tool", {}):
-                return candidate
+        if candidate.is_file() and _amplint_table(candidate) is not None:
+            return candidate
     return None
 
 
@@ -145,14 +151,31 @@ def load(start: Path) -> Config:
     pyproject = find_pyproject(start)
     if pyproject is None:
         return Config(root=Path.cwd())
-    data = tomllib.loads(pyproject.read_text(encoding="utf-8"))["tool"]["amplint"]
+    return _from_table(_amplint_table(pyproject), pyproject, pyproject.parent)
+
+
+def load_file(path: Path) -> Config:
+    """``--config PATH``: that file's ``[tool.amplint]`` for every file checked. As ruff does
+    with its ``--config``, relative patterns (exclude, per-file-ignores) and the cache are
+    then anchored at the current folder, not at the file's."""
+    if not path.exists():
+        raise ConfigError(f"--config {path}: no such file")
+    if not path.is_file():
+        raise ConfigError(f"--config {path}: not a file")
+    data = _amplint_table(path)
+    if data is None:
+        raise ConfigError(f"--config {path}: has no [tool.amplint] table")
+    return _from_table(data, path, Path.cwd())
+
+
+def _from_table(data: object, pyproject: Path, root: Path) -> Config:
     where = f"{pyproject} [tool.amplint]"
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: must be a table")
     unknown = sorted(set(data) - KNOWN_KEYS)
     if unknown:
         raise ConfigError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(KNOWN_KEYS))})")
-    config = Config(root=pyproject.parent, source=pyproject)
+    config = Config(root=root, source=pyproject)
 
     def str_list(key: str) -> list[str]:
         value = data[key]
@@ -184,3 +207,111 @@ def load(start: Path) -> Config:
                 raise ConfigError(f"{where}: {key!r} must be a string")
             setattr(config, attr, data[key])
     return config
+
+
+@dataclass
+class Overrides:
+    """The command line's settings, laid over every file's configuration: ``select`` replaces
+    the file's, ``ignore`` and ``extend_select`` add to it; ``exclude`` replaces the file's
+    exclude list (defaults included), ``extend_exclude`` adds to its own. The patterns match
+    as the configuration's do, a path in them (`vision/train.py`) read from the current
+    folder, where it was typed, whichever project's root the file has."""
+
+    select: list[str] | None = None
+    ignore: list[str] = field(default_factory=list)
+    extend_select: list[str] = field(default_factory=list)
+    exclude: list[str] | None = None
+    extend_exclude: list[str] = field(default_factory=list)
+
+    def apply(self, config: Config) -> Config:
+        if self.exclude is None and not self.extend_exclude:
+            return config
+        exclude = config.exclude if self.exclude is None else _anchored(self.exclude, config.root)
+        return dataclasses.replace(config, exclude=list(exclude), extend_exclude=[
+            *config.extend_exclude, *_anchored(self.extend_exclude, config.root)])
+
+
+def _anchored(patterns: list[str], root: Path) -> list[str]:
+    """Patterns typed relative to the current folder, relative to ``root`` instead. A name
+    (no slash) or a pattern that starts with a wildcard matches anywhere and stays as it is;
+    a path outside ``root`` can match nothing under it and is dropped."""
+    here, root_path = os.path.realpath(os.getcwd()), os.path.realpath(root)
+    out = []
+    for pattern in patterns:
+        first = pattern.split("/", 1)[0]
+        if "/" not in pattern.rstrip("/") or any(ch in first for ch in "*?[") or here == root_path:
+            out.append(pattern)
+            continue
+        relative = os.path.relpath(os.path.join(here, pattern), root_path)
+        if relative == ".":
+            out.append("*")
+        elif relative != ".." and not relative.startswith(".." + os.sep):
+            out.append(Path(relative).as_posix() + "/" * pattern.endswith("/"))
+    return out
+
+
+class Resolver:
+    """Which configuration each file gets, as ruff resolves it: the nearest pyproject.toml
+    with a ``[tool.amplint]`` table above the file (so a project nested in another, checked
+    in the same run, keeps its own settings), or the defaults rooted at the current folder;
+    or, given ``fixed`` (``--config``), that one configuration for every file. The command
+    line's ``overrides`` apply on top of each. Each folder is looked up once."""
+
+    def __init__(self, fixed: Config | None = None, overrides: Overrides | None = None,
+                 rules: list[type[Rule]] | None = None):
+        self.overrides = overrides or Overrides()
+        self.fixed = None if fixed is None else self.overrides.apply(fixed)
+        self._given_rules = rules  # a caller's own selection, for every configuration
+        self._default: Config | None = None
+        self._by_folder: dict[str, Config] = {}
+        self._by_resolved: dict[Path, Config] = {}
+        self._rules: dict[int, list[type[Rule]]] = {}
+
+    def for_folder(self, folder: Path) -> Config:
+        """The configuration of the files in ``folder``."""
+        if self.fixed is not None:
+            return self.fixed
+        key = os.path.abspath(folder)
+        config = self._by_folder.get(key)
+        if config is None:
+            config = self._by_folder[key] = self._nearest(Path(key).resolve())
+        return config
+
+    def for_file(self, path: Path) -> Config:
+        return self.for_folder(Path(os.path.abspath(path)).parent)
+
+    def _nearest(self, folder: Path) -> Config:
+        passed = []
+        for candidate in [folder, *folder.parents]:
+            config = self._by_resolved.get(candidate)
+            if config is not None:
+                break
+            passed.append(candidate)
+            pyproject = candidate / "pyproject.toml"
+            try:
+                present = pyproject.is_file()
+            except OSError:  # a folder that cannot be looked into holds no configuration we can use
+                present = False
+            if present:
+                data = _amplint_table(pyproject)
+                if data is not None:
+                    config = self.overrides.apply(_from_table(data, pyproject, pyproject.parent))
+                    break
+        else:
+            if self._default is None:
+                self._default = self.overrides.apply(Config(root=Path.cwd()))
+            config = self._default
+        for candidate in passed:
+            self._by_resolved[candidate] = config
+        return config
+
+    def rules_for(self, config: Config) -> list[type[Rule]]:
+        """The rules selected for files under ``config``, the command line's selection on top."""
+        if self._given_rules is not None:
+            return self._given_rules
+        rules = self._rules.get(id(config))
+        if rules is None:
+            o = self.overrides
+            rules = self._rules[id(config)] = config.rules(select=o.select, ignore=o.ignore,
+                                                           extend_select=o.extend_select)
+        return rules

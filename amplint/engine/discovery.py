@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 from typing import Iterator
 
-from .config import Config
+from .config import Config, Resolver
 
 
 class PathError(Exception):
@@ -52,12 +52,15 @@ def _exists(path: Path) -> bool:
     return True
 
 
-def python_files(paths: list[Path], config: Config, unreadable: list[tuple[Path, str]] | None = None,
+def python_files(paths: list[Path], config: Config | Resolver, unreadable: list[tuple[Path, str]] | None = None,
                  force_exclude: bool = False) -> Iterator[Path]:
     """Folders are walked (excluded folders pruned, symlinked folders not followed, files git
     ignores left out); a file named explicitly is always checked, unless ``force_exclude``
     and the configuration excludes it (pre-commit names every file). Each file is yielded
-    once, in a stable order. Folders that cannot be listed go to ``unreadable`` with the reason."""
+    once, in a stable order. Folders that cannot be listed go to ``unreadable`` with the reason.
+    With a ``Resolver``, what a folder holds is excluded by the configuration of that folder
+    (a nested project's own ``exclude``, relative to its own root)."""
+    config_of = config.for_folder if isinstance(config, Resolver) else lambda folder: config
     seen: set[Path] = set()
     for path in paths:
         if not _exists(path):
@@ -68,15 +71,16 @@ def python_files(paths: list[Path], config: Config, unreadable: list[tuple[Path,
             unreadable.append((Path(exc.filename), f"cannot list folder: {exc.strerror or exc}"))
 
     for path in paths:
-        if force_exclude and config.is_excluded(path):
+        if force_exclude and config_of(Path(os.path.abspath(path)).parent).is_excluded(path):
             continue
         if path.is_dir():
             found = []
             for folder, dirs, files in os.walk(path, onerror=on_error):
                 here = Path(folder)
-                dirs[:] = sorted(d for d in dirs if not config.is_excluded(here / d))
+                settings = config_of(here)
+                dirs[:] = sorted(d for d in dirs if not settings.is_excluded(here / d))
                 found.extend(here / f for f in files
-                             if f.endswith((".py", ".pyi", ".ipynb")) and not config.is_excluded(here / f))
+                             if f.endswith((".py", ".pyi", ".ipynb")) and not settings.is_excluded(here / f))
             ignored = _ignored_by_git(path, found)
             candidates = sorted(f for f in found if f not in ignored)
         else:

@@ -6,20 +6,24 @@ import difflib
 import gc
 import multiprocessing
 import os
+from collections import Counter
 from contextlib import contextmanager
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
+from libcst import ParserSyntaxError
+
 from ..policy import PolicyError, loader
-from . import notebook, source as source_io
+from . import noqa, notebook, source as source_io
 from .cache import Cache
-from .config import Config, ConfigError
+from .config import Config, ConfigError, Resolver
 from .diagnostics import Diagnostic, Location
 from .discovery import python_files
 from .rule import Rule
-from .runner import INTERNAL_ERROR, FileResult, lint_source
+from .runner import INTERNAL_ERROR, SYNTAX_ERROR, FileResult, lint_source
+from .tree import parse
 
 @dataclass
 class Options:
@@ -31,6 +35,12 @@ class Options:
     jobs: int = 1
     cache: bool = True
     progress: Callable[[int, int], None] | None = None  # (files done, files in all)
+    show_fixes: bool = False  # with fix: count the fixes applied per file and rule
+    add_noqa: bool = False  # append `# noqa: CODE` to each line with a finding, instead of fixing
+
+    @property
+    def writes(self) -> bool:
+        return self.fix or self.diff or self.add_noqa
 
 
 # Below this many files a process pool costs more than it saves (the pre-commit case).
@@ -47,35 +57,81 @@ class Report:
     diffs: list[str] = field(default_factory=list)
     sources: dict[str, str] = field(default_factory=dict)  # the text findings point into
     fixed_text: str | None = None  # from stdin with --fix: the text to hand back
+    fixed_by_file: dict[str, dict[str, int]] = field(default_factory=dict)  # --show-fixes: path -> code -> n
+    noqa_added: int = 0  # --add-noqa: codes added,
+    noqa_lines: int = 0  # on so many lines,
+    noqa_files: int = 0  # of so many files
+
+
+@dataclass
+class Checked(FileResult):
+    """A file's result with what --show-fixes and --add-noqa report."""
+
+    fixed_codes: dict[str, int] = field(default_factory=dict)
+    noqa_added: int = 0
+    noqa_lines: int = 0
+
+
+@dataclass
+class _Profile:
+    """What the files under one configuration share: their rules and their cache."""
+
+    config: Config
+    rules: list[type[Rule]]
+    cache: Cache | None
 
 
 def policy_loader(config: Config):
     return loader(config.device, config.torch_version)
 
 
-def check_paths(paths: list[Path], config: Config, rules: list[type[Rule]], options: Options) -> Report:
-    report = Report()
-    load = policy_loader(config)
+def _profile(config: Config, rules: list[type[Rule]], options: Options) -> _Profile:
     if any(r.uses_policy for r in rules):
         try:
-            load()
+            policy_loader(config)()
         except PolicyError as exc:
             where = f"{config.source} [tool.amplint]" if config.source else "configuration"
             raise ConfigError(f"{where}: device / torch-version: {exc}") from None
-    tasks, unreadable = [], []
-    for path in python_files(paths, config, unreadable, options.force_exclude):
-        ignored = config.ignored_for(path)
-        tasks.append((path, [r for r in rules if not any(r.code.startswith(i) for i in ignored)]))
-    # Fixing writes files; only plain checks are cached.
+    # Runs that write files are not cached; plain checks are, in each project's root.
     cache = None
-    if options.cache and not (options.fix or options.diff):
+    if options.cache and not options.writes:
         cache = Cache(config.root, [r.code for r in rules],
                       {"device": config.device, "torch_version": config.torch_version,
                        "prefilter": options.use_prefilter})
+    return _Profile(config, rules, cache)
+
+
+def check_paths(paths: list[Path], config: Config | Resolver, rules: list[type[Rule]] | None,
+                options: Options) -> Report:
+    """Check the files under ``paths``: with a ``Config`` and ``rules``, those for every file;
+    with a ``Resolver``, each file with the configuration of its own project (and the rules
+    it selects)."""
+    resolver = config if isinstance(config, Resolver) else Resolver(config, rules=rules)
+    report = Report()
+    profiles: list[_Profile] = []
+    profile_of: dict[int, int] = {}  # id(config) -> index in profiles
+
+    def profile_index(file_config: Config) -> int:
+        if id(file_config) not in profile_of:
+            profile_of[id(file_config)] = len(profiles)
+            profiles.append(_profile(file_config, resolver.rules_for(file_config), options))
+        return profile_of[id(file_config)]
+
+    if resolver.fixed is not None:  # its settings are checked before a file is read
+        profile_index(resolver.fixed)
+    tasks, unreadable = [], []
+    for path in python_files(paths, resolver, unreadable, options.force_exclude):
+        file_config = resolver.for_file(path)
+        key = profile_index(file_config)
+        ignored = file_config.ignored_for(path)
+        tasks.append((path, [r for r in profiles[key].rules if not any(r.code.startswith(i) for i in ignored)],
+                      key))
     if options.jobs > 1 and len(tasks) >= _POOL_MIN_FILES:
-        results = _in_pool(tasks, options, config, cache)
+        results = _in_pool(tasks, options, profiles)
     else:
-        results = (check_file(path, file_rules, options, load, cache) for path, file_rules in tasks)
+        loaders = [policy_loader(p.config) for p in profiles]
+        results = (check_file(path, file_rules, options, loaders[key], profiles[key].cache)
+                   for path, file_rules, key in tasks)
     for result in results:
         report.files_checked += 1
         if options.progress is not None:
@@ -88,6 +144,12 @@ def check_paths(paths: list[Path], config: Config, rules: list[type[Rule]], opti
         report.files_fixed += bool(result.fixes_applied)
         if result.diff:
             report.diffs.append(result.diff)
+        if isinstance(result, Checked):
+            if result.fixed_codes:
+                report.fixed_by_file[result.path] = result.fixed_codes
+            report.noqa_added += result.noqa_added
+            report.noqa_lines += result.noqa_lines
+            report.noqa_files += bool(result.noqa_lines)
     for folder, why in unreadable:
         result = _unreadable(printable(folder), why)
         report.diagnostics.extend(result.diagnostics)
@@ -115,6 +177,12 @@ def check_stdin(data: bytes, name: str, config: Config, rules: list[type[Rule]],
         report.fixed_text = result.source
         if options.fix or options.diff:
             report.fixes_applied, report.files_fixed = result.fixes_applied, int(bool(result.fixes_applied))
+        if options.show_fixes and options.fix and result.fixes_applied:
+            before = lint_source(name, text.text, file_rules, policy_loader=policy_loader(config),
+                                 use_prefilter=options.use_prefilter)
+            fixed = _fixed_codes(before.diagnostics, result.diagnostics, options.unsafe_fixes)
+            if fixed:
+                report.fixed_by_file[name] = fixed
         if options.diff and result.source != text.text:
             report.diffs.append(_unified_diff(text.text, result.source, name))
     report.diagnostics = sorted(result.diagnostics, key=lambda d: d.sort_key)
@@ -145,27 +213,28 @@ def _unified_diff(before: str, after: str, display: str) -> str:
         fromfile=f"a/{display.lstrip('/')}", tofile=f"b/{display.lstrip('/')}"))
 
 
-def _in_pool(tasks, options: Options, config: Config, cache) -> Iterator[FileResult]:
+def _in_pool(tasks, options: Options, profiles: list[_Profile]) -> Iterator[FileResult]:
     """Files spread over processes in chunks; results come back in the order of ``tasks``."""
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     chunk = max(1, len(tasks) // (options.jobs * 32))
     worker_options = Options(**{**options.__dict__, "progress": None})  # a callback stays here
+    shared = [(p.config, p.cache) for p in profiles]
     with ProcessPoolExecutor(options.jobs, mp_context=multiprocessing.get_context(method),
-                             initializer=_init_worker, initargs=(config, cache)) as pool:
+                             initializer=_init_worker, initargs=(shared,)) as pool:
         yield from pool.map(_check_in_worker, tasks, [worker_options] * len(tasks), chunksize=chunk)
 
 
-_worker_state: tuple = (None, None)
+_worker_state: list[tuple] = []  # per profile: (policy loader, cache)
 
 
-def _init_worker(config: Config, cache) -> None:
+def _init_worker(profiles: list[tuple[Config, Cache | None]]) -> None:
     global _worker_state
-    _worker_state = (policy_loader(config), cache)
+    _worker_state = [(policy_loader(config), cache) for config, cache in profiles]
 
 
 def _check_in_worker(task, options: Options) -> FileResult:
-    path, rules = task
-    return check_file(path, rules, options, *_worker_state)
+    path, rules, key = task
+    return check_file(path, rules, options, *_worker_state[key])
 
 
 def _unreadable(display: str, why: str) -> FileResult:
@@ -213,7 +282,12 @@ def _check_file(path: Path, rules: list[type[Rule]], options: Options, load, cac
     except source_io.SourceError as exc:
         return _unreadable(display, str(exc))
     if text is None:  # a Jupyter notebook: its code cells
-        return notebook.check_file(path, display, data, rules, options, load, cache)
+        result = notebook.check_file(path, display, data, rules, options, load, cache)
+        if options.show_fixes and options.fix and not options.diff and result.fixes_applied:
+            before, _ = notebook.check_data(display, data, rules, replace(options, fix=False, progress=None), load)
+            result = Checked(**vars(result), fixed_codes=_fixed_codes(
+                before.diagnostics, result.diagnostics, options.unsafe_fixes))
+        return result
     codes = [r.code for r in rules]
     if cache is not None:
         cached = cache.get(data, codes, display)
@@ -236,6 +310,68 @@ def _check_file(path: Path, rules: list[type[Rule]], options: Options, load, cac
                                      use_prefilter=options.use_prefilter)
                 result.diagnostics.append(_io_diagnostic(display, f"cannot write fixes to {display}: {exc}"))
                 result.internal_errors += 1
+            else:
+                if options.show_fixes:
+                    before = lint_source(display, text.text, rules, policy_loader=load,
+                                         use_prefilter=options.use_prefilter)
+                    result = Checked(**vars(result), fixed_codes=_fixed_codes(
+                        before.diagnostics, result.diagnostics, options.unsafe_fixes))
+    elif options.add_noqa and result.diagnostics:
+        result = _add_noqa(path, display, data, text, result)
     # The text the findings point into goes back with them (and only with them).
     result.source = (result.source or text.text) if result.diagnostics else None
     return result
+
+
+def _fixed_codes(before: list[Diagnostic], after: list[Diagnostic], unsafe: bool) -> dict[str, int]:
+    """--show-fixes: per rule, how many of the findings whose fix this run could apply are gone
+    after it (a fix that was not applied leaves its finding, and its fix, in place)."""
+    def applicable(d: Diagnostic) -> bool:
+        return d.fix is not None and (unsafe or d.fix.applicability == "safe")
+
+    fixable_before = Counter(d.code for d in before if applicable(d))
+    fixable_after = Counter(d.code for d in after if applicable(d))
+    total_before, total_after = Counter(d.code for d in before), Counter(d.code for d in after)
+    fixed = {code: min(n - fixable_after[code], total_before[code] - total_after[code])
+             for code, n in sorted(fixable_before.items())}
+    return {code: n for code, n in fixed.items() if n > 0}
+
+
+_UNSUPPRESSIBLE = (SYNTAX_ERROR[0], INTERNAL_ERROR[0])
+_UNUSED_NOQA = "AMP100"  # a finding about a `# noqa` itself: adding its code there would hide it
+
+
+def _add_noqa(path: Path, display: str, data: bytes, text: source_io.SourceText, result: FileResult) -> Checked:
+    """--add-noqa: ``# noqa: CODE`` on the line of each finding, written as --fix writes (same
+    encoding, BOM, line endings and permissions; atomically; only over the text that was
+    checked). A file with a syntax or internal error is left alone. The findings left are
+    those on lines that cannot take a comment, and AMP100's."""
+    checked = Checked(**vars(result))
+    if any(d.code in _UNSUPPRESSIBLE for d in result.diagnostics):
+        return checked
+    wanted: dict[int, set[str]] = {}
+    for d in result.diagnostics:
+        if d.code != _UNUSED_NOQA:
+            wanted.setdefault(d.location.row, set()).add(d.code)
+    added = noqa.add_codes(text.text, wanted)
+    if not added.lines:
+        return checked
+    try:
+        parse(added.text)  # never write code that does not parse
+    except (ParserSyntaxError, RecursionError) as exc:
+        checked.diagnostics.append(_io_diagnostic(
+            display, f"adding noqa comments to {display} would produce code that does not parse "
+            f"({type(exc).__name__}); nothing was written"))
+        checked.internal_errors += 1
+        return checked
+    try:
+        source_io.write_atomically(path, text.encode(added.text), expected=data)
+    except (OSError, UnicodeEncodeError) as exc:
+        checked.diagnostics.append(_io_diagnostic(display, f"cannot write noqa comments to {display}: {exc}"))
+        checked.internal_errors += 1
+        return checked
+    checked.diagnostics = [d for d in result.diagnostics
+                           if d.code == _UNUSED_NOQA or d.location.row in added.refused]
+    checked.source = added.text
+    checked.noqa_added, checked.noqa_lines = added.codes, added.lines
+    return checked

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import bisect
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 import libcst as cst
@@ -17,6 +18,7 @@ from .tree import Index, render
 
 if TYPE_CHECKING:
     from ..policy import PolicyTable
+    from .project_index import AutocastSite
     from .rule import Rule
 
 
@@ -46,6 +48,7 @@ class FileContext:
         self.diagnostics: list[Diagnostic] = []
         self._policy_loader = policy_loader
         self._rule: type[Rule] | None = None
+        self.reads_other_files = False
 
     # -- metadata, resolved lazily -------------------------------------------------------
 
@@ -208,6 +211,17 @@ class FileContext:
         if self._policy_loader is None:
             raise RuntimeError("this run has no policy tables")
         return self._policy_loader(device)
+
+    def project(self) -> "tuple[Path, tuple[AutocastSite, ...]] | None":
+        """The root of the project this file belongs to and the autocast calls in its files
+        (``project_index``); None for a file that is not on disk or in no project. A file
+        whose findings read this is not cached: another file decides them."""
+        from .project_index import autocast_sites, project_root  # reads config, which imports the runner
+
+        self.reads_other_files = True
+        path = Path(self.path)
+        root = project_root(path) if path.is_file() else None
+        return None if root is None else (root, autocast_sites(root))
 
     def report(self, node: cst.CSTNode, message: str, fix: Fix | None = None) -> None:
         rule = self._rule

@@ -296,7 +296,7 @@ def _check_file(path: Path, rules: list[type[Rule]], options: Options, load, cac
     fixing = options.fix or options.diff
     result = lint_source(display, text.text, rules, fix=fixing, unsafe=options.unsafe_fixes,
                          policy_loader=load, use_prefilter=options.use_prefilter)
-    if cache is not None and not result.internal_errors:
+    if cache is not None and not result.internal_errors and not result.reads_other_files:
         cache.put(data, codes, result.diagnostics)
     if fixing and result.source is not None and result.source != text.text:
         if options.diff:

@@ -32,6 +32,7 @@ class FileResult:
     fixes_applied: int = 0
     internal_errors: int = 0
     diff: str | None = None  # with --diff: what the fixes would change
+    reads_other_files: bool = False  # a rule read the project's other files: not cached
 
 
 class Prefilter:
@@ -139,19 +140,20 @@ def _nesting_error(path: str, source: str) -> Diagnostic | None:
 
 
 def run_rules(path: str, source: str, rules: Sequence[type[Rule]],
-              policy_loader: Callable | None, outline: Outline | None = None) -> list[Diagnostic]:
-    """Every diagnostic of ``rules`` on ``source`` (noqa not yet applied)."""
+              policy_loader: Callable | None, outline: Outline | None = None) -> tuple[list[Diagnostic], bool]:
+    """Every diagnostic of ``rules`` on ``source`` (noqa not yet applied), and whether a rule
+    read other files of the project for them."""
     try:
         module = parse(source)
     except cst.ParserSyntaxError as exc:
-        return [_syntax_error(path, source, exc)]
+        return [_syntax_error(path, source, exc)], False
     except RecursionError:
         return [_nesting_error(path, source) or _engine_diagnostic(
-            INTERNAL_ERROR, path, f"cannot check {path}: nested too deeply for libcst's parser")]
+            INTERNAL_ERROR, path, f"cannot check {path}: nested too deeply for libcst's parser")], False
     if outline is None:  # an outline was parsed only if a rule asked for one
         nesting = _nesting_error(path, source)
         if nesting is not None:
-            return [nesting]
+            return [nesting], False
     ctx = FileContext(path, source, module, policy_loader, outline)
     out: list[Diagnostic] = []
     for rule in rules:
@@ -170,7 +172,7 @@ def run_rules(path: str, source: str, rules: Sequence[type[Rule]],
                 f"{type(exc).__name__}: {exc}", detail=traceback.format_exc()))
             continue
         out.extend(ctx.diagnostics)
-    return out
+    return out, ctx.reads_other_files
 
 
 def _overlaps(a: Edit, b: Edit) -> bool:
@@ -253,7 +255,8 @@ def lint_source(path: str, source: str, rules: Sequence[type[Rule]], *,
         if not selected:
             result.diagnostics = []  # nothing left to find in this text
             break
-        diagnostics = run_rules(path, text, selected, policy_loader, outline)
+        diagnostics, reads_other_files = run_rules(path, text, selected, policy_loader, outline)
+        result.reads_other_files |= reads_other_files
         suppressions = noqa.parse(text) if diagnostics else noqa.Suppressions()
         kept, suppressed = [], []
         for d in diagnostics:

@@ -1,11 +1,16 @@
 from __future__ import annotations
 
+from functools import lru_cache
+
 import libcst as cst
 
 from ..engine.context import FileContext
 from ..engine.diagnostics import Fix
+from ..engine.outline import Outline
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
-from ..engine.semantics import autocast_region, calls, calls_autocast, method_call, region_table
+from ..engine.semantics import (autocast_of_with_item, autocast_region, calls, calls_autocast, enclosing_function,
+                                method_call, region_table)
+from ..policy import PolicyError, committed_tables
 
 _SIGMOID = frozenset({"torch.sigmoid", "torch.nn.functional.sigmoid", "torch.special.expit"})
 _WITH_LOGITS = {"binary_cross_entropy": "binary_cross_entropy_with_logits",
@@ -39,6 +44,65 @@ def _sigmoid_input(ctx: FileContext, expr: cst.BaseExpression) -> cst.BaseExpres
     return None
 
 
+@lru_cache(maxsize=None)
+def _banned_anywhere() -> frozenset[str]:
+    """The spellings some committed table bans (read when first asked: not at start-up)."""
+    return frozenset(spelling for table in committed_tables() for spelling in table.spellings_with("banned"))
+
+
+def _disabled_region(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """Inside ``with autocast(enabled=False)``: what the region around it runs is out of autocast."""
+    for ancestor in ctx.ancestors(node):
+        if isinstance(ancestor, cst.With):
+            if any((ac := autocast_of_with_item(ctx, item)) is not None and ac.enabled is False
+                   for item in ancestor.items):
+                return True
+        elif isinstance(ancestor, (cst.FunctionDef, cst.Lambda)):
+            return False
+    return False
+
+
+def _loss_place(ctx: FileContext, call: cst.Call) -> str | None:
+    """Where a loss is computed, if ``call`` is in one: a module's ``forward``, a function or
+    method named like a loss (``compute_loss``, ``balance_bce_loss``), or any method of a class
+    named like one (``GAILLoss``). How the code there is reached is not followed."""
+    function = enclosing_function(ctx, call)
+    if function is None:
+        return None
+    cls = next((a for a in ctx.ancestors(function) if isinstance(a, cst.ClassDef)), None)
+    name = function.name.value
+    if "loss" in name.lower() or (cls is not None and name == "forward"):
+        return f"`{cls.name.value + '.' if cls is not None else ''}{name}`"
+    if cls is not None and "loss" in cls.name.value.lower():
+        return f"`{cls.name.value}.{name}`"
+    return None
+
+
+def _enabling_site(ctx: FileContext, project, call: cst.Call, spelling_of):
+    """(table, spelling, where) for the first autocast call of the project whose device's
+    table bans what ``call`` reaches; a device that is not a literal is judged with the
+    configured device's table."""
+    if not project:
+        return None
+    root, sites = project
+    for site in sites:
+        try:
+            table = ctx.policy(site.device)
+        except PolicyError:  # a device the tables do not cover
+            continue
+        spelling = spelling_of(call, table.spellings_with("banned"))
+        if spelling is not None:
+            more = len(sites) - 1
+            return table, spelling, site.where(root) + (f" and {more} more" if more else "")
+    return None
+
+
+def _may_fire(outline: Outline) -> bool:
+    """A region here (every region comes from an autocast call), or a banned spelling called
+    or built here for a region elsewhere in the project."""
+    return calls_autocast(outline) or bool(outline.calls_to(_banned_anywhere()))
+
+
 class OpUnsafeUnderAutocast(Rule):
     """
     ## What it does
@@ -48,6 +112,14 @@ class OpUnsafeUnderAutocast(Rule):
     `torch.nn.BCELoss`). Loss modules are followed from where they are built
     (`self.criterion = nn.BCELoss()`) to where they are called. The list of banned ops and
     their spellings comes from `policies/`, not from this rule.
+
+    Also outside any region of the file, where a loss is computed (a module's `forward`, a
+    function or method named like a loss, a method of a class named like one) in a project
+    whose other code enables autocast on a device that bans the op: the region is where the
+    trainer is, often another file. The project is the folder of the nearest `pyproject.toml`,
+    `setup.py`, `setup.cfg` or `.git`, else the outermost package holding the file; its autocast
+    calls are found by reading its files (those disabled by a literal `enabled=False`, on the
+    CPU, or inside a model's own code do not count). The message names the autocast call.
 
     ## Why is this bad?
     The autocast kernel raises: `binary_cross_entropy` "is unsafe to autocast" because its
@@ -75,16 +147,22 @@ class OpUnsafeUnderAutocast(Rule):
 
     ## False positives
     A region whose device is not a literal is judged with the configured device's table.
+    Outside the file's regions, how the loss is reached is not followed: a loss module of a
+    project that trains under CUDA autocast is taken to run there. If it never does (it scores
+    an evaluation only, or runs under another precision setting), say so with
+    `# noqa: AMP008`, or compute it under `autocast(enabled=False)` on float32 inputs, which
+    this rule never reports. Regions a framework opens from a setting (Lightning's
+    `precision="16-mixed"`, a config's `fp16: true`) are not seen.
     """
 
     code = "AMP008"
     name = "op-unsafe-under-autocast"
-    summary = "Op that autocast refuses (banned) called inside an autocast region"
+    summary = "Op that autocast refuses (banned) called inside an autocast region, here or in the project"
     fixable = True
     uses_policy = True
     # The banned ops' spellings in every committed table (a test keeps this true).
-    fragments = (("autocast", AnyOf("binary_cross_entropy", "BCELoss")),)
-    may_fire = staticmethod(calls_autocast)  # every region comes from an autocast call
+    fragments = (AnyOf("binary_cross_entropy", "BCELoss"),)
+    may_fire = staticmethod(_may_fire)
 
     valid = (
         Valid("""
@@ -149,25 +227,44 @@ class Trainer:
     )
 
     def check(self, ctx: FileContext) -> None:
-        constructions = None
-        for call in calls(ctx):
-            region = autocast_region(ctx, call)
-            if region is None:
-                continue
-            table = region_table(ctx, region[0])
-            if table is None:
-                continue
-            banned = table.spellings_with("banned")
+        constructions: dict[str, set[str]] | None = None
+        project = None  # the project's autocast calls, read at the first loss outside a region
+
+        def spelling_of(call: cst.Call, banned: frozenset[str]) -> str | None:
+            nonlocal constructions
             direct = isinstance(call.func, (cst.Name, cst.Attribute))
             spelling = ctx.resolves_to(call.func, banned) if direct else None
             if spelling is not None and _is_module_class(spelling):
-                continue  # building the loss module runs nothing; calling it does
+                return None  # building the loss module runs nothing; calling it does
             if spelling is None and isinstance(call.func, cst.Call):  # nn.BCELoss()(...)
                 spelling = ctx.resolves_to(call.func.func, banned)
             if spelling is None:
                 if constructions is None:
                     constructions = _constructions(ctx)
                 spelling = next(iter(constructions.get(ctx.code(call.func), set()) & banned), None)
+            return spelling
+
+        for call in calls(ctx):
+            region = autocast_region(ctx, call)
+            if region is None:
+                if _disabled_region(ctx, call) or (place := _loss_place(ctx, call)) is None \
+                        or spelling_of(call, _banned_anywhere()) is None:
+                    continue
+                if project is None:
+                    project = ctx.project() or ()
+                found = _enabling_site(ctx, project, call, spelling_of)
+                if found is not None:
+                    table, spelling, where = found
+                    ops = [op for op in table.ops_reached_by(spelling) if table.policy(op) == "banned"]
+                    ctx.report(call, f"`{spelling}` reaches `{ops[0]}`, which autocast refuses on {table.device} "
+                                     f"(it raises), and this project runs code under autocast ({where}): if "
+                                     f"{place} runs there, it fails; use the `_with_logits` form or compute it "
+                                     "in float32 under `autocast(enabled=False)`", self._fix(ctx, call))
+                continue
+            table = region_table(ctx, region[0])
+            if table is None:
+                continue
+            spelling = spelling_of(call, table.spellings_with("banned"))
             if spelling is None:
                 continue
             ops = [op for op in table.ops_reached_by(spelling) if table.policy(op) == "banned"]

@@ -162,6 +162,7 @@ logits = model(x)  # -- kept from the old loss
                 rows[rule.code] = None
                 continue
             rows[rule.code] = {d.location.row for d in own.diagnostics}
+        ctx.reads_other_files |= own.reads_other_files  # then so do this rule's findings
         return rows
 
     def _report(self, ctx: FileContext, directive: noqa.Directive, unused: dict[int, str]) -> None:

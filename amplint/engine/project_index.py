@@ -1,0 +1,117 @@
+"""What one file cannot show: facts of the project a file belongs to, read from its other files.
+
+`check` reads one file at a time, but some mistakes are mistakes because of another file: a
+loss module is called by a trainer, elsewhere, under autocast. For a file, the project is the
+folder of the nearest ``pyproject.toml``, ``setup.py``, ``setup.cfg`` or ``.git`` above it,
+else the outermost package (folders with ``__init__.py``) that holds it. Its facts are read
+once per process and only when a rule asks: a literal scan of the project's ``.py`` files for
+``autocast``, then Python's ``ast`` of those that mention it (never libcst: a project is
+thousands of files). Folders the default configuration excludes (virtual environments, build
+output, hidden folders) are not read; neither is anything outside the project.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from . import source as source_io
+from .config import DEFAULT_EXCLUDE
+from .outline import Outline
+from .semantics import AUTOCAST, AUTOCAST_DEVICE
+
+_PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+# A project bigger than this is not read whole (a home folder taken for a project).
+MAX_PROJECT_FILES = 20_000
+
+
+@dataclass(frozen=True)
+class AutocastSite:
+    """An autocast call that may be enabled, somewhere in the project outside its models'
+    own code (a trainer's, an engine's, a training step's)."""
+    path: Path
+    row: int
+    device: str | None  # None when the device is not a literal (`device_type=self.device.type`)
+
+    def where(self, root: Path) -> str:
+        try:
+            shown = self.path.relative_to(root).as_posix()
+        except ValueError:
+            shown = self.path.as_posix()
+        return f"{shown}:{self.row}"
+
+
+def _walked(name: str) -> bool:
+    return name not in DEFAULT_EXCLUDE and not name.startswith(".")
+
+
+def project_root(path: Path) -> Path | None:
+    """The project ``path`` belongs to (see the module's docstring); None for a file that is
+    in no package and under no project marker. A marker folder whose walk would not reach the
+    file (it lies in a hidden, virtual-environment or site-packages folder below it) is not
+    the file's project: an installed package is its own."""
+    folder = path.resolve().parent
+    for candidate in (folder, *folder.parents):
+        if any((candidate / marker).exists() for marker in _PROJECT_MARKERS):
+            if all(_walked(part) for part in folder.relative_to(candidate).parts):
+                return candidate
+            break
+    outermost = None
+    for candidate in (folder, *folder.parents):
+        if not (candidate / "__init__.py").exists():
+            break
+        outermost = candidate
+    return outermost
+
+
+def _python_files(root: Path):
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if _walked(d))
+        for name in sorted(files):
+            if name.endswith(".py"):
+                yield Path(folder) / name
+
+
+def _sites_in(path: Path, text: str) -> list[AutocastSite]:
+    outline = Outline.parse(text)
+    if outline is None:
+        return []
+    models = [(c.lineno, c.end_lineno) for c in outline.nodes(ast.ClassDef)
+              if any(isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name == "forward" for s in c.body)
+              or any(getattr(b, "attr", getattr(b, "id", "")).endswith("Module") for b in c.bases)]
+    found = []
+    for call in outline.calls_to(AUTOCAST):
+        if any(first <= call.lineno <= last for first, last in models):
+            continue  # a model running part of its own forward under autocast: not where losses run
+        enabled = next((k.value for k in call.keywords if k.arg == "enabled"), None)
+        if isinstance(enabled, ast.Constant) and enabled.value is False:
+            continue
+        api = next(iter(outline.qualified_names(call.func) & AUTOCAST))
+        if api in AUTOCAST_DEVICE:
+            device = AUTOCAST_DEVICE[api]
+        else:
+            given = next((k.value for k in call.keywords if k.arg == "device_type"),
+                         call.args[0] if call.args else None)
+            device = given.value if isinstance(given, ast.Constant) and isinstance(given.value, str) else None
+        found.append(AutocastSite(path, call.lineno, device))
+    return found
+
+
+@lru_cache(maxsize=32)
+def autocast_sites(root: Path) -> tuple[AutocastSite, ...]:
+    """Every autocast call of the project that is not disabled by a literal ``enabled=False``,
+    in path order."""
+    found: list[AutocastSite] = []
+    for count, path in enumerate(_python_files(root)):
+        if count >= MAX_PROJECT_FILES:
+            break
+        try:
+            data = source_io.read_file(path)
+            if b"autocast" in data:
+                found.extend(_sites_in(path, source_io.decode(data).text))
+        except (OSError, source_io.SourceError):
+            continue
+    return tuple(found)

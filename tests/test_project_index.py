@@ -1,0 +1,160 @@
+"""What one file cannot show: a loss module whose trainer, in another file, runs it under
+autocast. Real projects on disk, the real CLI, one file named as pre-commit names it."""
+
+import json
+import textwrap
+
+import pytest
+from click.testing import CliRunner
+
+from amplint.cli import main
+from amplint.engine.project_index import autocast_sites, project_root
+
+LOSSES = """\
+import torch
+from torch import nn
+
+
+class BinaryLoss(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.sigmoid = nn.Sigmoid()
+        self.loss = nn.BCELoss(reduction="mean")
+
+    def forward(self, pred, label):
+        return self.loss(self.sigmoid(pred), label.float())
+
+
+def pairwise_loss(scores, labels):
+    return torch.nn.functional.binary_cross_entropy(scores, labels)
+
+
+def evaluate(scores, labels):
+    return torch.nn.functional.binary_cross_entropy(scores, labels).item()
+"""
+
+TRAINER = """\
+import torch
+
+
+class Trainer:
+    def __init__(self, model, criterion, optimizer, use_amp):
+        self.model, self.criterion, self.optimizer = model, criterion, optimizer
+        self.scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
+        self.use_amp = use_amp
+
+    def train_one_epoch(self, loader):
+        for x, y in loader:
+            with torch.autocast({device}, enabled=self.use_amp):
+                loss = self.criterion(self.model(x), y)
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            self.optimizer.zero_grad()
+"""
+
+
+def _project(tmp_path, device='"cuda"', trainer=None):
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    package = tmp_path / "demo"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "losses.py").write_text(LOSSES)
+    (package / "trainer.py").write_text(trainer if trainer is not None else TRAINER.format(device=device))
+    return package
+
+
+def _findings(tmp_path, monkeypatch, *paths, extra=()):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["check", "--output-format", "json", "--no-cache", *extra, *paths])
+    assert result.exit_code in (0, 1), result.output
+    return [(d["filename"], d["location"]["row"], d["code"], d["message"]) for d in json.loads(result.stdout)]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_index():
+    autocast_sites.cache_clear()
+    yield
+    autocast_sites.cache_clear()
+
+
+def test_loss_run_by_a_cuda_autocast_in_another_file(tmp_path, monkeypatch):
+    _project(tmp_path)
+    found = _findings(tmp_path, monkeypatch, "demo/losses.py")
+    # the module's forward (at the call of the BCELoss it built) and a function named like a
+    # loss; `evaluate` is not where a loss is computed for training
+    assert [(f, row, code) for f, row, code, _ in found] == [
+        ("demo/losses.py", 12, "AMP008"), ("demo/losses.py", 16, "AMP008")]
+    message = found[0][3]
+    assert "`torch.nn.BCELoss` reaches `aten::binary_cross_entropy`, which autocast refuses on cuda" in message
+    assert "this project runs code under autocast (demo/trainer.py:12)" in message
+    assert "`BinaryLoss.forward`" in message
+    assert "`pairwise_loss`" in found[1][3]
+
+
+def test_a_device_that_is_not_a_literal_is_judged_with_the_configured_device(tmp_path, monkeypatch):
+    _project(tmp_path, device="device_type=self.device.type")
+    assert [code for _, _, code, _ in _findings(tmp_path, monkeypatch, "demo/losses.py")] == ["AMP008", "AMP008"]
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n[tool.amplint]\ndevice = 'cpu'\n")
+    assert _findings(tmp_path, monkeypatch, "demo/losses.py") == []
+
+
+@pytest.mark.parametrize("trainer", [
+    TRAINER.format(device='"cpu", dtype=torch.bfloat16'),  # bf16 on the CPU: the op runs
+    TRAINER.format(device='"cuda", enabled=False'),  # never enabled
+    TRAINER.replace("            with torch.autocast({device}, enabled=self.use_amp):\n", "            if True:\n"),
+    # only a model's own forward runs under autocast: that says nothing of the losses
+    "import torch\nfrom torch import nn\n\nclass Net(nn.Module):\n    def forward(self, x):\n"
+    "        with torch.autocast('cuda'):\n            return self.body(x)\n",
+], ids=["cpu-bf16", "disabled", "no-autocast", "model-only"])
+def test_silent_where_no_cuda_autocast_runs_the_project(tmp_path, monkeypatch, trainer):
+    _project(tmp_path, trainer=trainer)
+    assert _findings(tmp_path, monkeypatch, "demo/losses.py") == []
+
+
+def test_silent_inside_autocast_disabled_with_float32_inputs(tmp_path, monkeypatch):
+    package = _project(tmp_path)
+    (package / "losses.py").write_text(textwrap.dedent("""\
+        import torch
+        import torch.nn.functional as F
+
+
+        def assignment_loss(scores, labels):
+            with torch.autocast("cuda", enabled=False):
+                return F.binary_cross_entropy(scores.float(), labels.float())
+        """))
+    assert _findings(tmp_path, monkeypatch, "demo/losses.py") == []
+
+
+def test_an_installed_package_is_its_own_project(tmp_path, monkeypatch):
+    # pip's --target folder inside a hidden folder of a repository: the repository's autocast
+    # is not the package's, and the package's trainer is found without any marker
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'outer'\n")
+    (tmp_path / "outer_train.py").write_text(TRAINER.format(device='"cuda"'))
+    site = tmp_path / ".deps" / "site"
+    package = site / "demo"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "losses.py").write_text(LOSSES)
+    assert project_root(package / "losses.py") == package
+    assert _findings(tmp_path, monkeypatch, ".deps/site/demo/losses.py") == []
+    (package / "engine").mkdir()
+    (package / "engine" / "__init__.py").write_text("")
+    (package / "engine" / "loop.py").write_text(TRAINER.format(device='"cuda"'))
+    autocast_sites.cache_clear()
+    found = _findings(tmp_path, monkeypatch, ".deps/site/demo/losses.py")
+    assert [code for _, _, code, _ in found] == ["AMP008", "AMP008"]
+    assert "(engine/loop.py:12)" in found[0][3]
+
+
+def test_findings_that_read_other_files_are_not_cached(tmp_path, monkeypatch):
+    package = _project(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    first = CliRunner().invoke(main, ["check", "--output-format", "json", "demo/losses.py"])
+    assert [d["code"] for d in json.loads(first.stdout)] == ["AMP008", "AMP008"]
+    # the trainer drops autocast: the loss file did not change, its findings did
+    (package / "trainer.py").write_text(TRAINER.replace(
+        "            with torch.autocast({device}, enabled=self.use_amp):\n", "            if True:\n"))
+    autocast_sites.cache_clear()  # a new run is a new process
+    second = CliRunner().invoke(main, ["check", "--output-format", "json", "demo/losses.py"])
+    assert json.loads(second.stdout) == []

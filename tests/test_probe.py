@@ -273,3 +273,115 @@ def test_the_policy_names_are_explained_in_help_text_and_html_alike(run_amplint)
     page = tables_page([json.loads((POLICY_DIR / "cuda.json").read_text())], _detail)
     for policy, meaning in POLICY_MEANINGS.items():
         assert f"<b>{policy or 'unclassified'}</b> {meaning}</span>" in page
+
+
+# `probe diff`: every recorded field, any file the probe writes, malformed files in one line.
+
+def _committed(device: str) -> dict:
+    return json.loads((POLICY_DIR / f"{device}.json").read_text())
+
+
+def _op_entry(table: dict, op: str) -> dict:
+    return next(e for e in table["ops"] if e["op"] == op)
+
+
+def test_diff_reports_dtype_and_spelling_changes(tmp_path, run_amplint):
+    old = _committed("cuda")
+    new = json.loads(json.dumps(old))
+    new["default_dtype"] = "bfloat16"
+    new["supported_dtypes"] = [d for d in new["supported_dtypes"] if d != "float64"]
+    mm = _op_entry(new, "aten::mm")
+    mm["python"] = [p for p in mm["python"] if p != "torch.mm"] + ["torch.Tensor.mm_new"]
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(old))
+    b.write_text(json.dumps(new))
+    result = run_amplint("probe", "diff", a, b)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[2] == "0 added, 0 removed, 1 changed, 2 table settings changed"
+    assert "~ default_dtype  float16 → bfloat16" in lines
+    assert "~ supported_dtypes  -float64" in lines
+    assert "~ aten::mm  python +torch.Tensor.mm_new -torch.mm" in lines
+    as_json = json.loads(run_amplint("probe", "diff", a, b, "--format", "json").stdout)
+    [changed] = as_json["changed"]
+    assert changed["op"] == "aten::mm" and "policy" not in changed["fields"]
+    assert changed["fields"]["python"] == {"added": ["torch.Tensor.mm_new"], "removed": ["torch.mm"]}
+    assert {s["field"] for s in as_json["settings"]} == {"default_dtype", "supported_dtypes"}
+    page = run_amplint("probe", "diff", a, b, "--format", "html").stdout
+    assert "changed: python +torch.Tensor.mm_new -torch.mm" in page
+    assert "default_dtype: float16 → bfloat16" in page
+
+
+def test_diff_of_a_table_with_itself_is_empty(run_amplint):
+    result = run_amplint("probe", "diff", POLICY_DIR / "cpu.json", POLICY_DIR / "cpu.json")
+    assert result.returncode == 0
+    assert result.stdout.splitlines()[2] == "0 added, 0 removed, 0 changed"
+
+
+def test_diff_reads_multi_device_files(tmp_path, run_amplint):
+    both = tmp_path / "all.json"
+    both.write_text(json.dumps([_committed("cpu"), _committed("cuda")]))
+    result = run_amplint("probe", "diff", both, POLICY_DIR / "cuda.json")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"{both}: not a policy table: holds tables for 2 devices (cpu, cuda): choose one with --device" \
+        in result.stderr
+    chosen = run_amplint("probe", "diff", both, POLICY_DIR / "cuda.json", "--device", "cuda")
+    assert chosen.returncode == 0, chosen.stderr
+    assert chosen.stdout.splitlines()[2] == "0 added, 0 removed, 0 changed"
+    missing = run_amplint("probe", "diff", both, both, "--device", "mps")
+    assert missing.returncode == 2 and "no table for device 'mps' (has: cpu, cuda)" in missing.stderr
+
+
+def _broken_entry(table: dict) -> dict:
+    del table["ops"][0]["policy"]
+    return table
+
+
+MALFORMED = {
+    "not json": (b"{not json", "Expecting property name"),
+    "not utf-8": (b"\xff\xfe\x00garbage", "codec can't decode"),
+    "a number": (b"3", "expected a JSON object (one device's table), found int"),
+    "empty list": (b"[]", "an empty list of tables"),
+    "no ops": (json.dumps({k: v for k, v in _committed("cpu").items() if k != "ops"}).encode(), "no 'ops' field"),
+    "ops not a list": (json.dumps({**_committed("cpu"), "ops": {"a": 1}}).encode(), "'ops' is dict, expected list"),
+    "entry without policy": (json.dumps(_broken_entry(_committed("cpu"))).encode(), "has no policy"),
+    "bad casts": (json.dumps({**_committed("cpu"), "ops": [{"op": "aten::mm", "policy": "fp32",
+                                                           "evidence": {"casts": [1]}}]}).encode(),
+                  "'evidence.casts' is not a list of [input, from, to]"),
+    "deeply nested": (b"[" * 100_000 + b"]" * 100_000, "not a policy table"),
+}
+
+
+@pytest.mark.parametrize("name", MALFORMED)
+def test_diff_names_a_malformed_table_in_one_line(tmp_path, run_amplint, name):
+    content, said = MALFORMED[name]
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(content)
+    for args in ((bad, POLICY_DIR / "cpu.json"), (POLICY_DIR / "cpu.json", bad)):
+        result = run_amplint("probe", "diff", *args, "--format", "html")
+        assert result.returncode == 2, result.stderr
+        assert "Traceback" not in result.stderr and result.stdout == ""
+        [error] = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+        assert error.startswith(f"Error: {bad}: not a policy table: ") and said in error, error
+
+
+IMPORT_FAILURES = {
+    "raises": ("import torch\nraise RuntimeError('no GPU for the extension')\n",
+               "--import brokenext: RuntimeError: no GPU for the extension (", "brokenext.py:2)"),
+    "syntax": ("def f(:\n", "--import brokenext: SyntaxError: ", "brokenext.py"),
+    "exits": ("import sys\nsys.exit(3)\n", "--import brokenext: SystemExit: 3 (", "brokenext.py:2)"),
+    "missing dependency": ("import no_such_dependency_xyz\n",
+                           "--import brokenext: No module named 'no_such_dependency_xyz'", ""),
+}
+
+
+@pytest.mark.parametrize("name", IMPORT_FAILURES)
+def test_import_failures_are_one_clear_line(tmp_path, run_amplint, name):
+    source, said, where = IMPORT_FAILURES[name]
+    (tmp_path / "brokenext.py").write_text(source)
+    result = run_amplint("probe", "--import", "brokenext", "--device", "cpu", "--ops", "mm",
+                         env={"PYTHONPATH": str(tmp_path)})
+    assert result.returncode == 2 and result.stdout == ""
+    assert "Traceback" not in result.stderr
+    [error] = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert said in error and where in error, error

@@ -10,7 +10,8 @@ import click
 
 from . import docs
 from ..terminal import progress_bar
-from .render import DIFF_FORMATS, FORMATS, markdown_table, policy_legend, render, render_diff
+from .render import (DIFF_FORMATS, FORMATS, markdown_table, pick_table, policy_legend, render,
+                     render_diff)
 
 _INSTALL_HINT = "amplint probe needs PyTorch: pip install 'amplint[probe]' (or pip install torch)"
 
@@ -146,18 +147,26 @@ def probe(ctx, device, dtype, mode, op_patterns, imports, fmt, output, output_di
 @probe.command("diff")
 @click.argument("a", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.argument("b", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--device", default=None,
+              help="The device's table to compare, from files that hold several (--device all --format json).")
 @click.option("--format", "fmt", type=click.Choice(DIFF_FORMATS), default="table", show_default=True)
 @click.option("--output", "-o", "output", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write to this file instead of stdout.")
-def probe_diff(a: Path, b: Path, fmt: str, output: Path | None):
-    """Ops added, removed and changed in policy between two tables (devices or torch versions)."""
-    loaded = []
-    for path in (a, b):
-        try:
-            loaded.append(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError) as exc:
-            raise click.UsageError(f"{path}: not a policy table: {exc}") from None
+def probe_diff(a: Path, b: Path, device: str | None, fmt: str, output: Path | None):
+    """Ops added, removed and changed (policy, Python spellings, note) and table settings changed
+    (default dtype, accepted dtypes) between two tables (devices or torch versions)."""
+    loaded = [load_table(path, device) for path in (a, b)]
     _emit(render_diff(*loaded, fmt), output)
+
+
+def load_table(path: Path, device: str | None = None) -> dict:
+    """One device's table from a file the probe wrote, or a one-line usage error (exit 2)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return pick_table(data, device)
+    except (OSError, ValueError, RecursionError) as exc:  # TableError, JSON and decoding errors
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise click.UsageError(f"{path}: not a policy table: {reason}") from None
 
 
 def _emit(text: str, output: Path | None) -> None:

@@ -22,7 +22,7 @@ def _detail(entry: dict) -> str:
         return entry.get("reason", "")
     ev = entry.get("evidence", {})
     if entry["policy"] == "banned":
-        return ev.get("message", "").splitlines()[0].removeprefix("RuntimeError: ")
+        return next(iter(str(ev.get("message") or "").splitlines()), "").removeprefix("RuntimeError: ")
     parts = [f"{c[0]} {c[1]}→{c[2]}" for c in ev.get("casts", [])]
     redispatch = ev.get("redispatch", {})
     if redispatch.get("op") and redispatch["op"] != entry["op"]:
@@ -89,17 +89,140 @@ def markdown_table(table: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+# Fields of a table that say what autocast accepts on the device (not which op does what).
+TABLE_FIELDS = ("default_dtype", "supported_dtypes", "autocast_devices")
+# Fields of an op's entry compared besides its policy.
+_ENTRY_FIELDS = ("python", "note", "disagreement")
+
+
+class TableError(ValueError):
+    """A file that is not a policy table the probe writes; the message says what is wrong."""
+
+
+def check_table(data) -> dict:
+    """``data`` as the probe writes one device's table, or TableError naming the first fault."""
+    if not isinstance(data, dict):
+        raise TableError(f"expected a JSON object (one device's table), found {type(data).__name__}")
+    for key, kind in (("device", str), ("dtype", str), ("torch_version", str), ("mode", str),
+                      ("ops", list)):
+        if key not in data:
+            raise TableError(f"no {key!r} field")
+        if not isinstance(data[key], kind):
+            raise TableError(f"{key!r} is {type(data[key]).__name__}, expected {kind.__name__}")
+    for key in ("supported_dtypes", "autocast_devices", "python"):
+        if key in data and not (isinstance(data[key], list) and all(isinstance(v, str) for v in data[key])):
+            raise TableError(f"{key!r} is not a list of names")
+    for i, entry in enumerate(data["ops"]):
+        where = f"ops[{i}]"
+        if not isinstance(entry, dict):
+            raise TableError(f"{where} is {type(entry).__name__}, expected an object")
+        if not isinstance(entry.get("op"), str):
+            raise TableError(f"{where} has no op name ('op')")
+        where = f"{where} ({entry['op']})"
+        if "policy" not in entry or not isinstance(entry["policy"], (str, type(None))):
+            raise TableError(f"{where} has no policy (a name or null)")
+        python = entry.get("python", [])
+        if not (isinstance(python, list) and all(isinstance(p, str) for p in python)):
+            raise TableError(f"{where}: 'python' is not a list of names")
+        evidence = entry.get("evidence", {})
+        if not isinstance(evidence, dict):
+            raise TableError(f"{where}: 'evidence' is not an object")
+        casts = evidence.get("casts", [])
+        if not (isinstance(casts, list) and all(isinstance(c, list) and len(c) == 3 for c in casts)):
+            raise TableError(f"{where}: 'evidence.casts' is not a list of [input, from, to]")
+        if not isinstance(evidence.get("redispatch", {}), dict):
+            raise TableError(f"{where}: 'evidence.redispatch' is not an object")
+    return data
+
+
+def pick_table(data, device: str | None) -> dict:
+    """One device's table from what a probe wrote: a single table, or the list that
+    ``--device all --format json`` writes (then ``device`` chooses, unless it holds one)."""
+    if isinstance(data, list):
+        devices = [t.get("device") if isinstance(t, dict) else None for t in data]
+        if not data:
+            raise TableError("an empty list of tables")
+        if device is None:
+            if len(data) == 1:
+                return check_table(data[0])
+            raise TableError(f"holds tables for {len(data)} devices "
+                             f"({', '.join(map(str, devices))}): choose one with --device")
+        if device not in devices:
+            raise TableError(f"no table for device {device!r} (has: {', '.join(map(str, devices))})")
+        return check_table(data[devices.index(device)])
+    table = check_table(data)
+    if device is not None and table["device"] != device:
+        raise TableError(f"is the table of device {table['device']!r}, not {device!r}")
+    return table
+
+
+def _list_change(old, new) -> dict:
+    old, new = old or [], new or []
+    return {"added": [v for v in new if v not in old], "removed": [v for v in old if v not in new]}
+
+
 def diff(a: dict, b: dict) -> dict:
-    """Ops added, removed and changed in policy from table ``a`` to table ``b``."""
-    pa = {e["op"]: e["policy"] for e in a["ops"]}
-    pb = {e["op"]: e["policy"] for e in b["ops"]}
+    """Ops added, removed and changed from table ``a`` to table ``b``: an op changed when its
+    policy, its Python spellings, its note or its disagreement differ (``fields`` says which
+    and how); ``settings`` lists the table-wide fields that differ (default dtype, accepted
+    dtypes, autocast devices)."""
+    ea = {e["op"]: e for e in a["ops"]}
+    eb = {e["op"]: e for e in b["ops"]}
+    changed = []
+    for op in sorted(ea.keys() & eb.keys()):
+        x, y = ea[op], eb[op]
+        fields = {}
+        if x["policy"] != y["policy"]:
+            fields["policy"] = {"from": x["policy"], "to": y["policy"]}
+        for key in _ENTRY_FIELDS:
+            old, new = x.get(key), y.get(key)
+            if key == "python":
+                old, new = sorted(old or []), sorted(new or [])
+            if old == new:
+                continue
+            fields[key] = _list_change(old, new) if key == "python" else {"from": old, "to": new}
+        if fields:
+            changed.append({"op": op, "from": x["policy"], "to": y["policy"], "fields": fields})
+    settings = []
+    for key in TABLE_FIELDS:
+        old, new = a.get(key), b.get(key)
+        if old == new:
+            continue
+        change = {"field": key, "from": old, "to": new}
+        if isinstance(old, list) or isinstance(new, list):
+            change.update(_list_change(old, new))
+        settings.append(change)
     return {
         "a": _label(a), "b": _label(b),
-        "added": [{"op": op, "policy": pb[op]} for op in sorted(pb.keys() - pa.keys())],
-        "removed": [{"op": op, "policy": pa[op]} for op in sorted(pa.keys() - pb.keys())],
-        "changed": [{"op": op, "from": pa[op], "to": pb[op]}
-                    for op in sorted(pa.keys() & pb.keys()) if pa[op] != pb[op]],
+        "added": [{"op": op, "policy": eb[op]["policy"]} for op in sorted(eb.keys() - ea.keys())],
+        "removed": [{"op": op, "policy": ea[op]["policy"]} for op in sorted(ea.keys() - eb.keys())],
+        "changed": changed,
+        "settings": settings,
     }
+
+
+def diff_summary(d: dict) -> str:
+    line = f"{len(d['added'])} added, {len(d['removed'])} removed, {len(d['changed'])} changed"
+    if d.get("settings"):
+        line += f", {len(d['settings'])} table setting{'s' if len(d['settings']) != 1 else ''} changed"
+    return line
+
+
+def _names(change: dict) -> str:
+    return " ".join([f"+{v}" for v in change.get("added", [])] + [f"-{v}" for v in change.get("removed", [])])
+
+
+def describe_change(change: dict) -> str:
+    """What changed in one op's entry, in words: ``fp32 → promote; python +torch.x -torch.y``."""
+    parts = []
+    for key, what in change.get("fields", {}).items():
+        if key == "policy":
+            parts.append(f"{what['from']} → {what['to']}")
+        elif key == "python":
+            parts.append(f"python {_names(what)}")
+        else:
+            parts.append(f"{key} {what['from']!r} → {what['to']!r}")
+    return "; ".join(parts)
 
 
 DIFF_FORMATS = ("table", "json", "html")
@@ -110,15 +233,17 @@ def render_diff(a: dict, b: dict, fmt: str) -> str:
     if fmt == "json":
         return json.dumps(d, indent=1) + "\n"
     if fmt == "html":
-        return html_page.diff_page(a, b, d, _detail, _label)
-    lines = [f"A: {d['a']}", f"B: {d['b']}",
-             f"{len(d['added'])} added, {len(d['removed'])} removed, {len(d['changed'])} changed", ""]
+        return html_page.diff_page(a, b, d, _detail, _label, diff_summary(d), describe_change)
+    lines = [f"A: {d['a']}", f"B: {d['b']}", diff_summary(d), ""]
+    for s in d["settings"]:
+        shown = _names(s) if "added" in s else f"{s['from']} → {s['to']}"
+        lines.append(f"~ {s['field']}  {shown}")
     for e in d["added"]:
         lines.append(f"+ {e['op']}  {e['policy']}")
     for e in d["removed"]:
         lines.append(f"- {e['op']}  {e['policy']}")
     for e in d["changed"]:
-        lines.append(f"~ {e['op']}  {e['from']} → {e['to']}")
+        lines.append(f"~ {e['op']}  {describe_change(e)}")
     return "\n".join(lines) + "\n"
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import importlib
+import traceback
 from typing import Callable
 
 import torch
@@ -57,8 +58,23 @@ def import_extensions(modules: tuple[str, ...]) -> None:
     for name in modules:
         try:
             importlib.import_module(name)
-        except ImportError as exc:
-            raise ProbeUsageError(f"--import {name}: {exc}") from exc
+        except BaseException as exc:  # whatever the module's own code raises, SystemExit too
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            raise ProbeUsageError(f"--import {name}: {_import_failure(exc)}") from None
+
+
+def _import_failure(exc: BaseException) -> str:
+    """``ErrorType: message`` of a failed import, with the module's line where it was raised."""
+    said = str(exc).splitlines()[0] if str(exc) else ""
+    text = f"{type(exc).__name__}: {said}" if said else type(exc).__name__
+    if isinstance(exc, ModuleNotFoundError):
+        return said or text
+    frames = traceback.extract_tb(exc.__traceback__)
+    own = [f for f in frames if "importlib" not in f.filename]
+    if own:
+        return f"{text} ({own[-1].filename}:{own[-1].lineno})"
+    return text
 
 
 def _spellings(op: str, found: dict[str, list[str]]) -> list[str]:

@@ -132,3 +132,66 @@ def test_filter_from_the_address_and_clearing_it(browser, grid):
     box.send_keys(" ")  # an empty filter shows everything again
     shown, total = map(int, re.match(r"(\d+) of (\d+) ops", browser.find_element(By.ID, "count").text).groups())
     assert shown == total
+
+
+def _rgb(color: str) -> tuple[float, float, float]:
+    """#rgb, #rrggbb or a colour keyword the page might use, as 0..1 channels."""
+    named = {"white": "#ffffff", "black": "#000000"}
+    color = named.get(color.strip().lower(), color.strip().lower())
+    digits = color.lstrip("#")
+    if len(digits) == 3:
+        digits = "".join(c * 2 for c in digits)
+    assert re.fullmatch(r"[0-9a-f]{6}", digits), f"not a colour this test reads: {color!r}"
+    return tuple(int(digits[i:i + 2], 16) / 255 for i in (0, 2, 4))
+
+
+def _luminance(color: str) -> float:
+    """WCAG 2 relative luminance."""
+    def linear(c):
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+    r, g, b = map(linear, _rgb(color))
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def contrast_ratio(fg: str, bg: str) -> float:
+    light, dark = sorted((_luminance(fg), _luminance(bg)), reverse=True)
+    return (light + 0.05) / (dark + 0.05)
+
+
+def test_contrast_ratio_matches_wcag_reference_values():
+    assert round(contrast_ratio("#fff", "#000"), 2) == 21.0
+    assert round(contrast_ratio("#777777", "#ffffff"), 2) == 4.48  # the classic "just fails AA"
+
+
+def _css_property(css: str, selector: str, prop: str) -> str | None:
+    for selectors, body in re.findall(r"([^{}]+)\{([^}]*)\}", css):
+        if selector in [s.strip() for s in selectors.split(",")]:
+            found = re.search(rf"(?:^|;)\s*{prop}\s*:\s*([^;]+)", body)
+            if found:
+                return found.group(1).strip()
+    return None
+
+
+def test_grid_text_meets_wcag_aa_on_every_policy_colour():
+    """Every policy cell of the page (one of each policy, unclassified too) as the browser
+    would paint it: background from the cell's style, text colour from its style or else the
+    stylesheet's `td.policy` rule."""
+    from amplint.probe.render import render
+    tables = [json.loads((POLICY_DIR / f"{d}.json").read_text()) for d in DEVICES]
+    policies = ["lower_precision_fp", "fp32", "fp32_set_opt_dtype", "fp32_append_dtype", "promote",
+                "banned", None]
+    tables[0]["ops"] += [{"op": f"test::every_{p}", "policy": p, "evidence": {}, "reason": "test"}
+                         for p in policies]
+    page = render(tables, "html")
+    css = re.search(r"<style>(.*?)</style>", page, re.S).group(1)
+    default_text = _css_property(css, "td.policy", "color") or _css_property(css, "body", "color")
+    cells = re.findall(r'<td class="policy" style="([^"]*)" data-policy="([^"]*)"', page)
+    seen: dict[str, set[tuple[str, str]]] = {}
+    for style, policy in cells:
+        background = re.search(r"background(?:-color)?\s*:\s*([^;]+)", style).group(1)
+        text = re.search(r"(?:^|;)\s*color\s*:\s*([^;]+)", style)
+        seen.setdefault(policy, set()).add((text.group(1) if text else default_text, background))
+    assert set(seen) == {p or "unclassified" for p in policies}
+    low = {(policy, fg, bg, round(contrast_ratio(fg, bg), 2))
+           for policy, pairs in seen.items() for fg, bg in pairs if contrast_ratio(fg, bg) < 4.5}
+    assert low == set(), "below WCAG AA 4.5:1"

@@ -19,10 +19,12 @@ POLICY_MEANINGS = {
 }
 NO_KERNEL_MEANING = "no autocast kernel (runs as called)"
 
-# Colours chosen to stay apart for the common kinds of colour blindness.
+# Colours chosen to stay apart for the common kinds of colour blindness (Tableau 10; fp32's
+# blue lightened) and light enough for CELL_TEXT_COLOR on each to reach WCAG AA (4.5:1).
+CELL_TEXT_COLOR = "#000"
 POLICY_COLORS = {policy: (color, POLICY_MEANINGS[policy]) for policy, color in {
     "lower_precision_fp": "#f28e2b",
-    "fp32": "#4e79a7",
+    "fp32": "#5a85b3",
     "fp32_set_opt_dtype": "#76b7b2",
     "fp32_append_dtype": "#59a14f",
     "promote": "#b07aa1",
@@ -43,11 +45,11 @@ table { border-collapse: collapse; margin-top: 12px; }
 th, td { border: 1px solid #ddd; padding: 3px 8px; white-space: nowrap; }
 th { background: #f5f5f5; position: sticky; top: 0; }
 td.op { font-family: ui-monospace, monospace; }
-td.policy { color: #fff; text-align: center; font-size: 12px; }
+td.policy { color: %s; text-align: center; font-size: 12px; }
 td.absent { color: #aaa; text-align: center; }
 td.status { font-size: 12px; }
 tr.hidden { display: none; }
-"""
+""" % CELL_TEXT_COLOR
 
 # The filter matches op names and Python spellings; `#filter=text` in the URL pre-fills it.
 _SCRIPT = """

@@ -57,6 +57,10 @@ _NOT_FLOAT = frozenset({
 })
 # Those of them that make integers or booleans, and the methods that keep an integer an integer.
 _INTEGRAL = _NOT_FLOAT - {"double", "size", "dim", "numel", "item", "tolist", "numpy", "type"}
+# Tensor methods that return the receiver's values (or a view of them) in its dtype.
+_SAME_DTYPE_METHODS = frozenset({"view", "reshape", "unsqueeze", "squeeze", "expand", "flatten", "transpose",
+                                 "permute", "contiguous", "detach", "clone", "repeat", "expand_as", "view_as",
+                                 "reshape_as"})
 _RESHAPES = ("view", "reshape", "unsqueeze", "squeeze", "expand", "flatten", "transpose", "permute",
              "contiguous", "to")
 # Functions returning (values, indices): only the values follow the input's dtype.
@@ -382,7 +386,11 @@ class _Flow:
                 if "dtype" in keywords:
                     return self._dtype(keywords["dtype"], depth)
                 return _Value(self.value(receiver, depth - 1).kind)
+            if method in _SAME_DTYPE_METHODS:  # the tables know no op for them: the values are the receiver's
+                return self.value(receiver, depth - 1)
         spelling = call_spelling(ctx, call)
+        if spelling is None and isinstance(call.func, cst.Call):  # `nn.Softmax(dim=-1)(x)`: the module's op
+            spelling = next((n for n in ctx.qualified_names(call.func.func) if n.startswith("torch.nn.")), None)
         if spelling is not None and spelling.startswith("torch."):
             policies = policies_of(self.table, spelling)
             if policies and policies <= FP32_FAMILY:
@@ -1143,6 +1151,18 @@ class TensorFactoryDropsDtype(Rule):
     may_fire = staticmethod(_may_fire)
 
     valid = (
+        # An `nn.Softmax` built and called in one expression runs softmax (float32 under
+        # autocast): scattered into a float32 buffer, the dtypes agree.
+        Valid("""
+import torch
+from torch import nn
+class RepeatDecoder(nn.Module):
+    def forward(self, memory, item_seq, num_items):
+        scores = nn.Softmax(dim=-1)(self.proj(memory).squeeze(2))
+        out = torch.zeros([item_seq.shape[0], num_items], device=memory.device)
+        out.scatter_add_(1, item_seq, scores)
+        return out
+"""),
         # Float32 on purpose: an explicit dtype, and float32 met with float32 (a scatter of
         # float32 ones, a product with what autocast runs in float32: softmax, mean).
         Valid("""
@@ -1197,6 +1217,28 @@ class Pos(torch.nn.Module):
 """),
     )
     invalid = (
+        # A module's output reshaped (`.view(-1)`) is still the activations.
+        Invalid("""
+import torch
+from torch import nn
+class ListwiseLoss(nn.Module):
+    def forward(self, tokens, batch_size, max_docs, docs_per_query):
+        logits = self.model(tokens)["scores"].view(-1)
+        matrix = torch.full((batch_size, max_docs), 1e-16, device=logits.device)
+        rows = torch.repeat_interleave(torch.arange(batch_size), torch.tensor(docs_per_query))
+        matrix[rows, 0] = logits
+        return matrix
+""", fixed="""
+import torch
+from torch import nn
+class ListwiseLoss(nn.Module):
+    def forward(self, tokens, batch_size, max_docs, docs_per_query):
+        logits = self.model(tokens)["scores"].view(-1)
+        matrix = logits.new_full((batch_size, max_docs), 1e-16)
+        rows = torch.repeat_interleave(torch.arange(batch_size), torch.tensor(docs_per_query))
+        matrix[rows, 0] = logits
+        return matrix
+""", at=((7, 18, "`torch.full` without `dtype=` makes a float32 tensor, and line 9 index-puts `logits`"),)),
         Invalid("""
 import torch
 from torch import nn

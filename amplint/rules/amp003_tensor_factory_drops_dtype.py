@@ -340,6 +340,23 @@ class _Flow:
                 found.append(self.value(positional[position - offset], depth))
         return found
 
+    def list_items(self, name: cst.Name) -> list[cst.BaseExpression] | None:
+        """What a list built in this function holds where ``name`` reads it: the elements of
+        its list literal and what ``name.append(...)`` added in between (``outs = []``, then
+        ``outs.append(self.head(x))`` in a loop); None when ``name`` is not such a list."""
+        b = self.binding(name)
+        if b is None or b.index is not None or not isinstance(b.value, cst.List):
+            return None
+        ctx = self.ctx
+        first, last = ctx.order(b.statement), ctx.order(name)
+        items = [e.value for e in b.value.elements if isinstance(e, cst.Element)]
+        for call in ctx.nodes(cst.Call):
+            mc = method_call(call)
+            if mc is not None and mc[1] == "append" and isinstance(mc[0], cst.Name) and mc[0].value == name.value \
+                    and first < ctx.order(call) < last and len(call.args) == 1 and self.binding(mc[0]) is b:
+                items.append(call.args[0].value)
+        return items
+
     def _dtype(self, expr: cst.BaseExpression, depth: int) -> _Value:
         """The value a ``dtype=`` argument gives: a literal, or ``y.dtype``."""
         literal = dtype_of(self.ctx, expr)
@@ -399,8 +416,13 @@ class _Flow:
                 return self.value(receiver, depth - 1)
             operands = []
             for arg in positional:
-                operands.extend(e.value for e in arg.elements if isinstance(e, cst.Element)) \
-                    if isinstance(arg, (cst.List, cst.Tuple)) else operands.append(arg)
+                appended = self.list_items(arg) if isinstance(arg, cst.Name) else None
+                if appended is not None:
+                    operands.extend(appended)
+                elif isinstance(arg, (cst.List, cst.Tuple)):
+                    operands.extend(e.value for e in arg.elements if isinstance(e, cst.Element))
+                else:
+                    operands.append(arg)
             values = [self.value(o, depth - 1) for o in operands]
             return _lower_precision(values) if policies == {"lower_precision_fp"} else _promoted(values)
         # A call the tables do not know (a submodule, a helper): its result follows the
@@ -1217,6 +1239,32 @@ class Pos(torch.nn.Module):
 """),
     )
     invalid = (
+        # A list of activations built with `append` and concatenated is the activations.
+        Invalid("""
+import torch
+from torch import nn
+class LayerConcat(nn.Module):
+    def forward(self, hidden):
+        parts = []
+        for layer in self.layers:
+            hidden = layer(hidden)
+            parts.append(hidden)
+        stacked = torch.cat(parts, dim=-1)
+        pad = torch.zeros(stacked.shape[0], 1, device=stacked.device)
+        return torch.cat([stacked, pad], dim=-1)
+""", fixed="""
+import torch
+from torch import nn
+class LayerConcat(nn.Module):
+    def forward(self, hidden):
+        parts = []
+        for layer in self.layers:
+            hidden = layer(hidden)
+            parts.append(hidden)
+        stacked = torch.cat(parts, dim=-1)
+        pad = stacked.new_zeros(stacked.shape[0], 1)
+        return torch.cat([stacked, pad], dim=-1)
+""", at=((11, 15, "line 12 concatenates it with `stacked`"),)),
         # A module's output reshaped (`.view(-1)`) is still the activations.
         Invalid("""
 import torch

@@ -152,6 +152,10 @@ def observe(call: Callable[[], Any]) -> Observation:
     return obs
 
 
+# Appended to the last op of a traced chain when that op's floating inputs are all float64.
+FLOAT64_MARK = "@float64"
+
+
 def trace_ops(call: Callable[[], Any]) -> tuple[list[tuple[str, ...]], bool]:
     """The ops a call reaches, each as its chain of callers ending in the op, and whether
     the call completed; never raises.
@@ -164,12 +168,17 @@ def trace_ops(call: Callable[[], Any]) -> tuple[list[tuple[str, ...]], bool]:
 
     def handler(func, args, kwargs):
         stack.append(op_name(func))
-        reached.append(tuple(stack))
+        floats = [t.dtype for t in _tensors((args, kwargs)) if t.dtype.is_floating_point]
+        # Autocast never casts a float64 tensor: an op reached with only float64 inputs
+        # runs in float64 whatever its policy (torch.float_power casts to float64 first).
+        mark = FLOAT64_MARK if floats and all(d == torch.float64 for d in floats) else ""
+        reached.append((*stack[:-1], stack[-1] + mark))
         try:
             if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
-                out = func.decompose(*args, **kwargs)
-                if out is not NotImplemented:
-                    return out
+                # The C++ composite kernel, as eager mode runs it; not func.decompose(), which
+                # prefers a Python decomposition (F.interpolate would reach _unsafe_index, not
+                # the upsample_* op eager CUDA calls).
+                return func._op_dk(torch._C.DispatchKey.CompositeImplicitAutograd, *args, **kwargs)
             return _meta_output(func, args, kwargs)
         finally:
             stack.pop()

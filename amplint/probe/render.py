@@ -29,6 +29,9 @@ def _detail(entry: dict) -> str:
         parts.append(f"→ {redispatch['op']}")
     if "dtype" in redispatch.get("args", {}) and not ev.get("casts"):
         parts.append(f"dtype={redispatch['args']['dtype']}")
+    if entry.get("python_float64"):
+        parts.append("runs in float64 (autocast leaves float64 alone) when reached by "
+                     + ", ".join(entry["python_float64"]))
     return ", ".join(parts)
 
 
@@ -92,7 +95,7 @@ def markdown_table(table: dict) -> str:
 # Fields of a table that say what autocast accepts on the device (not which op does what).
 TABLE_FIELDS = ("default_dtype", "supported_dtypes", "autocast_devices")
 # Fields of an op's entry compared besides its policy.
-_ENTRY_FIELDS = ("python", "note", "disagreement")
+_ENTRY_FIELDS = ("python", "python_float64", "note", "disagreement")
 
 
 class TableError(ValueError):
@@ -176,11 +179,12 @@ def diff(a: dict, b: dict) -> dict:
             fields["policy"] = {"from": x["policy"], "to": y["policy"]}
         for key in _ENTRY_FIELDS:
             old, new = x.get(key), y.get(key)
-            if key == "python":
+            listed = key.startswith("python")
+            if listed:
                 old, new = sorted(old or []), sorted(new or [])
             if old == new:
                 continue
-            fields[key] = _list_change(old, new) if key == "python" else {"from": old, "to": new}
+            fields[key] = _list_change(old, new) if listed else {"from": old, "to": new}
         if fields:
             changed.append({"op": op, "from": x["policy"], "to": y["policy"], "fields": fields})
     settings = []
@@ -218,8 +222,8 @@ def describe_change(change: dict) -> str:
     for key, what in change.get("fields", {}).items():
         if key == "policy":
             parts.append(f"{what['from']} → {what['to']}")
-        elif key == "python":
-            parts.append(f"python {_names(what)}")
+        elif key.startswith("python"):
+            parts.append(f"{key} {_names(what)}")
         else:
             parts.append(f"{key} {what['from']!r} → {what['to']!r}")
     return "; ".join(parts)

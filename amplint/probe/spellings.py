@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from .intercept import ProbeTensor, trace_ops
+from .intercept import FLOAT64_MARK, ProbeTensor, trace_ops
 
 SHAPES = ((4, 4), (2, 4, 4), (2, 4, 4, 4), (2, 4, 4, 4, 4), (4,))
 
@@ -41,7 +41,25 @@ _PARAM_VALUES: dict[str, Any] = {
     "equation": "ij,jk->ik", "pad": (1, 1), "p": 2.0, "groups": 1, "upscale_factor": 2,
     "downscale_factor": 2, "size": 4, "n_fft": 4, "num_classes": 4, "chunks": 2, "sections": 2,
     "split_size_or_sections": 2, "dims": (0,), "shape": (16,), "repeats": 2, "k": 1,
+    "maxnorm": 1.0,
 }
+
+# Calls whose op is chosen by a keyword that has a default (F.interpolate's mode): each
+# variant is traced on every shape, besides the usual patterns. Keyed by the callable's or
+# module class's own name; values are keyword arguments (for a module, its constructor's).
+_UPSAMPLE_MODES = [{"size": 4, "mode": m} for m in
+                   ("nearest", "nearest-exact", "linear", "bilinear", "bicubic", "trilinear", "area")]
+_UPSAMPLE_MODES += [{"size": 4, "mode": m, "antialias": True} for m in ("bilinear", "bicubic")]
+_KEYWORD_VARIANTS: dict[str, list[dict[str, Any]]] = {
+    "torch.nn.functional.interpolate": _UPSAMPLE_MODES,
+    "torch.nn.functional.upsample": [v for v in _UPSAMPLE_MODES if "antialias" not in v],
+    "torch.nn.Upsample": [{"size": 4, "mode": v["mode"]} for v in _UPSAMPLE_MODES if "antialias" not in v],
+}
+# Calls whose op depends on the input's rank (nll_loss2d for 4-d input, upsample_nearest2d):
+# traced on every shape instead of stopping at the first that completes.
+_EVERY_SHAPE = {"torch.nn.functional.nll_loss", "torch.nn.functional.cross_entropy", "torch.nn.NLLLoss",
+                "torch.nn.CrossEntropyLoss", "torch.nn.UpsamplingNearest2d", "torch.nn.UpsamplingBilinear2d",
+                "torch.nn.functional.upsample_nearest", "torch.nn.functional.upsample_bilinear"}
 _INDEX_PARAMS = {"index", "indices", "target_indices"}
 
 
@@ -103,6 +121,9 @@ def _argument_patterns(fn: Callable, tensor: Callable[[], torch.Tensor],
     yield [[tensor(), tensor()]]
     yield [_PARAM_VALUES["equation"], tensor(), tensor()]
     yield [tensor(), index]
+    # Class targets: one index per sample, no class dimension (F.cross_entropy -> nll_loss).
+    yield [tensor(), ProbeTensor(shape[:1] + shape[2:], torch.long, tensor().device)]
+    yield [tensor(), 2.0, 1, 1.0]  # (input, p, dim, maxnorm): renorm
     yield [tensor(), (index,), tensor()]
     yield [tensor(), 1, index, tensor()]
 
@@ -122,9 +143,11 @@ def trace_public_api(device: str) -> dict[str, set[tuple[str, ...]]]:
                     chains, ok = trace_ops(lambda: fn(*args))
                     traces[spelling].update(chains)
                     completed |= ok
-                if completed:
+                if completed and spelling not in _EVERY_SHAPE:
                     break
+            _trace_variants(traces, spelling, lambda kw: (lambda x: fn(x, **kw)), device)
         for spelling, cls in public_modules():
+            _trace_variants(traces, spelling, lambda kw: cls(**kw), device)
             for ctor in _MODULE_CTOR_ARGS:
                 try:
                     module = cls(*ctor)
@@ -133,27 +156,51 @@ def trace_public_api(device: str) -> dict[str, set[tuple[str, ...]]]:
                 completed = False
                 for shape in SHAPES:
                     x = ProbeTensor(shape, torch.float32, device)
-                    for args in ([x], [x, x], [x, x, x]):
+                    target = ProbeTensor(shape[:1] + shape[2:], torch.long, device)  # class targets
+                    for args in ([x], [x, x], [x, x, x], [x, target]):
                         chains, ok = trace_ops(lambda: module(*args))
                         traces[spelling].update(chains)
                         completed |= ok
-                    if completed:
+                    if completed and spelling not in _EVERY_SHAPE:
                         break
                 if completed:
                     break
     return traces
 
 
-def spellings_for(traces: dict[str, set[tuple[str, ...]]], wanted: set[str]) -> dict[str, list[str]]:
+def _trace_variants(traces, spelling: str, make: Callable[[dict], Callable], device: str) -> None:
+    """The keyword variants of ``spelling`` (see _KEYWORD_VARIANTS), each on every shape."""
+    for kwargs in _KEYWORD_VARIANTS.get(spelling, []):
+        try:
+            call = make(kwargs)
+        except Exception:
+            continue
+        for shape in SHAPES:
+            x = ProbeTensor(shape, torch.float32, device)
+            chains, _ = trace_ops(lambda: call(x))
+            traces[spelling].update(chains)
+
+
+def spellings_for(traces: dict[str, set[tuple[str, ...]]], wanted: set[str],
+                  float64: bool = False) -> dict[str, list[str]]:
     """Map each op in ``wanted`` (ops with an autocast kernel) to the spellings whose calls reach it.
 
     An op nested under another op of ``wanted`` does not count: that outer op's autocast
-    kernel excludes autocast for everything it calls.
+    kernel excludes autocast for everything it calls. An op reached with only float64
+    inputs (trace_ops marks it) does not count either, as autocast leaves float64 alone;
+    ``float64=True`` returns those spellings instead (``torch.float_power`` -> pow).
     """
     spellings: dict[str, set[str]] = defaultdict(set)
     for spelling, chains in traces.items():
         for chain in chains:
+            last = chain[-1]
+            is_float64 = last.endswith(FLOAT64_MARK)
+            chain = (*chain[:-1], last.removesuffix(FLOAT64_MARK))
             first = next((op for op in chain if op in wanted), None)
-            if first is not None and first == chain[-1]:
+            if first is not None and first == chain[-1] and is_float64 == float64:
                 spellings[first].add(spelling)
+    if float64:  # only the spellings that never reach the op otherwise
+        plain = spellings_for(traces, wanted)
+        spellings = {op: names - set(plain.get(op, [])) for op, names in spellings.items()}
+        spellings = {op: names for op, names in spellings.items() if names}
     return {op: sorted(names) for op, names in spellings.items()}

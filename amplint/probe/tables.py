@@ -118,6 +118,7 @@ def build_table(device: str, lowp: torch.dtype, mode: str, patterns: tuple[str, 
     executed = mode == "execute" or (mode == "auto" and present)
     ops = ops_with_autocast_kernel(device, patterns)
     spellings = spellings_for(traces, {op.full for op in ops})
+    float64_spellings = spellings_for(traces, {op.full for op in ops}, float64=True)
     entries = []
     for op in ops:
         try:
@@ -126,6 +127,9 @@ def build_table(device: str, lowp: torch.dtype, mode: str, patterns: tuple[str, 
             entry = {"op": op.full, "policy": None, "evidence": {},
                      "reason": f"probe crashed: {type(exc).__name__}: {exc}"}
         entry["python"] = _spellings(op.full, spellings)
+        if op.full in float64_spellings:
+            # They cast to float64 before the op: autocast leaves it alone, it runs in float64.
+            entry["python_float64"] = float64_spellings[op.full]
         entries.append(entry)
     verdicts, note = supported_dtypes(device)
     table = {

@@ -65,3 +65,26 @@ def test_rnn_modules_reach_their_rnn_ops():
     by_op = {e["op"]: e["python"] for e in cpu["ops"]}
     assert "torch.nn.LSTM" in by_op["aten::mkldnn_rnn_layer"]  # eager cpu: the oneDNN RNN layer
     assert {"torch.nn.GRU", "torch.nn.RNN"} <= set(by_op["aten::linear"])
+
+
+def test_device_only_kernel_is_supplemented_with_its_source(cuda):
+    """A CPU build has no AutocastCUDA kernel for _cudnn_rnn; the cuda table still lists it,
+    marked as a supplement with PyTorch's source, so the RNN modules reach an RNN op."""
+    if torch._C._dispatch_has_kernel_for_dispatch_key("aten::_cudnn_rnn", "AutocastCUDA"):
+        entry = cuda["aten::_cudnn_rnn"]  # a cuDNN build: probed from its own dispatcher
+        assert "supplement" not in entry["evidence"]
+        return
+    entry = cuda["aten::_cudnn_rnn"]
+    assert entry["policy"] == "lower_precision_fp" and entry["evidence"]["supplement"] is True
+    assert "AutocastRNN.cpp" in entry["evidence"]["source"] and entry["evidence"]["dtype"] == "float16"
+    assert "confirmed on a GPU" in entry["note"]
+    assert {"torch.nn.LSTM", "torch.nn.GRU", "torch.nn.RNN"} <= set(entry["python"])
+
+
+def test_supplement_respects_device_and_patterns():
+    from amplint.probe.device_only import supplement
+    assert supplement("cpu", set(), lambda op: True) == []
+    assert supplement("cuda", set(), lambda op: False) == []
+    assert supplement("cuda", {"aten::_cudnn_rnn"}, lambda op: True) == []
+    [only_mm] = tables.probe(["cuda"], None, "simulate", ("mm",))
+    assert [e["op"] for e in only_mm["ops"]] == ["aten::mm"]

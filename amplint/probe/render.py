@@ -21,6 +21,9 @@ def _detail(entry: dict) -> str:
     if entry["policy"] is None:
         return entry.get("reason", "")
     ev = entry.get("evidence", {})
+    if ev.get("supplement"):
+        return (f"supplement (not in this build's dispatcher): {ev.get('dtype')}, per "
+                + str(ev.get("source", "")).split(":")[0])
     if entry["policy"] == "banned":
         return next(iter(str(ev.get("message") or "").splitlines()), "").removeprefix("RuntimeError: ")
     parts = [f"{c[0]} {c[1]}→{c[2]}" for c in ev.get("casts", [])]

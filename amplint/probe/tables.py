@@ -10,8 +10,8 @@ from typing import Callable
 import torch
 
 from .. import __version__
-from . import execute, simulate
-from .dispatcher import autocast_devices, ops_with_autocast_kernel
+from . import device_only, execute, simulate
+from .dispatcher import autocast_devices, matches, ops_with_autocast_kernel
 from .dtypes import supported_dtypes
 from .intercept import dtype_name
 from .spellings import spellings_for, trace_public_api
@@ -131,6 +131,9 @@ def build_table(device: str, lowp: torch.dtype, mode: str, patterns: tuple[str, 
             # They cast to float64 before the op: autocast leaves it alone, it runs in float64.
             entry["python_float64"] = float64_spellings[op.full]
         entries.append(entry)
+    probed_ops = {e["op"] for e in entries}
+    entries += device_only.supplement(device, probed_ops, lambda op: not patterns or matches(op, patterns))
+    entries.sort(key=lambda e: e["op"])
     verdicts, note = supported_dtypes(device)
     table = {
         "torch_version": torch.__version__.split("+")[0],

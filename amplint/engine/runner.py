@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 import bisect
 import re
+import sys
+import threading
 import traceback
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -139,10 +141,53 @@ def _nesting_error(path: str, source: str) -> Diagnostic | None:
     return None
 
 
+# Code Python accepts can nest thousands of levels deep (a 2,000-term sum compiles): libcst's
+# native parser and the rules' walks of it need more C stack than a main thread has (past it,
+# the process crashes) and more than Python's default recursion limit. Files are parsed and
+# checked in a thread with a large stack and a higher limit; what still reaches the limit is
+# reported as too deep.
+_DEEP_STACK_BYTES = 256 * 1024 * 1024
+_DEEP_RECURSION_LIMIT = 20_000
+
+
+def _in_deep_stack(work: Callable[[], tuple]) -> tuple:
+    done: list = []
+
+    def target() -> None:
+        try:
+            done.append((work(), None))
+        except BaseException as exc:  # raised again in the caller's thread
+            done.append((None, exc))
+
+    limit = sys.getrecursionlimit()
+    size = threading.stack_size(_DEEP_STACK_BYTES)
+    try:
+        sys.setrecursionlimit(max(limit, _DEEP_RECURSION_LIMIT))
+        thread = threading.Thread(target=target, name="amplint-check")
+        thread.start()
+        thread.join()
+    finally:
+        threading.stack_size(size)
+        sys.setrecursionlimit(limit)
+    result, exc = done[0]
+    if exc is not None:
+        raise exc
+    return result
+
+
 def run_rules(path: str, source: str, rules: Sequence[type[Rule]],
               policy_loader: Callable | None, outline: Outline | None = None) -> tuple[list[Diagnostic], bool]:
     """Every diagnostic of ``rules`` on ``source`` (noqa not yet applied), and whether a rule
     read other files of the project for them."""
+    if outline is None:  # Python's parser has not read it: what it refuses as too deep, libcst never sees
+        nesting = _nesting_error(path, source)
+        if nesting is not None:
+            return [nesting], False
+    return _in_deep_stack(lambda: _run_rules(path, source, rules, policy_loader, outline))
+
+
+def _run_rules(path: str, source: str, rules: Sequence[type[Rule]],
+               policy_loader: Callable | None, outline: Outline | None) -> tuple[list[Diagnostic], bool]:
     try:
         module = parse(source)
     except cst.ParserSyntaxError as exc:
@@ -150,10 +195,6 @@ def run_rules(path: str, source: str, rules: Sequence[type[Rule]],
     except RecursionError:
         return [_nesting_error(path, source) or _engine_diagnostic(
             INTERNAL_ERROR, path, f"cannot check {path}: nested too deeply for libcst's parser")], False
-    if outline is None:  # an outline was parsed only if a rule asked for one
-        nesting = _nesting_error(path, source)
-        if nesting is not None:
-            return [nesting], False
     ctx = FileContext(path, source, module, policy_loader, outline)
     out: list[Diagnostic] = []
     for rule in rules:

@@ -146,7 +146,7 @@ def test_config_errors_name_file_and_key(run_amplint, project):
 
 
 def test_default_excludes(run_amplint, project):
-    for folder in (".venv", "build", "site-packages", "node_modules", "__pycache__"):
+    for folder in (".venv", "build", "site-packages", "node_modules", "__pycache__", ".ipynb_checkpoints"):
         (project / folder).mkdir()
         (project / folder / "x.py").write_text(FAULTY)
     result = run_amplint("check", "--output-format", "concise", ".", cwd=project)

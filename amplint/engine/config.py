@@ -21,7 +21,8 @@ from .rule import Rule, all_rules
 from .runner import INTERNAL_ERROR, SYNTAX_ERROR
 
 DEFAULT_EXCLUDE = (".git", ".hg", ".svn", ".venv", "venv", "__pycache__", "build", "dist",
-                   "site-packages", "node_modules", ".tox", ".nox", ".mypy_cache", ".amplint_cache")
+                   "site-packages", "node_modules", ".tox", ".nox", ".mypy_cache", ".amplint_cache",
+                   ".ipynb_checkpoints")
 KNOWN_KEYS = {"select", "ignore", "extend-select", "exclude", "extend-exclude",
               "per-file-ignores", "device", "torch-version"}
 

@@ -35,7 +35,7 @@ from typing import Callable, Sequence
 from . import source as source_io
 from .diagnostics import Diagnostic, Edit, Fix, Location
 from .rule import Rule
-from .runner import INTERNAL_ERROR, FileResult, _AcceptedEdits, lint_source
+from .runner import INTERNAL_ERROR, FileResult, accepted_edits, lint_source
 
 SUFFIX = ".ipynb"
 
@@ -434,16 +434,9 @@ class _Joined:
     def apply(self, fixes: list[Fix]) -> tuple[list[tuple[int, str]], int]:
         """As many of the fixes as do not overlap, in source order, applied to the cells'
         own texts (magic lines as they are); (new cells, fixes applied)."""
-        accepted = _AcceptedEdits()
-        applied = 0
-        for fix in sorted(fixes, key=lambda f: min(e.start for e in f.edits)):
-            if any(accepted.overlaps(e) for e in fix.edits):
-                continue
-            for edit in fix.edits:
-                accepted.add(edit)
-            applied += 1
+        edits, applied = accepted_edits(fixes)
         by_cell: dict[int, list[Edit]] = {}
-        for edit in accepted.edits:
+        for edit in edits:
             by_cell.setdefault(self._cell_of(edit), []).append(edit)
         cells = list(self.cells)
         for i, edits in by_cell.items():

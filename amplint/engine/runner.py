@@ -248,8 +248,9 @@ class _AcceptedEdits:
             self.ends.insert(i, edit.end)
 
 
-def apply_fixes(source: str, fixes: Sequence[Fix]) -> tuple[str, int]:
-    """Apply as many fixes as do not overlap, in source order; (new text, fixes applied)."""
+def accepted_edits(fixes: Sequence[Fix]) -> tuple[list[Edit], int]:
+    """The edits of as many fixes as do not overlap, taken in source order, sorted; and how
+    many fixes they make."""
     accepted = _AcceptedEdits()
     applied = 0
     for fix in sorted(fixes, key=lambda f: min(e.start for e in f.edits)):
@@ -258,8 +259,14 @@ def apply_fixes(source: str, fixes: Sequence[Fix]) -> tuple[str, int]:
         for edit in fix.edits:
             accepted.add(edit)
         applied += 1
+    return accepted.edits, applied
+
+
+def apply_fixes(source: str, fixes: Sequence[Fix]) -> tuple[str, int]:
+    """Apply as many fixes as do not overlap, in source order; (new text, fixes applied)."""
+    edits, applied = accepted_edits(fixes)
     pieces, at = [], 0
-    for edit in accepted.edits:
+    for edit in edits:
         pieces += [source[at:edit.start], edit.content]
         at = edit.end
     pieces.append(source[at:])

@@ -158,3 +158,40 @@ def test_findings_that_read_other_files_are_not_cached(tmp_path, monkeypatch):
     autocast_sites.cache_clear()  # a new run is a new process
     second = CliRunner().invoke(main, ["check", "--output-format", "json", "demo/losses.py"])
     assert json.loads(second.stdout) == []
+
+
+@pytest.mark.parametrize("script, shown", [
+    ("import lightning as L\ntrainer = L.Trainer(accelerator='gpu', precision='16-mixed')\n",
+     "train.py:2, `precision='16-mixed'`"),
+    ("from accelerate import Accelerator\naccelerator = Accelerator(mixed_precision='bf16')\n",
+     "train.py:2, `mixed_precision='bf16'`"),
+    ("from transformers import TrainingArguments\nargs = TrainingArguments('out', fp16=True)\n",
+     "train.py:2, `fp16=True`"),
+])
+def test_a_framework_setting_opens_the_region(tmp_path, monkeypatch, script, shown):
+    package = _project(tmp_path, trainer="")
+    (package / "lit.py").write_text(textwrap.dedent("""\
+        import torch.nn.functional as F
+        import lightning as L
+
+
+        class Classifier(L.LightningModule):
+            def training_step(self, batch, batch_idx):
+                x, y = batch
+                return F.binary_cross_entropy(self.net(x).sigmoid(), y)
+        """))
+    (tmp_path / "train.py").write_text(script)
+    found = _findings(tmp_path, monkeypatch, "demo/lit.py")
+    assert [(f, row, code) for f, row, code, _ in found] == [("demo/lit.py", 8, "AMP008")]
+    assert f"runs code under autocast ({shown})" in found[0][3] and "`Classifier.training_step`" in found[0][3]
+
+
+@pytest.mark.parametrize("script", [
+    "import lightning as L\ntrainer = L.Trainer(precision='32-true')\n",
+    "from accelerate import Accelerator\naccelerator = Accelerator(mixed_precision='no')\n",
+    "from transformers import TrainingArguments\nargs = TrainingArguments('out', fp16=False)\n",
+])
+def test_a_framework_setting_without_mixed_precision_opens_none(tmp_path, monkeypatch, script):
+    _project(tmp_path, trainer="")
+    (tmp_path / "train.py").write_text(script)
+    assert _findings(tmp_path, monkeypatch, "demo/losses.py") == []

@@ -5,8 +5,10 @@ loss module is called by a trainer, elsewhere, under autocast. For a file, the p
 folder of the nearest ``pyproject.toml``, ``setup.py``, ``setup.cfg`` or ``.git`` above it,
 else the outermost package (folders with ``__init__.py``) that holds it. Its facts are read
 once per process and only when a rule asks: a literal scan of the project's ``.py`` files for
-``autocast``, then Python's ``ast`` of those that mention it (never libcst: a project is
-thousands of files). Folders the default configuration excludes (virtual environments, build
+``autocast`` (and the words of the framework settings that turn it on: Lightning's
+``precision="16-mixed"``, accelerate's ``mixed_precision="fp16"``, transformers'
+``TrainingArguments(fp16=True)``), then Python's ``ast`` of those that mention one (never
+libcst: a project is thousands of files). Folders the default configuration excludes (virtual environments, build
 output, hidden folders) are not read; neither is anything outside the project.
 """
 
@@ -31,17 +33,34 @@ MAX_PROJECT_FILES = 20_000
 @dataclass(frozen=True)
 class AutocastSite:
     """An autocast call that may be enabled, somewhere in the project outside its models'
-    own code (a trainer's, an engine's, a training step's)."""
+    own code (a trainer's, an engine's, a training step's), or a framework setting that makes
+    the framework open the region itself (``setting``)."""
     path: Path
     row: int
     device: str | None  # None when the device is not a literal (`device_type=self.device.type`)
+    setting: str | None = None  # `Trainer(precision="16-mixed")`
 
     def where(self, root: Path) -> str:
         try:
             shown = self.path.relative_to(root).as_posix()
         except ValueError:
             shown = self.path.as_posix()
-        return f"{shown}:{self.row}"
+        return f"{shown}:{self.row}" + (f", `{self.setting}`" if self.setting else "")
+
+
+# Framework settings under which the framework runs training steps under autocast, on the
+# device it trains on: (constructors, keyword, literal values that turn mixed precision on).
+_FRAMEWORK_SETTINGS = (
+    (frozenset({"lightning.Trainer", "lightning.pytorch.Trainer", "pytorch_lightning.Trainer",
+                "lightning.fabric.Fabric", "lightning.Fabric"}),
+     "precision", frozenset({"16-mixed", "bf16-mixed", "16", "bf16", 16})),
+    (frozenset({"accelerate.Accelerator"}), "mixed_precision", frozenset({"fp16", "bf16"})),
+    (frozenset({"transformers.TrainingArguments", "transformers.Seq2SeqTrainingArguments"}), "fp16",
+     frozenset({True})),
+    (frozenset({"transformers.TrainingArguments", "transformers.Seq2SeqTrainingArguments"}), "bf16",
+     frozenset({True})),
+)
+_FRAMEWORK_CLASSES = frozenset().union(*(names for names, _, _ in _FRAMEWORK_SETTINGS))
 
 
 def _walked(name: str) -> bool:
@@ -97,6 +116,13 @@ def _sites_in(path: Path, text: str) -> list[AutocastSite]:
                          call.args[0] if call.args else None)
             device = given.value if isinstance(given, ast.Constant) and isinstance(given.value, str) else None
         found.append(AutocastSite(path, call.lineno, device))
+    for call in outline.calls_to(_FRAMEWORK_CLASSES):
+        names = outline.qualified_names(call.func)
+        for classes, keyword, values in _FRAMEWORK_SETTINGS:
+            value = next((k.value for k in call.keywords if k.arg == keyword), None)
+            if not names.isdisjoint(classes) and isinstance(value, ast.Constant) and value.value in values \
+                    and type(value.value) in (str, int, bool):
+                found.append(AutocastSite(path, call.lineno, None, f"{keyword}={value.value!r}"))
     return found
 
 
@@ -110,7 +136,7 @@ def autocast_sites(root: Path) -> tuple[AutocastSite, ...]:
             break
         try:
             data = source_io.read_file(path)
-            if b"autocast" in data:
+            if any(word in data for word in (b"autocast", b"precision", b"fp16", b"bf16")):
                 found.extend(_sites_in(path, source_io.decode(data).text))
         except (OSError, source_io.SourceError):
             continue

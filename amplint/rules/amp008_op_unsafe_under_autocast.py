@@ -62,16 +62,21 @@ def _disabled_region(ctx: FileContext, node: cst.CSTNode) -> bool:
     return False
 
 
+# The methods a training framework runs under the autocast its precision setting opens
+# (Lightning's LightningModule hooks).
+_STEP_HOOKS = frozenset({"training_step", "validation_step", "test_step", "predict_step"})
+
+
 def _loss_place(ctx: FileContext, call: cst.Call) -> str | None:
-    """Where a loss is computed, if ``call`` is in one: a module's ``forward``, a function or
-    method named like a loss (``compute_loss``, ``balance_bce_loss``), or any method of a class
-    named like one (``GAILLoss``). How the code there is reached is not followed."""
+    """Where a loss is computed, if ``call`` is in one: a module's ``forward`` or step hook, a
+    function or method named like a loss (``compute_loss``, ``balance_bce_loss``), or any method
+    of a class named like one (``GAILLoss``). How the code there is reached is not followed."""
     function = enclosing_function(ctx, call)
     if function is None:
         return None
     cls = next((a for a in ctx.ancestors(function) if isinstance(a, cst.ClassDef)), None)
     name = function.name.value
-    if "loss" in name.lower() or (cls is not None and name == "forward"):
+    if "loss" in name.lower() or (cls is not None and (name == "forward" or name in _STEP_HOOKS)):
         return f"`{cls.name.value + '.' if cls is not None else ''}{name}`"
     if cls is not None and "loss" in cls.name.value.lower():
         return f"`{cls.name.value}.{name}`"
@@ -114,12 +119,17 @@ class OpUnsafeUnderAutocast(Rule):
     their spellings comes from `policies/`, not from this rule.
 
     Also outside any region of the file, where a loss is computed (a module's `forward`, a
-    function or method named like a loss, a method of a class named like one) in a project
-    whose other code enables autocast on a device that bans the op: the region is where the
-    trainer is, often another file. The project is the folder of the nearest `pyproject.toml`,
-    `setup.py`, `setup.cfg` or `.git`, else the outermost package holding the file; its autocast
-    calls are found by reading its files (those disabled by a literal `enabled=False`, on the
-    CPU, or inside a model's own code do not count). The message names the autocast call.
+    Lightning step hook such as `training_step`, a function or method named like a loss, a
+    method of a class named like one) in a project whose other code enables autocast on a
+    device that bans the op: the region is where the trainer is, often another file. The
+    project is the folder of the nearest `pyproject.toml`, `setup.py`, `setup.cfg` or `.git`,
+    else the outermost package holding the file; its autocast calls are found by reading its
+    files (those disabled by a literal `enabled=False`, on the CPU, or inside a model's own code
+    do not count), and so are the framework settings that make a framework open the region
+    itself: Lightning's `Trainer(precision="16-mixed")` (or `"bf16-mixed"`), accelerate's
+    `Accelerator(mixed_precision="fp16")`, transformers' `TrainingArguments(fp16=True)` (or
+    `bf16=True`); they are judged with the configured device's table. The message names the
+    autocast call or the setting.
 
     ## Why is this bad?
     The autocast kernel raises: `binary_cross_entropy` "is unsafe to autocast" because its
@@ -151,8 +161,8 @@ class OpUnsafeUnderAutocast(Rule):
     project that trains under CUDA autocast is taken to run there. If it never does (it scores
     an evaluation only, or runs under another precision setting), say so with
     `# noqa: AMP008`, or compute it under `autocast(enabled=False)` on float32 inputs, which
-    this rule never reports. Regions a framework opens from a setting (Lightning's
-    `precision="16-mixed"`, a config's `fp16: true`) are not seen.
+    this rule never reports. A setting read from a configuration file (a YAML `fp16: true`)
+    or passed as a variable is not seen.
     """
 
     code = "AMP008"

@@ -2,6 +2,7 @@
 --extend-exclude, --fix-only, --show-fixes, --add-noqa, AMP100 (unused-noqa) and shell completion.
 Projects are temporary folders holding the fixtures' training code."""
 
+import ast
 import os
 import stat
 import subprocess
@@ -15,33 +16,19 @@ from click.testing import CliRunner
 from amplint.cli import main
 from conftest import ROOT
 
+def _excerpt(path, function: str) -> str:
+    """The fixture's torch imports and one function of it, as a file of its own."""
+    source = path.read_text(encoding="utf-8")
+    tree = ast.parse(source)
+    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function)
+    lines = source.splitlines(keepends=True)
+    imports = [line for line in lines if line.startswith(("import torch", "import torch."))]
+    return "".join(imports) + "\n\n" + "".join(lines[node.lineno - 1:node.end_lineno])
+
+
 # The epoch loop of fixtures/faulty/train_amp.py: AMP004 at 14:14, AMP001 at 17:13, AMP002 at 20:9.
-TRAIN = textwrap.dedent('''\
-    import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
-
-
-    def train_one_epoch(model, loader, optimizer, scaler, device, max_grad_norm):
-        model.train()
-        total = 0.0
-        for step, (images, labels) in enumerate(loader):
-            images = images.to(device, non_blocking=True)
-            labels = labels.to(device, non_blocking=True)
-            optimizer.zero_grad(set_to_none=True)
-
-            with torch.cuda.amp.autocast():
-                logits = model(images)
-                loss = F.cross_entropy(logits, labels)
-                scaler.scale(loss).backward()
-
-            # Clip to keep early training stable.
-            nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-            scaler.step(optimizer)
-            scaler.update()
-            total += loss.item()
-        return total / max(len(loader), 1)
-''')
+TRAIN = _excerpt(ROOT / "fixtures" / "faulty" / "train_amp.py", "train_one_epoch")
+assert TRAIN.startswith("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\ndef train_one_epoch(")
 
 # ResNetLite's class token from fixtures/faulty/models.py: AMP003 at 14:15, an unsafe fix only.
 MODEL = textwrap.dedent('''\

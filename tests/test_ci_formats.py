@@ -68,3 +68,18 @@ def test_github_annotations_follow_the_documented_syntax(run_amplint, tmp_path):
         assert props["file"] == "train%2C v2%3A amp.py"  # `,` and `:` escaped in a property
         assert all(props[k].isdigit() for k in ("line", "endLine", "col", "endColumn"))
         assert "\n" not in match.group(3) and match.group(3).startswith("AMP0")
+
+
+def test_sarif_of_a_finding_in_another_file_validates(run_amplint, tmp_path):
+    # AMP008 across files: a loss module and the trainer that runs it under CUDA autocast
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    (tmp_path / "losses.py").write_text(
+        "import torch.nn.functional as F\n\n\ndef bce_loss(p, y):\n    return F.binary_cross_entropy(p, y)\n")
+    (tmp_path / "train.py").write_text(
+        "import torch\n\n\ndef step(model, x, y, loss_fn):\n    with torch.autocast('cuda'):\n"
+        "        return loss_fn(model(x), y)\n")
+    log = json.loads(run_amplint("check", "--output-format", "sarif", "--no-cache", "losses.py", cwd=tmp_path).stdout)
+    _validate(log)
+    (result,) = log["runs"][0]["results"]
+    assert result["ruleId"] == "AMP008"
+    assert result["relatedLocations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "train.py"

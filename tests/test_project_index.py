@@ -195,3 +195,18 @@ def test_a_framework_setting_without_mixed_precision_opens_none(tmp_path, monkey
     _project(tmp_path, trainer="")
     (tmp_path / "train.py").write_text(script)
     assert _findings(tmp_path, monkeypatch, "demo/losses.py") == []
+
+
+def test_the_other_file_is_a_related_location_in_json_and_sarif(tmp_path, monkeypatch):
+    _project(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    data = json.loads(CliRunner().invoke(main, ["check", "--no-cache", "--output-format", "json",
+                                                "demo/losses.py"]).stdout)
+    assert data[0]["related"] == [{"filename": "demo/trainer.py", "location": {"row": 12, "column": 1},
+                                   "message": "autocast entered here"}]
+    sarif = json.loads(CliRunner().invoke(main, ["check", "--no-cache", "--output-format", "sarif",
+                                                 "demo/losses.py"]).stdout)
+    related = sarif["runs"][0]["results"][0]["relatedLocations"]
+    assert related == [{"id": 0, "message": {"text": "autocast entered here"},
+                        "physicalLocation": {"artifactLocation": {"uri": "demo/trainer.py"},
+                                             "region": {"startLine": 12}}}]

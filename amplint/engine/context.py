@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import libcst as cst
 
-from .diagnostics import Diagnostic, Edit, Fix, Location
+from .diagnostics import Diagnostic, Edit, Fix, Location, Related
 from .names import ImportResolver
 from .source import split_lines
 from .outline import Outline
@@ -223,7 +223,8 @@ class FileContext:
         root = project_root(path) if path.is_file() else None
         return None if root is None else (root, autocast_sites(root))
 
-    def report(self, node: cst.CSTNode, message: str, fix: Fix | None = None) -> None:
+    def report(self, node: cst.CSTNode, message: str, fix: Fix | None = None,
+               related: tuple[Related, ...] = ()) -> None:
         rule = self._rule
         start, end = self.offsets(node)
         self.diagnostics.append(Diagnostic(
@@ -231,7 +232,8 @@ class FileContext:
             location=self.location(start), end_location=self.location(end), fix=fix,
             url=rule.url(),
             edit_locations=[(self.location(e.start), self.location(e.end), e.content)
-                            for e in (fix.edits if fix else ())]))
+                            for e in (fix.edits if fix else ())],
+            related=related))
 
     def replace(self, node: cst.CSTNode, content: str) -> Edit:
         start, end = self.offsets(node)

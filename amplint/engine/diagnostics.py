@@ -35,6 +35,15 @@ class Location:
     cell: int | None = None
 
 
+@dataclass(frozen=True)
+class Related:
+    """Another place a finding depends on (in another file, often): shown in the message,
+    and as a related location in SARIF and JSON."""
+    path: str
+    row: int
+    message: str
+
+
 @dataclass
 class Diagnostic:
     code: str
@@ -48,6 +57,7 @@ class Diagnostic:
     detail: str | None = None  # e.g. the traceback of an internal error
     # For fixes: edit positions converted to rows/columns, set by the engine.
     edit_locations: list[tuple[Location, Location, str]] = field(default_factory=list)
+    related: tuple[Related, ...] = ()
 
     @property
     def sort_key(self):

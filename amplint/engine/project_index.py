@@ -40,6 +40,13 @@ class AutocastSite:
     device: str | None  # None when the device is not a literal (`device_type=self.device.type`)
     setting: str | None = None  # `Trainer(precision="16-mixed")`
 
+    def shown_path(self) -> str:
+        """The file as a path relative to the current folder where it lies below it."""
+        try:
+            return self.path.relative_to(Path.cwd()).as_posix()
+        except ValueError:
+            return self.path.as_posix()
+
     def where(self, root: Path) -> str:
         try:
             shown = self.path.relative_to(root).as_posix()

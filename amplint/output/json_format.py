@@ -25,9 +25,13 @@ def as_dict(d: Diagnostic) -> dict:
                "edits": [_in_cell({"content": content, "location": _loc(start), "end_location": _loc(end)}, start)
                          for start, end, content in d.edit_locations]}
     out = {"code": d.code, "name": d.name, "message": d.message, "filename": d.path}
-    return {**_in_cell(out, d.location),
-            "location": _loc(d.location), "end_location": _loc(d.end_location),
-            "fix": fix, "noqa_row": d.location.row, "url": d.url}
+    out = {**_in_cell(out, d.location),
+           "location": _loc(d.location), "end_location": _loc(d.end_location),
+           "fix": fix, "noqa_row": d.location.row, "url": d.url}
+    if d.related:  # another file the finding depends on (only then: ruff's fields stay as they are)
+        out["related"] = [{"filename": r.path, "location": {"row": r.row, "column": 1}, "message": r.message}
+                          for r in d.related]
+    return out
 
 
 def render(diagnostics: list[Diagnostic]) -> str:

@@ -52,6 +52,11 @@ def render(diagnostics: list[Diagnostic]) -> str:
         }
         if d.location.cell is not None:
             result["properties"] = {"cell": d.location.cell}
+        if d.related:
+            result["relatedLocations"] = [{
+                "id": i, "message": {"text": r.message},
+                "physicalLocation": {"artifactLocation": {"uri": Path(r.path).as_posix()},
+                                     "region": {"startLine": r.row}}} for i, r in enumerate(d.related)]
         if d.code in index:
             result["ruleIndex"] = index[d.code]
         if d.fix is not None and d.edit_locations:

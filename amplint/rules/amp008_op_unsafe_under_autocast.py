@@ -5,7 +5,7 @@ from functools import lru_cache
 import libcst as cst
 
 from ..engine.context import FileContext
-from ..engine.diagnostics import Fix
+from ..engine.diagnostics import Fix, Related
 from ..engine.outline import Outline
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import (autocast_of_with_item, autocast_region, calls, calls_autocast, enclosing_function,
@@ -84,7 +84,7 @@ def _loss_place(ctx: FileContext, call: cst.Call) -> str | None:
 
 
 def _enabling_site(ctx: FileContext, project, call: cst.Call, spelling_of):
-    """(table, spelling, where) for the first autocast call of the project whose device's
+    """(table, spelling, where, related) for the first autocast call of the project whose device's
     table bans what ``call`` reaches; a device that is not a literal is judged with the
     configured device's table."""
     if not project:
@@ -98,7 +98,9 @@ def _enabling_site(ctx: FileContext, project, call: cst.Call, spelling_of):
         spelling = spelling_of(call, table.spellings_with("banned"))
         if spelling is not None:
             more = len(sites) - 1
-            return table, spelling, site.where(root) + (f" and {more} more" if more else "")
+            related = Related(site.shown_path(), site.row, f"autocast on ({site.setting})" if site.setting
+                              else "autocast entered here")
+            return table, spelling, site.where(root) + (f" and {more} more" if more else ""), related
     return None
 
 
@@ -129,7 +131,8 @@ class OpUnsafeUnderAutocast(Rule):
     itself: Lightning's `Trainer(precision="16-mixed")` (or `"bf16-mixed"`), accelerate's
     `Accelerator(mixed_precision="fp16")`, transformers' `TrainingArguments(fp16=True)` (or
     `bf16=True`); they are judged with the configured device's table. The message names the
-    autocast call or the setting.
+    autocast call or the setting, which JSON (`related`) and SARIF (`relatedLocations`) also
+    give as a location.
 
     ## Why is this bad?
     The autocast kernel raises: `binary_cross_entropy` "is unsafe to autocast" because its
@@ -264,12 +267,13 @@ class Trainer:
                     project = ctx.project() or ()
                 found = _enabling_site(ctx, project, call, spelling_of)
                 if found is not None:
-                    table, spelling, where = found
+                    table, spelling, where, related = found
                     ops = [op for op in table.ops_reached_by(spelling) if table.policy(op) == "banned"]
                     ctx.report(call, f"`{spelling}` reaches `{ops[0]}`, which autocast refuses on {table.device} "
                                      f"(it raises), and this project runs code under autocast ({where}): if "
                                      f"{place} runs there, it fails; use the `_with_logits` form or compute it "
-                                     "in float32 under `autocast(enabled=False)`", self._fix(ctx, call))
+                                     "in float32 under `autocast(enabled=False)`", self._fix(ctx, call),
+                               related=(related,))
                 continue
             table = region_table(ctx, region[0])
             if table is None:

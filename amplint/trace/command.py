@@ -17,13 +17,14 @@ def _codes(value: str | None) -> list[str] | None:
                                           "allow_interspersed_args": False, "ignore_unknown_options": True})
 @click.option("--steps", type=click.IntRange(min=0), default=3, show_default=True,
               help="Stop the program after this many optimizer steps (0: let it run to its end).")
-@click.option("--output-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="json: the findings with `amplint check --output-format json`'s fields on stdout "
-                   "(the program's own stdout then goes to stderr).")
+@click.option("--output-format", type=click.Choice(["text", "json", "html"]), default="text", show_default=True,
+              help="json: the findings with `amplint check --output-format json`'s fields on stdout; html: "
+                   "the trace as one self-contained page on stdout (the program's own stdout then goes to stderr).")
 @click.option("--select", help="Comma-separated codes or prefixes to report (replaces the config's).")
 @click.option("--ignore", help="Comma-separated codes or prefixes not to report.")
 @click.option("--report", "report_file", type=click.Path(dir_okay=False, writable=True, path_type=Path),
-              help="Also write the whole trace as JSON (findings, steps, dtype map) to this file.")
+              help="Also write the whole trace to this file: as the HTML page when its name ends in .html "
+                   "or .htm, otherwise as JSON (findings, steps, dtype map).")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def trace(steps, output_format, select, ignore, report_file, command):
     """Run a training script with AMP instrumentation: `amplint trace -- python train.py ARGS`.
@@ -64,14 +65,16 @@ def run_command(command, steps=3, output_format="text", select=None, ignore=None
     tracer = Tracer(steps=steps or None, codes={r.code for r in rules}, device=config.device,
                     torch_version=config.torch_version)
     stdout = sys.stdout
-    result = run(command, tracer, stdout=sys.stderr if output_format == "json" else None)
+    result = run(command, tracer, stdout=sys.stderr if output_format in ("json", "html") else None)
     if result.error:
         sys.stderr.write(result.error)
-    stdout.write(report.findings_json(result) if output_format == "json" else report.text(result))
+    render = {"json": report.findings_json, "html": report.html_page}.get(output_format, report.text)
+    stdout.write(render(result))
     stdout.flush()
     if report_file is not None:
         try:
-            report_file.write_text(report.full_json(result), encoding="utf-8")
+            as_page = report_file.suffix.lower() in (".html", ".htm")
+            report_file.write_text((report.html_page if as_page else report.full_json)(result), encoding="utf-8")
         except OSError as exc:
             click.echo(f"amplint: error: cannot write {report_file}: {exc.strerror or exc}", err=True)
             return 2

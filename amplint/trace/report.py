@@ -65,10 +65,24 @@ def full_json(result: TraceResult) -> str:
     }, indent=2) + "\n"
 
 
+def html_page(result: TraceResult) -> str:
+    """The page: the module tree coloured by output dtype, op counts, the loss-scale curve."""
+    from . import html_page as page_mod
+
+    return page_mod.page(result.tracer.dtype_map, [s.as_dict() for s in result.tracer.steps],
+                         [json_format.as_dict(d) for d in sorted(result.tracer.findings, key=lambda d: d.sort_key)],
+                         tree=dict(result.tracer.module_tree), command=" ".join(["python", *result.argv]),
+                         ending=_ending(result))
+
+
+def _ending(result: TraceResult) -> str:
+    steps = len(result.tracer.steps)
+    return (f"stopped after {steps} optimizer step{'s' * (steps != 1)}" if result.stopped
+            else f"the program ended (exit code {result.exit_code}) after {steps} optimizer step{'s' * (steps != 1)}")
+
+
 def summary(result: TraceResult) -> str:
     n = len(result.tracer.findings)
-    steps = len(result.tracer.steps)
-    how = (f"stopped after {steps} optimizer step{'s' * (steps != 1)}" if result.stopped
-           else f"the program ended (exit code {result.exit_code}) after {steps} optimizer step{'s' * (steps != 1)}")
+    how = _ending(result)
     found = f"Found {n} finding{'s' * (n != 1)}" if n else "No AMP mistakes seen"
     return f"amplint trace: {found}; {how}."

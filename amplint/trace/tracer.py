@@ -154,10 +154,12 @@ class ModuleRecord:
     input_dtypes: set = field(default_factory=set)
     output_dtypes: set = field(default_factory=set)
     ops: dict = field(default_factory=dict)  # dtype name -> ops run in it inside enabled autocast
+    autocast_output_dtypes: set = field(default_factory=set)  # outputs of calls inside an enabled region
 
     def as_dict(self) -> dict:
         return {"module": self.name, "type": self.type, "calls": self.calls,
                 "input_dtypes": sorted(self.input_dtypes), "output_dtypes": sorted(self.output_dtypes),
+                "autocast_output_dtypes": sorted(self.autocast_output_dtypes),
                 "ops": dict(sorted(self.ops.items()))}
 
 
@@ -229,6 +231,7 @@ class Tracer:
         self.findings: list[Diagnostic] = []
         self.steps: list[StepRecord] = []
         self.modules: dict[str, ModuleRecord] = {}
+        self.module_tree: dict[str, str] = {}  # every module of each model that ran: name -> type
         self.device = device
         self.torch_version = torch_version
         self._seen: set = set()
@@ -468,6 +471,7 @@ class Tracer:
         for qual, sub in module.named_modules():
             if sub not in self._names:
                 self._names[sub] = root if not qual else f"{root}.{qual}"
+                self.module_tree[self._names[sub]] = type(sub).__name__
         return self._names[module]
 
     def _forward_pre(self, module, args) -> None:
@@ -487,8 +491,11 @@ class Tracer:
             return
         _, name = self._mstack.pop()
         record = self.modules[name]
+        in_region = bool(self._regions) and self._regions[-1].enabled
         for t in _tensors(output):
             record.output_dtypes.add(_dtype_name(t.dtype))
+            if in_region:
+                record.autocast_output_dtypes.add(_dtype_name(t.dtype))
             if self._nonfinite is None and t.is_floating_point() and self._mstack:
                 # Checked once per top-level forward: outputs that autograd keeps anyway wait for the
                 # top-level module's; others are checked here (not kept alive longer than they would be).

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -68,6 +69,10 @@ _FRAMEWORK_SETTINGS = (
      frozenset({True})),
 )
 _FRAMEWORK_CLASSES = frozenset().union(*(names for names, _, _ in _FRAMEWORK_SETTINGS))
+# What a file that sets one must contain: a class's name and the keyword given (`precision`
+# alone is a metric); plain searches first, they are many times faster than the expression.
+_FRAMEWORK_WORDS = (b"Trainer", b"Fabric", b"Accelerator", b"TrainingArguments")
+_SETTING = re.compile(rb"(?:precision|fp16|bf16)\s*=")
 
 
 def _walked(name: str) -> bool:
@@ -143,7 +148,7 @@ def autocast_sites(root: Path) -> tuple[AutocastSite, ...]:
             break
         try:
             data = source_io.read_file(path)
-            if any(word in data for word in (b"autocast", b"precision", b"fp16", b"bf16")):
+            if b"autocast" in data or (any(name in data for name in _FRAMEWORK_WORDS) and _SETTING.search(data)):
                 found.extend(_sites_in(path, source_io.decode(data).text))
         except (OSError, source_io.SourceError):
             continue

@@ -837,22 +837,45 @@ def _may_be_float_number(expr: ast.expr) -> bool:
                for n in ast.walk(expr))
 
 
-def _tainted(outline: Outline, makers: set[int]) -> set[str]:
-    """The names assigned a value computed from one of ``makers`` (calls, by id), directly
-    or through other such names."""
-    names: set[str] = set()
-    assignments = [(a.targets, a.value) for a in outline.nodes(ast.Assign)] \
-        + [([a.target], a.value) for a in outline.nodes(ast.AnnAssign) if a.value is not None]
+def _scopes(outline: Outline) -> dict[int, int]:
+    """``_Flow.scope_of`` on the ast, for every assignment, call and binary operation (by id):
+    the innermost function around it (by id), or 0 at module level. One sweep in source order
+    with a stack of the functions still open (functions nest, so the stack's top is the
+    innermost)."""
+    events = [((f.lineno, f.col_offset), 0, (f.end_lineno, f.end_col_offset), id(f))
+              for kind in (ast.FunctionDef, ast.AsyncFunctionDef) for f in outline.nodes(kind)]
+    events += [((n.lineno, n.col_offset), 1, None, id(n))
+               for kind in (ast.Assign, ast.AnnAssign, ast.Call, ast.BinOp) for n in outline.nodes(kind)]
+    events.sort(key=lambda e: (e[0], e[1]))
+    found: dict[int, int] = {}
+    stack: list[tuple[tuple[int, int], int]] = []
+    for at, is_node, end, key in events:
+        while stack and stack[-1][0] <= at:
+            stack.pop()
+        if is_node:
+            found[key] = stack[-1][1] if stack else 0
+        else:
+            stack.append((end, key))
+    return found
+
+
+def _tainted(outline: Outline, makers: set[int], scopes: dict[int, int]) -> dict[int, set[str]]:
+    """By function (as ``_scopes``): the names assigned there a value computed from one of
+    ``makers`` (calls, by id), directly or through other such names of the same function —
+    ``_Flow`` follows names within one function only (what a helper is passed makes no maker)."""
+    names: dict[int, set[str]] = {}
+    assignments = [(a.targets, a.value, scopes[id(a)]) for a in outline.nodes(ast.Assign)] \
+        + [([a.target], a.value, scopes[id(a)]) for a in outline.nodes(ast.AnnAssign) if a.value is not None]
     while True:
-        before = len(names)
+        before = sum(len(v) for v in names.values())
         pending = []
-        for targets, value in assignments:
-            if _mentions(outline, value, makers, names):
-                names.update(n.id for t in targets for n in _bound_names(t))
+        for targets, value, scope in assignments:
+            if _mentions(outline, value, makers, names.get(scope, set())):
+                names.setdefault(scope, set()).update(n.id for t in targets for n in _bound_names(t))
             else:  # one that matched has added all it can
-                pending.append((targets, value))
+                pending.append((targets, value, scope))
         assignments = pending
-        if len(names) == before:
+        if sum(len(v) for v in names.values()) == before:
             return names
 
 
@@ -978,16 +1001,24 @@ def _may_fire(outline: Outline) -> bool:
     casts = {id(c) for c in floats if _may_be_integral(c.func.value, integral)}
     if not factories and not casts:
         return False
-    from_factories = _tainted(outline, factories)
+    scopes = _scopes(outline)
+    tainted_by_factories = _tainted(outline, factories, scopes)
     makers = factories | casts
-    from_makers = _tainted(outline, makers) if casts else from_factories
+    tainted_by_makers = _tainted(outline, makers, scopes) if casts else tainted_by_factories
+
+    def from_factories(node: ast.AST) -> set[str]:  # in the function ``node`` is in
+        return tainted_by_factories.get(scopes[id(node)], set())
+
+    def from_makers(node: ast.AST) -> set[str]:
+        return tainted_by_makers.get(scopes[id(node)], set())
+
     index_puts = [a for a in outline.nodes(ast.Assign) if not isinstance(a.value, ast.Constant)
                   and any(isinstance(t, ast.Subscript) for t in a.targets)]
     tensors = _maybe_tensor_names(outline) if index_puts else set()
     parameters = {a.arg for a in outline.nodes(ast.arg)} if index_puts else set()
     for a in index_puts:
         if any(isinstance(t, ast.Subscript) and _may_be_tensor_index(t.slice, tensors, parameters)
-               and any(_mentions(outline, e, makers, from_makers) for e in (t.value, a.value))
+               and any(_mentions(outline, e, makers, from_makers(a)) for e in (t.value, a.value))
                for t in a.targets):
             return True
     for c in calls:
@@ -997,7 +1028,7 @@ def _may_fire(outline: Outline) -> bool:
         source = next((k.value for k in c.keywords if k.arg == keyword),
                       c.args[position] if len(c.args) > position else None)
         if source is not None and not isinstance(source, ast.Constant) and any(
-                _mentions(outline, e, makers, from_makers) for e in (c.func.value, source)):
+                _mentions(outline, e, makers, from_makers(c)) for e in (c.func.value, source)):
             return True
     # Values that promote meet half values in a model, or where the file makes some half.
     made_half = any(a.attr in ("half", "bfloat16", "float16") for a in outline.nodes(ast.Attribute))
@@ -1008,21 +1039,22 @@ def _may_fire(outline: Outline) -> bool:
     recurrent = bool(outline.calls_to(_RECURRENT))
     for c in calls:
         if half_modules and ast.unparse(c.func) in half_modules \
-                and any(_mentions(outline, a, makers, from_makers) for a in [*c.args, *(k.value for k in c.keywords)]):
+                and any(_mentions(outline, a, makers, from_makers(c))
+                        for a in [*c.args, *(k.value for k in c.keywords)]):
             return True  # passed to a half module
         if (anywhere or id(c) in in_model) \
                 and (recurrent or not outline.qualified_names(c.func).isdisjoint(_CONCATENATIONS)) \
-                and any(_mentions(outline, a, factories, from_factories) for a in c.args):
+                and any(_mentions(outline, a, factories, from_factories(c)) for a in c.args):
             return True
     lower_precision = _lower_precision_names()
     for c in calls:
         name = c.func.attr if isinstance(c.func, ast.Attribute) else getattr(c.func, "id", None)
         if (anywhere or id(c) in in_model) and name in lower_precision and any(
-                _mentions(outline, e, factories, from_factories)
+                _mentions(outline, e, factories, from_factories(c))
                 for e in [*c.args, *([c.func.value] if isinstance(c.func, ast.Attribute) else [])]):
             return True
     return any((anywhere or id(b) in in_model) and isinstance(b.op, (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.MatMult))
-               and any(_mentions(outline, side, factories, from_factories) and not isinstance(other, ast.Constant)
+               and any(_mentions(outline, side, factories, from_factories(b)) and not isinstance(other, ast.Constant)
                        for side, other in ((b.left, b.right), (b.right, b.left)))
                for b in outline.nodes(ast.BinOp))
 
@@ -1165,7 +1197,8 @@ class TensorFactoryDropsDtype(Rule):
                   AnyOf(*(rf"{f}(?<!\w{f})\s*\({_ARGUMENT}*?\bdevice\s*={_ARGUMENT}*\)"
                           for f in _FACTORY_NAMES if f != "tensor"),
                         rf"tensor(?<!\wtensor)\s*\(\s*(?=[\[(]){_ARGUMENT}*?\bdevice\s*={_ARGUMENT}*\)",
-                        rf"tensor(?<!\wtensor)\s*\((?={_ARGUMENT}*?\bdata\s*=){_ARGUMENT}*?\bdevice\s*={_ARGUMENT}*\)")),
+                        rf"tensor(?<!\wtensor)\s*\((?={_ARGUMENT}*?\bdata\s*=){_ARGUMENT}*?"
+                        rf"\bdevice\s*={_ARGUMENT}*\)")),
                  (r"\.\s*(?:to|cuda)\s*\(",
                   AnyOf(*(rf"{f}(?<!\w{f})\s*\({_ARGUMENT}*\)[\s)]*\.\s*(?:to|cuda)\s*\(" for f in _FACTORY_NAMES))),
                  (r"\.float\(\)",

@@ -1,7 +1,9 @@
-"""The linter's only view of the probe: the JSON tables in policies/. No torch here."""
+"""The linter's only view of the probe: the JSON tables in policies/, and a project's own
+(``[tool.amplint] policies``), merged over them. No torch here."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from functools import lru_cache
 from pathlib import Path
@@ -70,29 +72,165 @@ def committed_tables() -> list[PolicyTable]:
             for path in sorted(policy_dir().glob("*/*.json"))]
 
 
-@lru_cache(maxsize=None)
-def load_policy(device: str = "cuda", torch_version: str | None = None) -> PolicyTable:
+def _committed_path(device: str, torch_version: str | None) -> Path:
     versions = available_versions()
     if not versions:
         raise PolicyError(f"no policy tables found in {policy_dir()}")
     version = torch_version or versions[-1]
     if version not in versions:
         raise PolicyError(f"no policy tables for torch-version {version!r} (have: {', '.join(versions)})")
-    folder = policy_dir() / f"torch-{version}"
-    path = folder / f"{device}.json"
-    if not path.is_file():
-        devices = sorted(p.stem for p in folder.glob("*.json"))
+    return policy_dir() / f"torch-{version}" / f"{device}.json"
+
+
+def _minor(version: str) -> str:
+    return ".".join(version.split("+")[0].split(".")[:2])
+
+
+@lru_cache(maxsize=None)
+def load_policy(device: str = "cuda", torch_version: str | None = None,
+                policies: str | None = None) -> PolicyTable:
+    """The table for ``device`` and ``torch_version`` (default: the newest committed), with
+    the tables of folder ``policies`` (a project's own, written by ``amplint probe``) merged
+    over it: see ``merged``."""
+    path = _committed_path(device, torch_version)
+    version = path.parent.name.removeprefix("torch-")
+    committed = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    user = None
+    if policies is not None:
+        tables = user_tables(policies)
+        user = tables.get((version, device)) or tables.get((None, device))
+    if committed is None and user is None:
+        devices = sorted(p.stem for p in path.parent.glob("*.json"))
         raise PolicyError(f"no policy table for device {device!r} in torch {version} "
                           f"(have: {', '.join(devices)})")
-    return PolicyTable(json.loads(path.read_text(encoding="utf-8")))
+    if user is None:
+        return PolicyTable(committed)
+    return PolicyTable(merged(committed, user[1], version, user[0]))
 
 
-def loader(device: str = "cuda", torch_version: str | None = None):
+def merged(committed: dict | None, user: dict, version: str, source: Path) -> dict:
+    """A project's table over the committed one. Of the same torch minor version as the
+    committed table, every entry of the project's wins; of another, only those for ops the
+    committed table lacks (the project's own) are added, and torch's ops keep the committed
+    answers. Without a committed table for the device, the project's table alone."""
+    if committed is None:
+        return {**user, "user_tables": str(source)}
+    same = _minor(str(user["torch_version"])) == _minor(str(committed.get("torch_version", version)))
+    known = {e["op"] for e in committed["ops"]}
+    taken = [e for e in user["ops"] if same or e["op"] not in known]
+    replaced = {e["op"] for e in taken}
+    ops = sorted([e for e in committed["ops"] if e["op"] not in replaced] + taken, key=lambda e: e["op"])
+    return {**committed, "ops": ops, "user_tables": str(source)}
+
+
+_REQUIRED = {"device": str, "dtype": str, "default_dtype": str, "supported_dtypes": list,
+             "torch_version": str, "autocast_devices": list, "ops": list}
+
+
+def _check_table(data: object) -> str | None:
+    """Why ``data`` is not a policy table the probe wrote (None when it is one)."""
+    if not isinstance(data, dict):
+        return f"a JSON {type(data).__name__}, not a table"
+    for key, kind in _REQUIRED.items():
+        if key not in data:
+            return f"field {key!r} missing"
+        if not isinstance(data[key], kind):
+            return f"field {key!r} is not a {kind.__name__}"
+    for i, entry in enumerate(data["ops"]):
+        if not isinstance(entry, dict) or not isinstance(entry.get("op"), str):
+            return f"ops[{i}] has no 'op' name"
+        if not (entry.get("policy") is None or isinstance(entry["policy"], str)):
+            return f"ops[{i}] ({entry['op']}): 'policy' is not a string"
+        for key in ("python", "python_float64"):
+            names = entry.get(key, [])
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                return f"ops[{i}] ({entry['op']}): {key!r} is not a list of names"
+        if not isinstance(entry.get("evidence", {}), dict):
+            return f"ops[{i}] ({entry['op']}): 'evidence' is not an object"
+    return None
+
+
+def _table_files(folder: Path) -> list[tuple[str | None, Path]]:
+    """(torch version of a ``torch-X.Y`` subfolder or None, file) for each JSON file."""
+    found = [(None, p) for p in sorted(folder.glob("*.json"))]
+    for sub in sorted(folder.glob("torch-*")):
+        if sub.is_dir():
+            found += [(sub.name.removeprefix("torch-"), p) for p in sorted(sub.glob("*.json"))]
+    return found
+
+
+def _fingerprint(folder: str) -> tuple:
+    try:
+        return tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for _, p in _table_files(Path(folder)))
+    except OSError:
+        return ()
+
+
+def user_tables(folder: str | Path) -> dict[tuple[str | None, str], tuple[Path, dict]]:
+    """A project's tables (``amplint probe --import mypkg --output-dir FOLDER``): by (torch
+    version of their ``torch-X.Y`` subfolder, or None for the folder itself; device). A
+    folder that is missing, holds no table or a file that is not one raises PolicyError."""
+    return _user_tables(str(folder), _fingerprint(str(folder)))
+
+
+@lru_cache(maxsize=16)
+def _user_tables(folder: str, fingerprint: tuple) -> dict[tuple[str | None, str], tuple[Path, dict]]:
+    root = Path(folder)
+    if not root.exists():
+        raise PolicyError(f"{folder}: no such folder (write it with "
+                          "`amplint probe --import mypkg --output-dir FOLDER`)")
+    if not root.is_dir():
+        raise PolicyError(f"{folder}: not a folder")
+    found: dict[tuple[str | None, str], tuple[Path, dict]] = {}
+    for version, path in _table_files(root):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise PolicyError(f"{path}: not a policy table: {reason}") from None
+        for table in data if isinstance(data, list) else [data]:  # --device all --format json
+            problem = _check_table(table)
+            if problem is not None:
+                raise PolicyError(f"{path}: not a policy table: {problem}")
+            key = (version, table["device"])
+            if key in found:
+                raise PolicyError(f"{path}: a second table for device {table['device']!r} "
+                                  f"(the first is in {found[key][0]})")
+            found[key] = (path, table)
+    if not found:
+        raise PolicyError(f"{folder}: holds no policy table (write them with "
+                          "`amplint probe --import mypkg --output-dir FOLDER`)")
+    return found
+
+
+def user_tables_digest(folder: str | Path) -> str:
+    """What a project's tables hold, for the cache's key."""
+    digest = hashlib.sha256()
+    for _, path in _table_files(Path(folder)):
+        digest.update(str(path).encode() + b"\0")
+        try:
+            digest.update(path.read_bytes())
+        except OSError:
+            pass
+    return digest.hexdigest()
+
+
+_seen: dict[str, tuple] = {}  # a project's tables folder -> its files when last read
+
+
+def loader(device: str = "cuda", torch_version: str | None = None, policies: str | None = None):
     """What the lint engine asks for tables: ``load(None)`` is the configured device's table
-    (raising PolicyError if there is none), ``load("mps")`` another device's, or None."""
+    (raising PolicyError if there is none), ``load("mps")`` another device's, or None. With
+    ``policies``, a project's tables are merged over the committed ones."""
+    if policies is not None:
+        now = _fingerprint(policies)
+        if _seen.setdefault(policies, now) != now:  # rewritten since: read them again
+            _seen[policies] = now
+            load_policy.cache_clear()
+
     def load(requested: str | None = None) -> PolicyTable | None:
         try:
-            return load_policy(requested or device, torch_version)
+            return load_policy(requested or device, torch_version, policies)
         except PolicyError:
             if requested is None:
                 raise

@@ -17,6 +17,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from ..policy import PolicyError, user_tables
 from .rule import Rule, all_rules
 from .runner import INTERNAL_ERROR, SYNTAX_ERROR
 
@@ -24,7 +25,7 @@ DEFAULT_EXCLUDE = (".git", ".hg", ".svn", ".venv", "venv", "__pycache__", "build
                    "site-packages", "node_modules", ".tox", ".nox", ".mypy_cache", ".amplint_cache",
                    ".ipynb_checkpoints")
 KNOWN_KEYS = {"select", "ignore", "extend-select", "exclude", "extend-exclude",
-              "per-file-ignores", "device", "torch-version"}
+              "per-file-ignores", "device", "torch-version", "policies"}
 
 
 class ConfigError(Exception):
@@ -43,6 +44,7 @@ class Config:
     per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
     device: str = "cuda"
     torch_version: str | None = None
+    policies: str | None = None  # a project's own tables (absolute), merged over the committed ones
 
     def rules(self, select: list[str] | None = None, ignore: Iterable[str] = (),
               extend_select: Iterable[str] = ()) -> list[type[Rule]]:
@@ -207,6 +209,16 @@ def _from_table(data: object, pyproject: Path, root: Path) -> Config:
             if not isinstance(data[key], str):
                 raise ConfigError(f"{where}: {key!r} must be a string")
             setattr(config, attr, data[key])
+    if "policies" in data:
+        if not isinstance(data["policies"], str) or not data["policies"]:
+            raise ConfigError(f"{where}: 'policies' must be a folder's path (a string)")
+        # Relative to the pyproject.toml that names it (with --config too).
+        folder = os.path.normpath(os.path.join(os.path.abspath(pyproject.parent), data["policies"]))
+        try:
+            user_tables(folder)
+        except PolicyError as exc:
+            raise ConfigError(f"{where}: policies {data['policies']!r}: {exc}") from None
+        config.policies = folder
     return config
 
 

@@ -15,7 +15,7 @@ from typing import Callable, Iterator
 
 from libcst import ParserSyntaxError
 
-from ..policy import PolicyError, loader
+from ..policy import PolicyError, loader, user_tables_digest
 from . import noqa, notebook, source as source_io
 from .cache import Cache
 from .config import Config, ConfigError, Resolver
@@ -82,7 +82,7 @@ class _Profile:
 
 
 def policy_loader(config: Config):
-    return loader(config.device, config.torch_version)
+    return loader(config.device, config.torch_version, config.policies)
 
 
 def _profile(config: Config, rules: list[type[Rule]], options: Options) -> _Profile:
@@ -95,9 +95,11 @@ def _profile(config: Config, rules: list[type[Rule]], options: Options) -> _Prof
     # Runs that write files are not cached; plain checks are, in each project's root.
     cache = None
     if options.cache and not options.writes:
-        cache = Cache(config.root, [r.code for r in rules],
-                      {"device": config.device, "torch_version": config.torch_version,
-                       "prefilter": options.use_prefilter})
+        settings = {"device": config.device, "torch_version": config.torch_version,
+                    "prefilter": options.use_prefilter}
+        if config.policies is not None:  # the project's own tables: what they hold
+            settings["policies"] = user_tables_digest(config.policies)
+        cache = Cache(config.root, [r.code for r in rules], settings)
     return _Profile(config, rules, cache)
 
 

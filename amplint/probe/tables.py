@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import importlib
+import sys
 import traceback
 from typing import Callable
 
@@ -54,7 +55,14 @@ def resolve_dtype(device: str, dtype: str | None) -> torch.dtype:
     return getattr(torch, dtype)
 
 
+# The user's Python names for the ops of the modules ``--import`` imported: op name (no
+# overload) -> ``mypkg.ops.fused_mm`` and the like. Filled by ``import_extensions``.
+_imported_names: dict[str, set[str]] = {}
+_imported_modules: list[str] = []
+
+
 def import_extensions(modules: tuple[str, ...]) -> None:
+    before = set(sys.modules)
     for name in modules:
         try:
             importlib.import_module(name)
@@ -62,6 +70,45 @@ def import_extensions(modules: tuple[str, ...]) -> None:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             raise ProbeUsageError(f"--import {name}: {_import_failure(exc)}") from None
+    _imported_modules[:] = list(modules)
+    _imported_names.clear()
+    # The modules the imports brought in, and those named (already imported or not) with
+    # their submodules: where the project's own ops get their Python names.
+    roots = tuple(modules)
+    for module_name, module in list(sys.modules.items()):
+        if module is None or not (module_name not in before or module_name in roots
+                                  or module_name.startswith(tuple(r + "." for r in roots))):
+            continue
+        for qualname, spelling in _python_names_in(module_name, module):
+            _imported_names.setdefault(qualname, set()).add(spelling)
+
+
+def _python_names_in(module_name: str, module) -> list[tuple[str, str]]:
+    """(``ns::op``, Python name) for each op object a module holds: the functions
+    ``torch.library.custom_op`` made (under the module's name for them, and where their
+    function was defined), and ``torch.ops.ns.op`` handles kept under another name."""
+    from torch._library.custom_ops import CustomOpDef
+    from torch._ops import OpOverload, OpOverloadPacket
+
+    found = []
+    try:
+        attributes = list(vars(module).items())
+    except TypeError:
+        return found
+    for attr, value in attributes:
+        if attr.startswith("__"):
+            continue
+        if isinstance(value, CustomOpDef):
+            found.append((value._qualname, f"{module_name}.{attr}"))
+            init = getattr(value, "_init_fn", None)
+            defined_in = getattr(init, "__module__", None)
+            if defined_in and "<" not in getattr(init, "__qualname__", "<"):
+                found.append((value._qualname, f"{defined_in}.{init.__qualname__}"))
+        elif isinstance(value, OpOverloadPacket):
+            found.append((value._qualified_op_name, f"{module_name}.{attr}"))
+        elif isinstance(value, OpOverload) and value.name().endswith(".default"):
+            found.append((value.name()[: -len(".default")], f"{module_name}.{attr}"))
+    return [(q, s) for q, s in found if not q.startswith("aten::")]
 
 
 def _import_failure(exc: BaseException) -> str:
@@ -82,6 +129,8 @@ def _spellings(op: str, found: dict[str, list[str]]) -> list[str]:
     namespace, _, base = op.split(".")[0].partition("::")
     if namespace != "aten":  # extension ops are called through torch.ops
         names.append(f"torch.ops.{namespace}.{base}")
+        # and by the names the imported modules give them (custom_op functions)
+        names += sorted(_imported_names.get(f"{namespace}::{base}", set()) - set(names))
     return names
 
 
@@ -157,6 +206,8 @@ def build_table(device: str, lowp: torch.dtype, mode: str, patterns: tuple[str, 
     }
     if note:
         table["dtype_checks_note"] = note
+    if _imported_modules:  # a table of a project's own ops, for [tool.amplint] policies
+        table["imports"] = list(_imported_modules)
     return table
 
 

@@ -173,8 +173,9 @@ class OpUnsafeUnderAutocast(Rule):
     summary = "Op that autocast refuses (banned) called inside an autocast region, here or in the project"
     fixable = True
     uses_policy = True
-    # The banned ops' spellings in every committed table (a test keeps this true).
-    fragments = (AnyOf("binary_cross_entropy", "BCELoss"),)
+    # The banned ops' spellings in every committed table (a test keeps this true); and, for
+    # a project's own tables ([tool.amplint] policies), the autocast call of a region.
+    fragments = (AnyOf("binary_cross_entropy", "BCELoss"), "autocast")
     may_fire = staticmethod(_may_fire)
 
     valid = (
@@ -282,9 +283,12 @@ class Trainer:
             if spelling is None:
                 continue
             ops = [op for op in table.ops_reached_by(spelling) if table.policy(op) == "banned"]
+            if ops[0].startswith("aten::"):
+                advice = "compute it outside the region or use the `_with_logits` form"
+            else:  # a project's own op, banned by its autocast registration
+                advice = "compute it outside the region, or under `autocast(enabled=False)` in float32"
             ctx.report(call, f"`{spelling}` reaches `{ops[0]}`, which autocast refuses on "
-                             f"{table.device} (it raises): compute it outside the region or use "
-                             "the `_with_logits` form", self._fix(ctx, call))
+                             f"{table.device} (it raises): {advice}", self._fix(ctx, call))
 
     def _fix(self, ctx: FileContext, call: cst.Call) -> Fix | None:
         func = call.func.func if isinstance(call.func, cst.Call) else call.func

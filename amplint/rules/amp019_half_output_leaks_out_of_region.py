@@ -17,6 +17,7 @@ from ..engine.semantics import (
     float32_outside_autocast,
     inferred_dtype,
     makes_float32_outside_autocast,
+    policies_of,
     region_table,
 )
 from ..policy import committed_tables
@@ -181,4 +182,11 @@ out = h @ proj
         region = autocast_region(ctx, value)
         if region is None:
             return False
-        return inferred_dtype(ctx, value, region_table(ctx, region[0])) == "lowp"
+        table = region_table(ctx, region[0])
+        if isinstance(value, cst.Call) and table is not None:
+            # A project's own op, by its Python name (``mypkg.ops.fused_mm``): a table of
+            # [tool.amplint] policies knows it; torch's spellings are inferred_dtype's.
+            for name in ctx.qualified_names(value.func):
+                if not name.startswith("torch.") and table.ops_reached_by(name):
+                    return policies_of(table, name) == {"lower_precision_fp"}
+        return inferred_dtype(ctx, value, table) == "lowp"

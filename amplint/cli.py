@@ -74,7 +74,8 @@ def main():
 @click.option("-q", "--quiet", is_flag=True, help="Print the findings and nothing else (no summary, no progress bar).")
 @click.option("--stdin-filename", help="With `-` as the path (source read from stdin): the file name to show "
               "and to match per-file-ignores against.")
-@click.option("-v", "--verbose", is_flag=True, help="Show tracebacks of internal errors.")
+@click.option("-v", "--verbose", is_flag=True, help="Show tracebacks of internal errors, and how many files the "
+              "cache answered.")
 @click.option("--config", "config_file", type=click.Path(path_type=Path),
               help="Use this pyproject.toml's [tool.amplint] for every file, instead of each file's nearest "
               "one (its relative patterns then apply from the current folder).")
@@ -151,6 +152,9 @@ def check(paths, fix, unsafe_fixes, diff, select, ignore, extend_select, output_
         for d in report.diagnostics:
             if d.detail:
                 click.echo(f"{d.path}: {d.detail}", err=True)
+        if not from_stdin:
+            click.echo(f"amplint: {_plural(report.files_checked - report.files_from_cache, 'file')} checked, "
+                       f"{report.files_from_cache} answered from the cache", err=True)
     if diff:
         if not quiet:
             click.echo(_diff_summary(report), err=True)

@@ -42,6 +42,8 @@ class PolicyTable:
         self.torch_version: str = data["torch_version"]
         self.autocast_devices: list[str] = data["autocast_devices"]
         self._policy = {e["op"]: e["policy"] for e in data["ops"]}
+        # Ops whose autocast kernel casts the output back to the input's dtype (roi_align's).
+        self._cast_back = {e["op"] for e in data["ops"] if e.get("cast_back") is True}
         self._by_spelling: dict[str, list[str]] = {}
         for entry in data["ops"]:
             for spelling in entry.get("python", []):
@@ -49,6 +51,10 @@ class PolicyTable:
 
     def policy(self, op: str) -> str | None:
         return self._policy.get(op)
+
+    def casts_back(self, op: str) -> bool:
+        """Whether the op's output has its input's dtype under autocast, whatever it runs in."""
+        return op in self._cast_back
 
     def ops_reached_by(self, spelling: str) -> list[str]:
         """The ops with an autocast kernel that ``spelling`` (e.g. ``torch.nn.BCELoss``) reaches."""
@@ -147,6 +153,8 @@ def _check_table(data: object) -> str | None:
                 return f"ops[{i}] ({entry['op']}): {key!r} is not a list of names"
         if not isinstance(entry.get("evidence", {}), dict):
             return f"ops[{i}] ({entry['op']}): 'evidence' is not an object"
+        if not isinstance(entry.get("cast_back", False), bool):
+            return f"ops[{i}] ({entry['op']}): 'cast_back' is not true or false"
     return None
 
 
@@ -218,21 +226,28 @@ def user_tables_digest(folder: str | Path) -> str:
 _seen: dict[str, tuple] = {}  # a project's tables folder -> its files when last read
 
 
-def loader(device: str = "cuda", torch_version: str | None = None, policies: str | None = None):
+class PolicyLoader:
     """What the lint engine asks for tables: ``load(None)`` is the configured device's table
     (raising PolicyError if there is none), ``load("mps")`` another device's, or None. With
-    ``policies``, a project's tables are merged over the committed ones."""
+    ``policies``, a project's tables are merged over the committed ones. ``torch_version`` is
+    the configured one (None: not configured, the newest tables)."""
+
+    def __init__(self, device: str, torch_version: str | None, policies: str | None):
+        self.device, self.torch_version, self.policies = device, torch_version, policies
+
+    def __call__(self, requested: str | None = None) -> PolicyTable | None:
+        try:
+            return load_policy(requested or self.device, self.torch_version, self.policies)
+        except PolicyError:
+            if requested is None:
+                raise
+            return None
+
+
+def loader(device: str = "cuda", torch_version: str | None = None, policies: str | None = None) -> PolicyLoader:
     if policies is not None:
         now = _fingerprint(policies)
         if _seen.setdefault(policies, now) != now:  # rewritten since: read them again
             _seen[policies] = now
             load_policy.cache_clear()
-
-    def load(requested: str | None = None) -> PolicyTable | None:
-        try:
-            return load_policy(requested or device, torch_version, policies)
-        except PolicyError:
-            if requested is None:
-                raise
-            return None
-    return load
+    return PolicyLoader(device, torch_version, policies)

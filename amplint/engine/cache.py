@@ -1,6 +1,8 @@
 """Per-file results, keyed by everything that decides them, in .amplint_cache/ at the project
 root. Entries are written atomically, so concurrent runs are safe; an entry that does not
-load is ignored (and rewritten), never trusted."""
+load is ignored (and rewritten), never trusted. A result computed from summaries of the
+project's other files (``project_index.Dependency``) records their digests, and stands only
+while each summary, read again, still has its digest."""
 
 from __future__ import annotations
 
@@ -13,7 +15,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from .. import __version__
-from .diagnostics import Diagnostic, Edit, Fix, Location
+from .diagnostics import Diagnostic, Edit, Fix, Location, Related
+from .project_index import Dependency, dependency
 
 DIRNAME = ".amplint_cache"
 
@@ -51,13 +54,19 @@ class Cache:
         return self.folder / key[:2] / f"{key}.json"
 
     def get(self, data: bytes, rule_codes: list[str], display: str) -> list[Diagnostic] | None:
+        """The findings stored for this content, or None: none stored, or computed from a
+        summary of other files that has changed since."""
         try:
             raw = json.loads(self._path(data, rule_codes).read_text(encoding="utf-8"))
-            return [_load(d, display) for d in raw]
+            read = [Dependency(*d) for d in raw["dependencies"]]
+            if any(dependency(d.kind, Path(d.root)) != d for d in read):
+                return None
+            return [_load(d, display) for d in raw["diagnostics"]]
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
-    def put(self, data: bytes, rule_codes: list[str], diagnostics: list[Diagnostic]) -> None:
+    def put(self, data: bytes, rule_codes: list[str], diagnostics: list[Diagnostic],
+            dependencies: set[Dependency]) -> None:
         path = self._path(data, rule_codes)
         try:
             if not path.parent.is_dir():
@@ -68,7 +77,8 @@ class Cache:
                     ignore.write_text("*\n", encoding="utf-8")
             fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump([_dump(d) for d in diagnostics], handle)
+                json.dump({"diagnostics": [_dump(d) for d in diagnostics],
+                           "dependencies": [[d.kind, d.root, d.digest] for d in sorted(dependencies)]}, handle)
             os.replace(tmp, path)
         except OSError:
             pass  # a cache that cannot be written only costs speed
@@ -77,7 +87,17 @@ class Cache:
 def _dump(d: Diagnostic) -> dict:
     out = asdict(d)
     out.pop("path")  # the same content may live under another name
+    # Other files are shown relative to the current folder, which another run may not share.
+    out["related"] = [{**r, "path": os.path.abspath(r["path"])} for r in out["related"]]
     return out
+
+
+def _shown(path: str) -> str:
+    """An absolute path as findings show it: relative to the current folder where it lies below it."""
+    try:
+        return Path(path).relative_to(Path.cwd()).as_posix()
+    except ValueError:
+        return Path(path).as_posix()
 
 
 def _load(raw: dict, display: str) -> Diagnostic:
@@ -88,7 +108,8 @@ def _load(raw: dict, display: str) -> Diagnostic:
         code=raw["code"], name=raw["name"], message=raw["message"], path=display,
         location=Location(**raw["location"]), end_location=Location(**raw["end_location"]),
         fix=fix, url=raw["url"], detail=raw["detail"],
-        edit_locations=[(Location(**a), Location(**b), c) for a, b, c in raw["edit_locations"]])
+        edit_locations=[(Location(**a), Location(**b), c) for a, b, c in raw["edit_locations"]],
+        related=tuple(Related(_shown(r["path"]), r["row"], r["message"]) for r in raw["related"]))
 
 
 def clean(root: Path) -> bool:

@@ -17,8 +17,9 @@ from .outline import Outline
 from .tree import Index, render
 
 if TYPE_CHECKING:
-    from ..policy import PolicyTable
-    from .project_index import AutocastSite
+    from ..policy import PolicyLoader, PolicyTable
+    from .project_index import AutocastSite, Dependency
+    from .torch_requirement import TorchRequirement
     from .rule import Rule
 
 
@@ -39,16 +40,16 @@ def _ast_statements(tree: ast.AST) -> Iterator[ast.stmt]:
 class FileContext:
     """Shared by every rule on one file: one parse, metadata computed once and only if asked."""
 
-    def __init__(self, path: str, source: str, module: cst.Module, policy_loader=None,
+    def __init__(self, path: str, source: str, module: cst.Module, policy_loader: "PolicyLoader | None" = None,
                  outline: Outline | None = None):
         self.path = path
         self.source = source
         self.module = module
         self._outline = outline
         self.diagnostics: list[Diagnostic] = []
-        self._policy_loader = policy_loader
+        self.policy_loader = policy_loader
         self._rule: type[Rule] | None = None
-        self.reads_other_files = False
+        self.dependencies: set[Dependency] = set()  # what of the project's other files was read
 
     # -- metadata, resolved lazily -------------------------------------------------------
 
@@ -208,20 +209,44 @@ class FileContext:
 
     def policy(self, device: str | None = None) -> "PolicyTable":
         """The op-policy table for ``device`` (default: the configured device)."""
-        if self._policy_loader is None:
+        if self.policy_loader is None:
             raise RuntimeError("this run has no policy tables")
-        return self._policy_loader(device)
+        return self.policy_loader(device)
+
+    @cached_property
+    def _project_root(self) -> Path | None:
+        from .project_index import project_root  # reads config, which imports the runner
+
+        path = Path(self.path)
+        return project_root(path) if path.is_file() else None
 
     def project(self) -> "tuple[Path, tuple[AutocastSite, ...]] | None":
         """The root of the project this file belongs to and the autocast calls in its files
-        (``project_index``); None for a file that is not on disk or in no project. A file
-        whose findings read this is not cached: another file decides them."""
-        from .project_index import autocast_sites, project_root  # reads config, which imports the runner
+        (``project_index``); None for a file that is not on disk or in no project. The file's
+        findings then depend on those calls: its cached result stands while they stay."""
+        from .project_index import autocast_sites, dependency
 
-        self.reads_other_files = True
-        path = Path(self.path)
-        root = project_root(path) if path.is_file() else None
-        return None if root is None else (root, autocast_sites(root))
+        root = self._project_root
+        if root is None:
+            return None
+        self.dependencies.add(dependency("autocast-sites", root))
+        return root, autocast_sites(root)
+
+    def torch_requirement(self) -> "TorchRequirement | None":
+        """The torch the project of this file declares it supports (``torch_requirement``),
+        when the configuration names no ``torch-version`` (which takes precedence); None then,
+        for a file that is not on disk or in no project, or one that declares no lower bound.
+        The file's findings then depend on that declaration."""
+        from .project_index import dependency
+        from .torch_requirement import declared_torch
+
+        if self.policy_loader is None or self.policy_loader.torch_version is not None:
+            return None
+        root = self._project_root
+        if root is None:
+            return None
+        self.dependencies.add(dependency("torch-requirement", root))
+        return declared_torch(root)
 
     def report(self, node: cst.CSTNode, message: str, fix: Fix | None = None,
                related: tuple[Related, ...] = ()) -> None:

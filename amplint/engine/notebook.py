@@ -465,8 +465,8 @@ class _Joined:
 
 def _lint(display: str, cells: list[tuple[int, str]], rules: Sequence[type[Rule]], *, fix: bool,
           unsafe: bool, load: Callable | None, use_prefilter: bool):
-    """(findings placed in their cells, the cells after the fixes, fixes applied, whether
-    other files of the project were read):
+    """(findings placed in their cells, the cells after the fixes, fixes applied, the
+    summaries of the project's other files read for them):
     ``runner.lint_source`` on the joined cells, its fixes applied cell by cell, those a
     notebook cannot take left out."""
     joined = {}  # each text linted: the cells it joins
@@ -487,7 +487,7 @@ def _lint(display: str, cells: list[tuple[int, str]], rules: Sequence[type[Rule]
                          use_prefilter=use_prefilter, apply=apply)
     final = joined[result.source]
     return ([final.mapped(d) for d in result.diagnostics], final.cells, result.fixes_applied,
-            result.reads_other_files)
+            result.dependencies)
 
 
 def _io_error(display: str, message: str) -> Diagnostic:
@@ -520,9 +520,9 @@ def lint_notebook(display: str, notebook: Notebook, rules: Sequence[type[Rule]],
         return FileResult(display), None
     cells = notebook.code_cells()
     fixing = options.fix or options.diff
-    diagnostics, fixed, applied, reads_other_files = _lint(
+    diagnostics, fixed, applied, dependencies = _lint(
         display, cells, rules, fix=fixing, unsafe=options.unsafe_fixes, load=load, use_prefilter=options.use_prefilter)
-    result = FileResult(display, diagnostics, fixes_applied=applied, reads_other_files=reads_other_files)
+    result = FileResult(display, diagnostics, fixes_applied=applied, dependencies=dependencies)
     result.internal_errors = sum(d.code == INTERNAL_ERROR[0] for d in diagnostics)
     changed = {number: text for (number, text), (_, old) in zip(fixed, cells) if text != old}
     if diagnostics:
@@ -557,10 +557,10 @@ def check_file(path: Path, display: str, data: bytes, rules: Sequence[type[Rule]
         cached = cache.get(key, codes, display)
         if cached is not None:
             source = notebook.display_source(dict(notebook.code_cells())) if cached else None
-            return FileResult(display, cached, source=source)
+            return FileResult(display, cached, source=source, from_cache=True)
     result, new_data = lint_notebook(display, notebook, rules, options, load)
-    if cache is not None and not result.internal_errors and not result.reads_other_files:
-        cache.put(key, codes, result.diagnostics)
+    if cache is not None and not result.internal_errors:
+        cache.put(key, codes, result.diagnostics, result.dependencies)
     if new_data is not None and options.fix and not options.diff:
         try:
             source_io.write_atomically(path, new_data, expected=data)

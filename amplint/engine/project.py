@@ -16,7 +16,7 @@ from typing import Callable, Iterator
 from libcst import ParserSyntaxError
 
 from ..policy import PolicyError, loader, user_tables_digest
-from . import noqa, notebook, source as source_io
+from . import noqa, notebook, project_index, source as source_io
 from .cache import Cache
 from .config import Config, ConfigError, Resolver
 from .diagnostics import Diagnostic, Location
@@ -51,6 +51,7 @@ _POOL_MIN_FILES = 64
 class Report:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     files_checked: int = 0
+    files_from_cache: int = 0  # of those, answered by the result cache
     files_fixed: int = 0
     fixes_applied: int = 0
     internal_errors: int = 0
@@ -109,6 +110,7 @@ def check_paths(paths: list[Path], config: Config | Resolver, rules: list[type[R
     with a ``Resolver``, each file with the configuration of its own project (and the rules
     it selects)."""
     resolver = config if isinstance(config, Resolver) else Resolver(config, rules=rules)
+    project_index.forget()  # a run reads the project's other files as they are now
     report = Report()
     profiles: list[_Profile] = []
     profile_of: dict[int, int] = {}  # id(config) -> index in profiles
@@ -136,6 +138,7 @@ def check_paths(paths: list[Path], config: Config | Resolver, rules: list[type[R
                    for path, file_rules, key in tasks)
     for result in results:
         report.files_checked += 1
+        report.files_from_cache += result.from_cache
         if options.progress is not None:
             options.progress(report.files_checked, len(tasks))
         report.diagnostics.extend(result.diagnostics)
@@ -164,6 +167,7 @@ def check_stdin(data: bytes, name: str, config: Config, rules: list[type[Rule]],
     """Source read from stdin (an editor's buffer), shown as ``name``; per-file-ignores apply
     to that name. With fixes, the report's ``fixed_text`` is the text to hand back."""
     report = Report(files_checked=1)
+    project_index.forget()
     ignored = config.ignored_for(Path(name))
     file_rules = [r for r in rules if not any(r.code.startswith(i) for i in ignored)]
     if notebook.is_notebook(name):
@@ -294,12 +298,12 @@ def _check_file(path: Path, rules: list[type[Rule]], options: Options, load, cac
     if cache is not None:
         cached = cache.get(data, codes, display)
         if cached is not None:
-            return FileResult(display, cached, source=text.text if cached else None)
+            return FileResult(display, cached, source=text.text if cached else None, from_cache=True)
     fixing = options.fix or options.diff
     result = lint_source(display, text.text, rules, fix=fixing, unsafe=options.unsafe_fixes,
                          policy_loader=load, use_prefilter=options.use_prefilter)
-    if cache is not None and not result.internal_errors and not result.reads_other_files:
-        cache.put(data, codes, result.diagnostics)
+    if cache is not None and not result.internal_errors:
+        cache.put(data, codes, result.diagnostics, result.dependencies)
     if fixing and result.source is not None and result.source != text.text:
         if options.diff:
             result.diff = _unified_diff(text.text, result.source, display)

@@ -4,17 +4,22 @@
 loss module is called by a trainer, elsewhere, under autocast. For a file, the project is the
 folder of the nearest ``pyproject.toml``, ``setup.py``, ``setup.cfg`` or ``.git`` above it,
 else the outermost package (folders with ``__init__.py``) that holds it. Its facts are read
-once per process and only when a rule asks: a literal scan of the project's ``.py`` files for
+once per run (``forget`` starts a new one) and only when a rule asks: the torch it declares
+(``torch_requirement``), and a literal scan of the project's ``.py`` files for
 ``autocast`` (and the words of the framework settings that turn it on: Lightning's
 ``precision="16-mixed"``, accelerate's ``mixed_precision="fp16"``, transformers'
 ``TrainingArguments(fp16=True)``), then Python's ``ast`` of those that mention one (never
 libcst: a project is thousands of files). Folders the default configuration excludes (virtual environments, build
-output, hidden folders) are not read; neither is anything outside the project.
+output, hidden folders) are not read; neither is anything outside the project. What a file's
+findings read of these facts is recorded as a ``Dependency`` (a digest of the summary), which
+the result cache checks before it answers for the file.
 """
 
 from __future__ import annotations
 
 import ast
+import hashlib
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -25,6 +30,7 @@ from . import source as source_io
 from .config import DEFAULT_EXCLUDE
 from .outline import Outline
 from .semantics import AUTOCAST, AUTOCAST_DEVICE
+from .torch_requirement import declared_torch
 
 _PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 # A project bigger than this is not read whole (a home folder taken for a project).
@@ -153,3 +159,39 @@ def autocast_sites(root: Path) -> tuple[AutocastSite, ...]:
         except (OSError, source_io.SourceError):
             continue
     return tuple(found)
+
+
+@dataclass(frozen=True, order=True)
+class Dependency:
+    """A summary of a project's other files that a file's findings were computed from: its
+    ``kind`` (``SUMMARIES``), the project's ``root`` and a digest of what it held then. A
+    cached result stands only while every summary it read still has that digest."""
+    kind: str
+    root: str
+    digest: str
+
+
+def _sites_summary(root: Path) -> object:
+    return [[s.path.as_posix(), s.row, s.device, s.setting] for s in autocast_sites(root)]
+
+
+def _requirement_summary(root: Path) -> object:
+    required = declared_torch(root)
+    return None if required is None else [required.floor, required.declared, required.source]
+
+
+SUMMARIES = {"autocast-sites": _sites_summary, "torch-requirement": _requirement_summary}
+
+
+@lru_cache(maxsize=64)
+def dependency(kind: str, root: Path) -> Dependency:
+    """The summary ``kind`` of the project at ``root`` as it is now."""
+    text = json.dumps(SUMMARIES[kind](root))
+    return Dependency(kind, str(root), hashlib.sha256(text.encode()).hexdigest())
+
+
+def forget() -> None:
+    """Read the project's files again when next asked: a new run sees them as they are now."""
+    autocast_sites.cache_clear()
+    declared_torch.cache_clear()
+    dependency.cache_clear()

@@ -10,7 +10,7 @@ import threading
 import traceback
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import libcst as cst
 
@@ -20,6 +20,9 @@ from .diagnostics import Diagnostic, Edit, Fix, Location
 from .outline import Outline
 from .rule import AnyOf, Rule, tolerant_of_spacing
 from .tree import parse
+
+if TYPE_CHECKING:
+    from .project_index import Dependency
 
 SYNTAX_ERROR = ("AMP000", "syntax-error")
 INTERNAL_ERROR = ("AMP999", "internal-error")
@@ -34,7 +37,9 @@ class FileResult:
     fixes_applied: int = 0
     internal_errors: int = 0
     diff: str | None = None  # with --diff: what the fixes would change
-    reads_other_files: bool = False  # a rule read the project's other files: not cached
+    # Summaries of the project's other files the findings were computed from (project_index)
+    dependencies: set[Dependency] = field(default_factory=set)
+    from_cache: bool = False  # answered by the result cache, not checked again
 
 
 class Prefilter:
@@ -175,26 +180,26 @@ def _in_deep_stack(work: Callable[[], tuple]) -> tuple:
     return result
 
 
-def run_rules(path: str, source: str, rules: Sequence[type[Rule]],
-              policy_loader: Callable | None, outline: Outline | None = None) -> tuple[list[Diagnostic], bool]:
-    """Every diagnostic of ``rules`` on ``source`` (noqa not yet applied), and whether a rule
-    read other files of the project for them."""
+def run_rules(path: str, source: str, rules: Sequence[type[Rule]], policy_loader: Callable | None,
+              outline: Outline | None = None) -> tuple[list[Diagnostic], set[Dependency]]:
+    """Every diagnostic of ``rules`` on ``source`` (noqa not yet applied), and the summaries of
+    the project's other files the rules read for them."""
     if outline is None:  # Python's parser has not read it: what it refuses as too deep, libcst never sees
         nesting = _nesting_error(path, source)
         if nesting is not None:
-            return [nesting], False
+            return [nesting], set()
     return _in_deep_stack(lambda: _run_rules(path, source, rules, policy_loader, outline))
 
 
 def _run_rules(path: str, source: str, rules: Sequence[type[Rule]],
-               policy_loader: Callable | None, outline: Outline | None) -> tuple[list[Diagnostic], bool]:
+               policy_loader: Callable | None, outline: Outline | None) -> tuple[list[Diagnostic], set[Dependency]]:
     try:
         module = parse(source)
     except cst.ParserSyntaxError as exc:
-        return [_syntax_error(path, source, exc)], False
+        return [_syntax_error(path, source, exc)], set()
     except RecursionError:
         return [_nesting_error(path, source) or _engine_diagnostic(
-            INTERNAL_ERROR, path, f"cannot check {path}: nested too deeply for libcst's parser")], False
+            INTERNAL_ERROR, path, f"cannot check {path}: nested too deeply for libcst's parser")], set()
     ctx = FileContext(path, source, module, policy_loader, outline)
     out: list[Diagnostic] = []
     for rule in rules:
@@ -213,7 +218,7 @@ def _run_rules(path: str, source: str, rules: Sequence[type[Rule]],
                 f"{type(exc).__name__}: {exc}", detail=traceback.format_exc()))
             continue
         out.extend(ctx.diagnostics)
-    return out, ctx.reads_other_files
+    return out, ctx.dependencies
 
 
 def _overlaps(a: Edit, b: Edit) -> bool:
@@ -303,8 +308,8 @@ def lint_source(path: str, source: str, rules: Sequence[type[Rule]], *,
         if not selected:
             result.diagnostics = []  # nothing left to find in this text
             break
-        diagnostics, reads_other_files = run_rules(path, text, selected, policy_loader, outline)
-        result.reads_other_files |= reads_other_files
+        diagnostics, dependencies = run_rules(path, text, selected, policy_loader, outline)
+        result.dependencies |= dependencies
         suppressions = noqa.parse(text) if diagnostics else noqa.Suppressions()
         kept, suppressed = [], []
         for d in diagnostics:

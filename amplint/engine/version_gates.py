@@ -2,12 +2,16 @@
 only older torch runs (version-gated fallbacks). Pure libcst; no torch.
 
 The torch version in use is the configured ``torch-version`` (default: the newest table in
-policies/). A condition is evaluated the way Python would, on a small set of values: strings,
-numbers, tuples, versions (``packaging``, ``distutils``/``looseversion``, ``pkg_resources``),
-``torch.__version__`` (which compares as a version with strings and tuples), torch's AMP
-attributes (for ``hasattr`` / ``getattr``), module-level names assigned once, and calls to
-module-level helper functions made of assignments, ``if`` and ``return``. Anything else is
-unknown, and so is a condition that depends on it.
+policies/). When ``torch-version`` is not configured and the project declares a lower torch
+(``torch_requirement``: ``torch>=2.1`` in its pyproject.toml), the code runs on that one too:
+a condition is known only where it has the same value on both, and the replacement of a
+deprecated API counts as available only if the declared floor has it. A condition is
+evaluated the way Python would, on a small set of values: strings, numbers, tuples, versions
+(``packaging``, ``distutils``/``looseversion``, ``pkg_resources``), ``torch.__version__``
+(which compares as a version with strings and tuples), torch's AMP attributes (for
+``hasattr`` / ``getattr``), module-level names assigned once, and calls to module-level helper
+functions made of assignments, ``if`` and ``return``. Anything else is unknown, and so is a
+condition that depends on it.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import libcst as cst
 
 from ..policy import PolicyError
 from .context import FileContext
+from .torch_requirement import TorchRequirement
 from .names import dotted
 
 # When each AMP name appeared in torch (none of them is gone by the newest table).
@@ -163,11 +168,45 @@ def torch_version(ctx: FileContext) -> str | None:
         return None
 
 
+def _declared_floor(ctx: FileContext, newest: str) -> TorchRequirement | None:
+    """The project's declared torch requirement when its floor lies below ``newest``."""
+    required = ctx.torch_requirement()
+    return required if required is not None and Version(required.floor) < Version(newest) else None
+
+
 def gate_value(ctx: FileContext, test: cst.BaseExpression) -> bool | None:
-    """What ``test`` (an ``if``'s condition) is under the torch version in use; None when it
-    does not depend only on the torch version (and constants)."""
+    """What ``test`` (an ``if``'s condition) is under the torch version in use, and under the
+    project's declared floor below it; None when those differ, or it does not depend only on
+    the torch version (and constants)."""
     version = torch_version(ctx)
-    return None if version is None else _Evaluator(ctx, version).gate(test, 0)
+    value = None if version is None else _Evaluator(ctx, version).gate(test, 0)
+    if value is None:
+        return None
+    required = _declared_floor(ctx, version)
+    if required is not None and _Evaluator(ctx, required.floor).gate(test, 0) is not value:
+        return None  # both branches run on some torch the project supports
+    return value
+
+
+def missing_on_supported_torch(ctx: FileContext, name: str) -> str | None:
+    """Why some torch the code must run on lacks ``name`` (``torch.amp.GradScaler``): the
+    project declares a floor below the version that added it (``"the project declares
+    `torch>=2.1` (pyproject.toml)"``), or the configured ``torch-version`` is older. None
+    when every such torch has it."""
+    version = torch_version(ctx)
+    if version is None or _INTRODUCED.get(name) is None:
+        return None
+    if _introduced(name, version) is False:
+        return f"the torch-version in use is {version}"
+    required = _declared_floor(ctx, version)
+    if required is not None and _introduced(name, required.floor) is False:
+        return f"the project declares `{required.declared}` ({required.source})"
+    return None
+
+
+def introduced_in(name: str) -> str | None:
+    """The torch version that added ``name`` (``torch.amp.GradScaler``: ``"2.3"``)."""
+    return _INTRODUCED.get(name)
 
 
 def version_fallback(ctx: FileContext, node: cst.CSTNode) -> cst.CSTNode | None:
@@ -240,7 +279,7 @@ class _Evaluator:
         self._torch = False  # whether the expression evaluated so far depends on torch
 
     def gate(self, test: cst.BaseExpression, depth: int) -> bool | None:
-        cache = self.ctx.__dict__.setdefault("_version_gates", {})
+        cache = self.ctx.__dict__.setdefault("_version_gates", {}).setdefault(self.version, {})
         hit = cache.get(id(test))
         if hit is not None and hit[0] is test:
             return hit[1]

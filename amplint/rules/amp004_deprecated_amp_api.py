@@ -6,7 +6,7 @@ from ..engine.context import FileContext
 from ..engine.diagnostics import Edit, Fix
 from ..engine.rule import Invalid, Rule, Valid
 from ..engine.semantics import bind, has_star_args, subtree
-from ..engine.version_gates import is_successor, version_fallback
+from ..engine.version_gates import introduced_in, is_successor, missing_on_supported_torch, version_fallback
 
 # qualified name -> (name in torch.amp, device)
 _DEPRECATED = {}
@@ -51,6 +51,20 @@ def _shown(target: str) -> str:
     new_name, device = _DEPRECATED[target]
     device_arg = f'device_type="{device}"' if new_name.startswith("custom") else f'"{device}"'
     return f"torch.amp.{new_name}({device_arg}, ...)"
+
+
+def _unavailable(ctx: FileContext, target: str) -> str | None:
+    """Why the replacement of ``target`` cannot simply be used — some torch the project supports
+    lacks it — and what to do instead; None when it can."""
+    new_name, _ = _DEPRECATED[target]
+    replacement = f"torch.amp.{new_name}"
+    why = missing_on_supported_torch(ctx, replacement)
+    if why is None:
+        return None
+    since = introduced_in(replacement)
+    return (f"`{replacement}` needs torch {since} and {why}: keep this for older torch behind a gate "
+            f"(`if hasattr(torch.amp, \"{new_name}\")`, or `try: from torch.amp import {new_name}` / "
+            f"`except ImportError`), or raise the torch requirement to >={since} and use `{_shown(target)}`")
 
 
 _SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
@@ -171,7 +185,14 @@ class DeprecatedAmpApi(Rule):
     that is not called (`ctx = autocast`, a type check on the old class alone), when a name
     from the deprecated import is used in any other way, or when one of its uses is a
     version-gated fallback (the fix never rewrites one). The fixed code needs a torch that
-    has the torch.amp API (`autocast` 1.12, `GradScaler` 2.3, `custom_fwd` 2.4).
+    has the torch.amp API (`autocast` 1.12, `GradScaler` 2.3, `custom_fwd` / `custom_bwd` with
+    `device_type=` 2.4). So when `torch-version` is not configured and the project declares a
+    lower torch (`torch>=2.1` in its `pyproject.toml` dependencies or optional groups,
+    `requirements*.txt`, `setup.cfg`, `setup.py`), a name whose replacement that torch lacks
+    gets no fix and no torch.amp advice: the message names the declaration and says to keep
+    the old API behind a gate (`hasattr(torch.amp, "GradScaler")`, `try: from torch.amp import
+    GradScaler` / `except ImportError`), or to raise the requirement. A configured
+    `torch-version` takes precedence over the declaration.
 
     ## False positives
     A fallback whose condition cannot be evaluated in the file — a flag or helper imported from
@@ -484,7 +505,9 @@ def make(args, kwargs):
 
         for ref, target, plan in planned:
             new_name, device = _DEPRECATED[target]
-            message = f"`{_dotted(ref) or ctx.code(ref)}` is deprecated ({target}): use `{_shown(target)}`"
+            unavailable = _unavailable(ctx, target)
+            message = f"`{_dotted(ref) or ctx.code(ref)}` is deprecated ({target})"
+            message += f": use `{_shown(target)}`" if unavailable is None else f", but {unavailable}"
             if _type_check(ctx, ref) is not None:
                 message += f"; a type check on it alone rejects a `torch.amp.{new_name}`"
             fix = None
@@ -519,10 +542,12 @@ def make(args, kwargs):
         shown = ", ".join(f"`{_shown(t)}`" for t in dict.fromkeys(targets.values()))
         imported = ", ".join(a.evaluated_name + (f" as {a.evaluated_alias}" if a.evaluated_alias else "")
                              for a in stmt.names)
-        message = (f"`from {_dotted(stmt.module)} import {imported}` imports the deprecated {names} ({used}): "
-                   f"import from `torch.amp` and pass the device: {shown}")
+        unavailable = next(filter(None, (_unavailable(ctx, t) for t in dict.fromkeys(targets.values()))), None)
+        message = f"`from {_dotted(stmt.module)} import {imported}` imports the deprecated {names} ({used})"
+        message += f": import from `torch.amp` and pass the device: {shown}" if unavailable is None \
+            else f", but {unavailable}"
         fix = None
-        import_edit = self._import_edit(ctx, stmt, None)
+        import_edit = self._import_edit(ctx, stmt, None) if unavailable is None else None
         dropped = len(live) < len(refs)  # a fallback's use would be rewritten too
         bound_once = all(bindings.get(local, (None,))[0] is stmt for local in targets)
         if import_edit is not None and not dropped and bound_once:
@@ -560,7 +585,7 @@ def make(args, kwargs):
         """(node to replace, its replacement, (import stmt, import edit) or None), or None."""
         new_name, device = _DEPRECATED[target]
         root = _root(ref)
-        if root is None:
+        if root is None or _unavailable(ctx, target) is not None:
             return None
         root_names = ctx.qualified_names(root)
         if "torch" in root_names:

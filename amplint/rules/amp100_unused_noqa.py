@@ -153,7 +153,7 @@ logits = model(x)  # -- kept from the old loss
         rows: dict[str, set[int] | None] = {r.code: set() for r in rules}
         if not rules:
             return rows
-        own = FileContext(ctx.path, ctx.source, ctx.module, ctx.policy)
+        own = FileContext(ctx.path, ctx.source, ctx.module, ctx.policy_loader)
         for rule in prefilter(tuple(rules)).matching(ctx.source):
             own._rule, own.diagnostics = rule, []
             try:
@@ -162,7 +162,7 @@ logits = model(x)  # -- kept from the old loss
                 rows[rule.code] = None
                 continue
             rows[rule.code] = {d.location.row for d in own.diagnostics}
-        ctx.reads_other_files |= own.reads_other_files  # then so do this rule's findings
+        ctx.dependencies |= own.dependencies  # then so do this rule's findings
         return rows
 
     def _report(self, ctx: FileContext, directive: noqa.Directive, unused: dict[int, str]) -> None:

@@ -1,0 +1,99 @@
+"""The result cache across files: a file's cached findings stand while the summaries of the
+project's other files they were computed from (its autocast calls, its declared torch) are
+unchanged, and only the files that read a changed summary are checked again. A real project
+on disk, the real CLI; `-v` says how many files the cache answered."""
+
+import json
+import re
+
+from click.testing import CliRunner
+
+from amplint.cli import main
+
+UTILS = """\
+import torch
+
+
+def amp_context(enabled=True):
+    return torch.autocast("cuda", dtype=torch.float16, enabled=enabled)
+"""
+
+FILES = {
+    "pyproject.toml": '[project]\nname = "demo"\ndependencies = ["torch>=2.4"]\n',
+    "demo/__init__.py": "",
+    "demo/utils.py": UTILS,
+    "demo/trainer.py": """\
+import torch
+from .utils import amp_context
+
+
+def train(model, criterion, optimizer, loader):
+    scaler = torch.amp.GradScaler("cuda")
+    for x, y in loader:
+        with amp_context():
+            loss = criterion(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+""",
+    "demo/losses.py": """\
+import torch
+
+
+def pairwise_loss(scores, labels):
+    return torch.nn.functional.binary_cross_entropy(scores, labels)
+""",
+    "demo/models.py": """\
+import torch
+
+
+def log_probs(x):
+    return torch.log(torch.softmax(x, dim=-1))
+""",
+    "demo/legacy.py": "import torch\nscaler = torch.cuda.amp.GradScaler()\n",
+}
+
+
+def _check(tmp_path):
+    """(files checked, files the cache answered, {file: [(code, fixable, message)]})."""
+    result = CliRunner().invoke(main, ["check", "-v", "--output-format", "json", "demo"])
+    assert result.exit_code == 1, result.output
+    checked, cached = map(int, re.search(r"(\d+) files? checked, (\d+) answered from the cache",
+                                         result.stderr).groups())
+    findings: dict[str, list] = {}
+    for d in json.loads(result.stdout):
+        findings.setdefault(d["filename"], []).append((d["code"], d["fix"] is not None, d["message"]))
+    return checked, cached, findings
+
+
+def test_editing_one_file_checks_again_only_the_files_that_read_it(tmp_path, monkeypatch):
+    for name, text in FILES.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(text)
+    monkeypatch.chdir(tmp_path)
+    checked, cached, cold = _check(tmp_path)
+    assert (checked, cached) == (6, 0)
+    assert [(code, fixable) for code, fixable, _ in cold["demo/losses.py"]] == [("AMP008", False)]
+    assert "(demo/utils.py:5)" in cold["demo/losses.py"][0][2]
+    assert [(code, fixable) for code, fixable, _ in cold["demo/legacy.py"]] == [("AMP004", True)]
+
+    assert _check(tmp_path) == (0, 6, cold)  # the loss module's finding, from the cache too
+
+    # A change that leaves the project's autocast calls as they were: that file alone.
+    (tmp_path / "demo/utils.py").write_text(UTILS + "\n\ndef unused():\n    return None\n")
+    assert _check(tmp_path) == (1, 5, cold)
+
+    # Its autocast call goes: the loss module, which read it, is checked again, and only it.
+    (tmp_path / "demo/utils.py").write_text(UTILS.replace("torch.autocast(", "torch.no_grad(") + "\n")
+    checked, cached, findings = _check(tmp_path)
+    assert (checked, cached) == (2, 4)
+    assert "demo/losses.py" not in findings and findings["demo/models.py"] == cold["demo/models.py"]
+
+    # The project now supports torch 2.1, which has no torch.amp.GradScaler: the file whose
+    # advice read the requirement is checked again, and loses its fix.
+    (tmp_path / "pyproject.toml").write_text(FILES["pyproject.toml"].replace("2.4", "2.1"))
+    checked, cached, findings = _check(tmp_path)
+    assert (checked, cached) == (1, 5)
+    [(code, fixable, message)] = findings["demo/legacy.py"]
+    assert (code, fixable) == ("AMP004", False)
+    assert "the project declares `torch>=2.1` (pyproject.toml)" in message

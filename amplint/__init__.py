@@ -43,11 +43,16 @@ def check_source(code: str, select: list[str] | None = None, *, path: str = "<st
     sorted, as a list (a ``CheckResult``). ``select`` takes codes or prefixes, as on the command
     line. With ``fix=True`` safe fixes are applied (``unsafe_fixes=True``: unsafe ones too, as
     ``--fix --unsafe-fixes``): the diagnostics are those left, at their positions in the fixed
-    text, which is the result's ``source``; nothing is written anywhere."""
+    text, which is the result's ``source``; nothing is written anywhere. A ``path`` that names
+    a file on disk brings in what ``amplint check`` reads of that file's project (the autocast
+    calls of its other files, the torch it declares when ``torch_version`` is not given); any
+    other path sees ``code`` alone."""
     from .engine.config import Config, validate_codes
+    from .engine.project_index import forget
     from .engine.runner import lint_source
     from .policy import loader
 
+    forget()  # a ``path`` on disk: its project's other files as they are now
     config = Config(root=".", device=device, torch_version=torch_version)
     rules = config.rules(select=validate_codes(select, "select") if select is not None else None)
     result = lint_source(path, code, rules, fix=fix, unsafe=unsafe_fixes and fix,

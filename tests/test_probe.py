@@ -93,7 +93,7 @@ def test_cpu_simulation_agrees_with_execution(probed):
     cpu = probed["cpu"]
     assert cpu["mode"] == "simulate+execute"
     executed = [e for e in cpu["ops"] if "policy" in e["evidence"].get("execute", {})]
-    assert len(executed) >= 80
+    assert len(executed) >= 0.95 * len(cpu["ops"])  # issue #15 item 6: samples for nearly every op
     assert [e["disagreement"] for e in cpu["ops"] if "disagreement" in e] == []
     for e in executed:  # the real output dtype follows the policy
         outputs = e["evidence"]["execute"]["output_dtypes"]

@@ -354,6 +354,22 @@ def policies_of(table, spelling: str | None) -> set[str]:
     return {table.policy(op) for op in table.ops_reached_by(spelling)}
 
 
+def casts_back(table, spelling: str | None) -> bool:
+    """Whether every op ``spelling`` reaches casts its output back to its input's dtype under
+    autocast (an extension's wrapper that runs in float32, as torchvision's roi_align does)."""
+    ops = table.ops_reached_by(spelling) if table is not None and spelling is not None else []
+    return bool(ops) and all(table.casts_back(op) for op in ops)
+
+
+def tensor_input(call: cst.Call, spelling: str) -> cst.BaseExpression | None:
+    """The tensor whose dtype a cast-back op's output takes: the receiver of a Tensor method
+    (``spelling`` ``torch.Tensor.x``), else the first positional argument."""
+    mc = method_call(call)
+    if mc is not None and spelling.startswith("torch.Tensor."):
+        return mc[0]
+    return next((a.value for a in call.args if a.keyword is None and not a.star), None)
+
+
 def assigned_before(ctx: FileContext, name: cst.Name) -> cst.BaseExpression | None:
     """The value last assigned to ``name`` (a plain ``x = ...``) earlier in its function."""
     scope = enclosing_function(ctx, name) or ctx.module
@@ -392,6 +408,9 @@ def inferred_dtype(ctx: FileContext, expr: cst.BaseExpression, table, depth: int
         if mc is not None and mc[1] in ("half", "bfloat16"):
             return "lowp"
         spelling = call_spelling(ctx, expr)
+        if casts_back(table, spelling):
+            source = tensor_input(expr, spelling)
+            return inferred_dtype(ctx, source, table, depth - 1) if source is not None else None
     else:
         return None
     policies = policies_of(table, spelling)

@@ -142,6 +142,13 @@ def probe(ctx, device, dtype, mode, op_patterns, imports, fmt, output, output_di
     unclassified = sum(t["counts"]["unclassified"] for t in tables)
     if unclassified:
         click.echo(f"{unclassified} op(s) could not be classified; see their 'reason'", err=True)
+    disagreeing = [f"{t['device']} {e['op']}: {e['disagreement']}" for t in tables for e in t["ops"]
+                   if "disagreement" in e]
+    if disagreeing:
+        # Execution contradicts the table (or the simulation): its answer cannot be trusted.
+        for line in disagreeing:
+            click.echo(f"amplint probe: disagreement: {line}", err=True)
+        ctx.exit(1)
 
 
 @probe.command("diff")

@@ -13,11 +13,12 @@ import warnings
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from . import samples
 from .classify import Verdict, classify
 from .dispatcher import OpName
-from .intercept import Observation, _cast, bind, describe, dtype_name, op_name
+from .intercept import OUTPUT_LABEL, Observation, _cast, bind, describe, dtype_name, op_name
 
 
 class _Recording(TorchDispatchMode):
@@ -25,20 +26,26 @@ class _Recording(TorchDispatchMode):
         super().__init__()
         self.labels = labels
         self.obs = Observation()
+        self.outputs: list[torch.Tensor] = []  # the re-dispatched op's, alive so their ids stay theirs
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        cast = _cast(func, args, kwargs)
+        redispatched = cast is None and self.obs.op is None
+        if redispatched:  # noted before it runs: a kernel that fails was still reached
+            self.obs.op = op_name(func)
+            self.obs.args = describe(bind(func._schema, args, kwargs))
         out = func(*args, **kwargs)
-        if self.obs.op is None:
-            cast = _cast(func, args, kwargs)
-            if cast is not None:
-                _, src, dst = cast
+        if redispatched:
+            self.outputs = [v for v in tree_leaves(out) if isinstance(v, torch.Tensor)]
+        elif cast is not None:
+            _, src, dst = cast
+            if self.obs.op is None:
                 label = self.labels.get(id(args[0]), "?")
                 self.obs.casts.append((label, dtype_name(src), dtype_name(dst)))
                 self.labels[id(out)] = label
-            else:
-                self.obs.op = op_name(func)
-                self.obs.args = describe(bind(func._schema, args, kwargs))
+            elif any(args[0] is t for t in self.outputs):
+                self.obs.output_casts.append((OUTPUT_LABEL, dtype_name(src), dtype_name(dst)))
         return out
 
 
@@ -70,6 +77,11 @@ def _run(packet, sample, labels, device, lowp, autocast: bool) -> tuple[Observat
     return mode.obs, out
 
 
+def _dtypes(args: dict) -> str:
+    """The dtypes of an op's tensor arguments, as ``describe`` wrote them."""
+    return "/".join(sorted({v for v in tree_leaves(args) if isinstance(v, str) and "float" in v})) or "its inputs"
+
+
 def probe_op(op: OpName, device: str, lowp: torch.dtype) -> tuple[Verdict, dict[str, str]]:
     """The verdict from real execution, and each configuration's real output dtype."""
     # Sample values decide some ops' errors (cholesky of a random matrix): seed for stable tables.
@@ -81,9 +93,8 @@ def probe_op(op: OpName, device: str, lowp: torch.dtype) -> tuple[Verdict, dict[
 def _probe_op(op: OpName, device: str, lowp: torch.dtype) -> tuple[Verdict, dict[str, str]]:
     labels: dict[int, str] = {}
 
-    def make(label, dtype, shape, integer):
-        t = torch.zeros(shape, dtype=dtype, device=device) if integer else \
-            torch.rand(shape, dtype=dtype, device=device) + 0.5
+    def make(label, dtype, shape, fill):
+        t = fill(shape, dtype).to(device)
         labels[id(t)] = label
         return t
 
@@ -102,7 +113,12 @@ def _probe_op(op: OpName, device: str, lowp: torch.dtype) -> tuple[Verdict, dict
                 obs, out = _run(packet, sample, labels, device, lowp, autocast=True)
                 if obs.error:
                     baseline, _ = _run(packet, sample, labels, device, lowp, autocast=False)
-                    if baseline.error is None:
+                    if baseline.error is None and obs.reached:
+                        # Not a ban: autocast re-dispatched, and the kernel fails on the dtypes
+                        # it was given (a bfloat16 LSTM on a CPU without bfloat16 support).
+                        return Verdict(None, reason=f"not executable on this machine: {obs.op} fails on "
+                                       f"{_dtypes(obs.args)} under autocast: {obs.error.splitlines()[0]}"), {}
+                    if baseline.error is None:  # refused by the autocast kernel itself
                         banned = obs.error
                     last_error = obs.error
                     break

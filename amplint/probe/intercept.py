@@ -5,7 +5,9 @@ switched on for that device through the low-level TLS switches (``torch.autocast
 disable itself when the device is absent), and autograd is excluded so that composite ops
 reach the Python dispatch key undecomposed. The Python key sits below Autocast: there we
 see each cast the autocast kernel makes (``_to_copy``) and then the op it re-dispatches to,
-with its overload and arguments, and stop the call.
+with its overload and arguments. The op's output is then computed on the meta device and the
+call goes on, to see whether the kernel casts that output (back to its input's dtype, as
+torchvision's roi_align wrapper does); where no meta kernel can compute it, the call stops there.
 """
 
 from __future__ import annotations
@@ -24,7 +26,12 @@ _CAST_OPS = {"aten::to", "aten::_to_copy"}
 
 
 class _Stop(Exception):
-    """Raised at the Python key once the re-dispatched op is seen."""
+    """Raised at the Python key to end an observation: the re-dispatched op was seen and
+    no meta kernel can compute its output for the call to go on with."""
+
+
+# The label of the re-dispatched op's outputs, in an observation.
+OUTPUT_LABEL = "output"
 
 
 @dataclass
@@ -32,6 +39,7 @@ class Observation:
     casts: list[tuple[str, str, str]] = field(default_factory=list)  # (input, from, to)
     op: str | None = None  # the overload autocast re-dispatched to
     args: dict[str, Any] = field(default_factory=dict)  # its arguments, tensors as dtype names
+    output_casts: list[tuple[str, str, str]] = field(default_factory=list)  # casts of its output, after it
     error: str | None = None
 
     @property
@@ -130,25 +138,39 @@ def autocast_switched_on(device: str, dtype: torch.dtype):
 
 
 def observe(call: Callable[[], Any]) -> Observation:
-    """Run ``call``, recording the casts and the first re-dispatched op; never raises."""
+    """Run ``call``, recording the casts, the first re-dispatched op and the casts of its
+    output; never raises."""
     obs = Observation()
 
     def handler(func, args, kwargs):
         cast = _cast(func, args, kwargs)
         if cast is not None:
             label, src, dst = cast
-            obs.casts.append((label, dtype_name(src), dtype_name(dst)))
+            if not obs.reached:
+                obs.casts.append((label, dtype_name(src), dtype_name(dst)))
+            elif label == OUTPUT_LABEL:
+                obs.output_casts.append((label, dtype_name(src), dtype_name(dst)))
             return ProbeTensor(args[0].shape, dst, args[0].device, label=label)
-        obs.op = op_name(func)
-        obs.args = describe(bind(func._schema, args, kwargs))
-        raise _Stop
+        redispatched = not obs.reached
+        if redispatched:
+            obs.op = op_name(func)
+            obs.args = describe(bind(func._schema, args, kwargs))
+        try:
+            out = _meta_output(func, args, kwargs)
+        except Exception:  # no meta kernel for these arguments: what follows is not seen
+            raise _Stop from None
+        if redispatched:
+            for t in _tensors(out):
+                t.label = OUTPUT_LABEL
+        return out
 
     try:
         _run_armed(handler, call)
     except _Stop:
         pass
     except Exception as exc:  # the op's own error is evidence (banned ops raise here)
-        obs.error = f"{type(exc).__name__}: {exc}".strip()
+        if not obs.reached:  # a failure after the re-dispatch does not undo what was seen
+            obs.error = f"{type(exc).__name__}: {exc}".strip()
     return obs
 
 

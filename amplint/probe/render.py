@@ -32,6 +32,8 @@ def _detail(entry: dict) -> str:
         parts.append(f"→ {redispatch['op']}")
     if "dtype" in redispatch.get("args", {}) and not ev.get("casts"):
         parts.append(f"dtype={redispatch['args']['dtype']}")
+    if entry.get("cast_back"):
+        parts.append("output cast back to the input's dtype")
     if entry.get("python_float64"):
         parts.append("runs in float64 (autocast leaves float64 alone) when reached by "
                      + ", ".join(entry["python_float64"]))
@@ -98,7 +100,7 @@ def markdown_table(table: dict) -> str:
 # Fields of a table that say what autocast accepts on the device (not which op does what).
 TABLE_FIELDS = ("default_dtype", "supported_dtypes", "autocast_devices")
 # Fields of an op's entry compared besides its policy.
-_ENTRY_FIELDS = ("python", "python_float64", "note", "disagreement")
+_ENTRY_FIELDS = ("python", "python_float64", "cast_back", "note", "disagreement")
 
 
 class TableError(ValueError):
@@ -130,6 +132,8 @@ def check_table(data) -> dict:
         python = entry.get("python", [])
         if not (isinstance(python, list) and all(isinstance(p, str) for p in python)):
             raise TableError(f"{where}: 'python' is not a list of names")
+        if not isinstance(entry.get("cast_back", False), bool):
+            raise TableError(f"{where}: 'cast_back' is not true or false")
         evidence = entry.get("evidence", {})
         if not isinstance(evidence, dict):
             raise TableError(f"{where}: 'evidence' is not an object")

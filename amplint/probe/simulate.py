@@ -11,7 +11,7 @@ from .intercept import ProbeTensor, autocast_switched_on, dtype_name, observe
 
 
 def probe_op(op: OpName, device: str, lowp: torch.dtype) -> Verdict:
-    def make(label, dtype, shape, _integer):
+    def make(label, dtype, shape, _fill):  # metadata only: no values
         return ProbeTensor(shape, dtype, device, label=label)
 
     try:

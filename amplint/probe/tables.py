@@ -11,7 +11,7 @@ from typing import Callable
 import torch
 
 from .. import __version__
-from . import device_only, execute, simulate
+from . import classify, device_only, execute, simulate
 from .dispatcher import autocast_devices, matches, ops_with_autocast_kernel
 from .dtypes import supported_dtypes
 from .intercept import dtype_name
@@ -59,10 +59,13 @@ def resolve_dtype(device: str, dtype: str | None) -> torch.dtype:
 # overload) -> ``mypkg.ops.fused_mm`` and the like. Filled by ``import_extensions``.
 _imported_names: dict[str, set[str]] = {}
 _imported_modules: list[str] = []
+# The ops those imports defined: torch's public API cannot reach them.
+_imported_ops: set[str] = set()
 
 
 def import_extensions(modules: tuple[str, ...]) -> None:
     before = set(sys.modules)
+    ops_before = set(torch._C._dispatch_get_all_op_names())
     for name in modules:
         try:
             importlib.import_module(name)
@@ -71,6 +74,8 @@ def import_extensions(modules: tuple[str, ...]) -> None:
                 raise
             raise ProbeUsageError(f"--import {name}: {_import_failure(exc)}") from None
     _imported_modules[:] = list(modules)
+    _imported_ops.clear()
+    _imported_ops.update(set(torch._C._dispatch_get_all_op_names()) - ops_before)
     _imported_names.clear()
     # The modules the imports brought in, and those named (already imported or not) with
     # their submodules: where the project's own ops get their Python names.
@@ -139,6 +144,7 @@ def _probe_one(op, device, lowp, simulated: bool, executed: bool) -> dict:
     verdict = simulate.probe_op(op, device, lowp) if simulated else None
     if executed:
         run, outputs = execute.probe_op(op, device, lowp)
+        found = []  # what the execution shows that the verdict does not say
         if verdict is None:
             verdict = run
             if outputs:
@@ -147,9 +153,19 @@ def _probe_one(op, device, lowp, simulated: bool, executed: bool) -> dict:
             verdict.evidence["execute"] = {"skipped": run.reason}
         else:
             verdict.evidence["execute"] = {"policy": run.policy, "output_dtypes": outputs}
+            if run.cast_back:
+                verdict.evidence["execute"]["cast_back"] = True
             if run.policy != verdict.policy:
-                entry["disagreement"] = f"simulated {verdict.policy}, executed {run.policy}"
+                found.append(f"simulated {verdict.policy}, executed {run.policy}")
+            if run.cast_back != verdict.cast_back:
+                found.append(f"simulated cast_back {verdict.cast_back}, executed {run.cast_back}")
+        if verdict.policy is not None:
+            found += classify.unexplained_outputs(verdict, outputs, dtype_name(lowp))
+        if found:
+            entry["disagreement"] = "; ".join(found)
     entry["policy"] = verdict.policy
+    if verdict.cast_back:
+        entry["cast_back"] = True
     entry["evidence"] = verdict.evidence
     if verdict.policy is None:
         entry["reason"] = verdict.reason
@@ -216,8 +232,10 @@ def probe(devices: list[str], dtype: str | None, mode: str, patterns: tuple[str,
     """One table per device. ``progress(done, total)`` counts the public-API trace and each
     device as one step."""
     total = len(devices) + 1
-    # Which public calls reach which ops does not depend on the device: trace once.
-    traces = trace_public_api("cpu")
+    # Which public calls reach which ops does not depend on the device: trace once, unless
+    # every op asked for is one the --import modules defined (`--ops 'mylib::*'`).
+    selected = {op.full for d in devices for op in ops_with_autocast_kernel(d, patterns)}
+    traces = {} if selected and selected <= _imported_ops else trace_public_api("cpu")
     tables = []
     for device in devices:
         if progress:

@@ -19,9 +19,11 @@ from ..engine.semantics import (
     autocast_region,
     call_spelling,
     calls_autocast,
+    casts_back,
     dtype_of,
     method_call,
     policies_of,
+    tensor_input,
 )
 from ..policy import committed_tables
 
@@ -409,6 +411,9 @@ class _Flow:
         if spelling is None and isinstance(call.func, cst.Call):  # `nn.Softmax(dim=-1)(x)`: the module's op
             spelling = next((n for n in ctx.qualified_names(call.func.func) if n.startswith("torch.nn.")), None)
         if spelling is not None and spelling.startswith("torch."):
+            if casts_back(self.table, spelling):  # autocast gives the output its input's dtype
+                source = tensor_input(call, spelling)
+                return _Value(self.value(source, depth - 1).kind) if source is not None else _UNKNOWN
             policies = policies_of(self.table, spelling)
             if policies and policies <= FP32_FAMILY:
                 return _Value(FLOAT32)

@@ -14,11 +14,13 @@ from ..engine.semantics import (
     call_spelling,
     calls,
     calls_autocast,
+    casts_back,
     float32_outside_autocast,
     inferred_dtype,
     makes_float32_outside_autocast,
     policies_of,
     region_table,
+    tensor_input,
 )
 from ..policy import committed_tables
 
@@ -188,5 +190,8 @@ out = h @ proj
             # [tool.amplint] policies knows it; torch's spellings are inferred_dtype's.
             for name in ctx.qualified_names(value.func):
                 if not name.startswith("torch.") and table.ops_reached_by(name):
+                    if casts_back(table, name):  # its output has its input's dtype
+                        source = tensor_input(value, name)
+                        return source is not None and inferred_dtype(ctx, source, table) == "lowp"
                     return policies_of(table, name) == {"lower_precision_fp"}
         return inferred_dtype(ctx, value, table) == "lowp"

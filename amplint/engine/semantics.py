@@ -112,6 +112,22 @@ def calls_autocast(outline: Outline) -> bool:
     return bool(outline.calls_to(AUTOCAST))
 
 
+def calls_enabled_autocast(outline: Outline) -> bool:
+    """The ``may_fire`` of rules about enabled regions: an autocast call that a literal
+    ``enabled=False`` (as ``autocast_call`` binds it) does not turn off. A file whose regions
+    are all disabled (a float32 island in a model) opens none."""
+    for call in outline.calls_to(AUTOCAST):
+        if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+            return True
+        for name in outline.qualified_names(call.func) & AUTOCAST:
+            position = _SIGNATURES["per_device" if name in AUTOCAST_DEVICE else "generic"].index("enabled")
+            enabled = next((k.value for k in call.keywords if k.arg == "enabled"),
+                           call.args[position] if len(call.args) > position else None)
+            if not (isinstance(enabled, ast.Constant) and enabled.value is False):
+                return True
+    return False
+
+
 def autocast_call(ctx: FileContext, expr: cst.BaseExpression) -> AutocastCall | None:
     if not isinstance(expr, cst.Call):
         return None

@@ -7,7 +7,7 @@ from ..engine.diagnostics import Fix
 from ..engine.edits import edit_from_tree
 from ..engine.outline import Outline
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
-from ..engine.semantics import autocast_region, calls, calls_autocast, method_call, statement_of
+from ..engine.semantics import autocast_region, calls, calls_enabled_autocast, method_call, statement_of
 
 _AUTOGRAD = frozenset({"torch.autograd.backward", "torch.autograd.grad"})
 
@@ -21,7 +21,7 @@ _MOVABLE_FUNCTIONS = frozenset({"print"})
 
 def _may_open_region(outline: Outline) -> bool:
     """Every region comes from an autocast call: torch's, or a framework's ``X.autocast()``."""
-    return calls_autocast(outline) or bool(outline.method_calls("autocast"))
+    return calls_enabled_autocast(outline) or bool(outline.method_calls("autocast"))
 
 
 def _movable_expr(expr: cst.BaseExpression) -> bool:

@@ -13,7 +13,7 @@ from ..engine.semantics import (
     FP32_FAMILY,
     autocast_region,
     call_spelling,
-    calls_autocast,
+    calls_enabled_autocast,
     enclosing_function,
     inferred_dtype,
     method_call,
@@ -55,7 +55,7 @@ def _may_fire(outline: Outline) -> bool:
     constants = outline.nodes(ast.Constant)
     if not any(_tiny_float(c) for c in constants):
         return False
-    if calls_autocast(outline):
+    if calls_enabled_autocast(outline):
         return True
     tiny_names = {a.arg for f in outline.nodes(ast.arguments)
                   for a, d in zip((f.posonlyargs + f.args)[::-1], f.defaults[::-1]) if _tiny_float(d)}

@@ -10,7 +10,7 @@ import libcst as cst
 from ..engine.context import FileContext
 from ..engine.diagnostics import Fix
 from ..engine.factories import chain_without_calls, new_method_fix
-from ..engine.outline import Outline
+from ..engine.outline import BINDING_STATEMENTS, Outline, Scopes
 from ..engine.rule import PARENTHESIZED, AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import (
     AUTOCAST,
@@ -837,38 +837,8 @@ def _may_be_float_number(expr: ast.expr) -> bool:
                for n in ast.walk(expr))
 
 
-_BINDING_STATEMENTS = (ast.Assign, ast.AnnAssign, ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)
-
-
-class _Scopes(dict):
-    """``_Flow.scope_of`` on the ast, for every binding statement, call and binary operation
-    (by id): the innermost function around it (by id), or 0 at module level; and which of
-    them sit in a class body (whose assignments ``_binding_scope`` binds to nothing). One
-    sweep in source order with a stack of the functions and classes still open (they nest,
-    so the stack's top is the innermost)."""
-
-    def __init__(self, outline: Outline):
-        super().__init__()
-        events = [((f.lineno, f.col_offset), 0, (f.end_lineno, f.end_col_offset), id(f), kind is ast.ClassDef)
-                  for kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef) for f in outline.nodes(kind)]
-        events += [((n.lineno, n.col_offset), 1, None, id(n), False)
-                   for kind in (*_BINDING_STATEMENTS, ast.Call, ast.BinOp) for n in outline.nodes(kind)]
-        events.sort(key=lambda e: (e[0], e[1]))
-        self.in_class_body: set[int] = set()
-        stack: list[tuple[tuple[int, int], int, bool]] = []
-        for at, is_node, end, key, is_class in events:
-            while stack and stack[-1][0] <= at:
-                stack.pop()
-            if is_node:
-                self[key] = next((k for _, k, c in reversed(stack) if not c), 0)
-                if stack and stack[-1][2]:
-                    self.in_class_body.add(key)
-            else:
-                stack.append((end, key, is_class))
-
-
-def _tainted(outline: Outline, makers: set[int], scopes: _Scopes) -> dict[int, set[str]]:
-    """By function (as ``_Scopes``): the names assigned there a value computed from one of
+def _tainted(outline: Outline, makers: set[int], scopes: Scopes) -> dict[int, set[str]]:
+    """By function (as ``Outline.scopes``): the names assigned there a value computed from one of
     ``makers`` (calls, by id), directly or through other such names of the same function —
     ``_Flow`` follows names within one function only (what a helper is passed makes no maker)."""
     names: dict[int, set[str]] = {}
@@ -1005,7 +975,7 @@ class _AstFlow:
     `.half()`, a half ``dtype=``, a `lower_precision_fp` op, or a name bound to one, through
     the calls and operators ``_Flow`` follows."""
 
-    def __init__(self, outline: Outline, scopes: _Scopes):
+    def __init__(self, outline: Outline, scopes: Scopes):
         self.outline = outline
         self.lower_precision = _lower_precision_names()
         self._memo: dict[int, bool] = {}
@@ -1018,7 +988,7 @@ class _AstFlow:
             names = self.bindings.setdefault(id(f), {})
             for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
                 names.setdefault(a.arg, []).append(((0, -1), (0, -1), _PARAMETER if a.arg in tensors else None, None))
-        statements = [n for kind in _BINDING_STATEMENTS for n in outline.nodes(kind) if id(n) not in scopes.in_class_body]
+        statements = [n for kind in BINDING_STATEMENTS for n in outline.nodes(kind) if id(n) not in scopes.in_class_body]
         for node in sorted(statements, key=lambda n: (n.lineno, n.col_offset)):
             span = ((node.lineno, node.col_offset), (node.end_lineno, node.end_col_offset))
             if isinstance(node, ast.Assign):
@@ -1184,7 +1154,7 @@ def _may_fire(outline: Outline) -> bool:
     casts = {id(c) for c in floats if _may_be_integral(c.func.value, integral)}
     if not factories and not casts:
         return False
-    scopes = _Scopes(outline)
+    scopes = outline.scopes
     tainted_by_factories = _tainted(outline, factories, scopes)
     makers = factories | casts
     tainted_by_makers = _tainted(outline, makers, scopes) if casts else tainted_by_factories

@@ -121,7 +121,11 @@ def test_call_fragment_reads_the_call_own_arguments(code, found):
     # A sum outside a model meets a half value only where the file makes one.
     ("AMP003", "import torch\ndef f(x):\n    return x + torch.zeros(3, device=x.device)\n", False),
     ("AMP003", "import torch\ndef f(x):\n    return x.half() + torch.zeros(3, device=x.device)\n", True),
-    ("AMP003", "import torch\ndef f(x, i):\n    out = torch.zeros(3).to(x.device)\n    out[i] = x\n", True),
+    ("AMP003", "import torch\ndef f(x, idx):\n    out = torch.zeros(3).to(x.device)\n    out[idx] = x\n", True),
+    # An index-put needs an index that is a tensor: not a plain parameter (a position copies
+    # into a slice, which casts), nor a float32 value put into a float32 one.
+    ("AMP003", "import torch\ndef f(x, i):\n    out = torch.zeros(3).to(x.device)\n    out[i] = x\n", False),
+    ("AMP003", "import torch\ndef f(x, idx):\n    out = torch.zeros(3).to(x.device)\n    out[idx] = x.float()\n", False),
     # No device (a CPU tensor), a dtype asked for, nowhere to meet, **kwargs, data in a variable.
     ("AMP003", "import torch\ndef f(x):\n    return x + torch.zeros(3)\n", False),
     ("AMP003", "import torch\ndef f(x):\n    return x + torch.zeros(3, device=x.device, dtype=torch.long)\n", False),
@@ -129,7 +133,7 @@ def test_call_fragment_reads_the_call_own_arguments(code, found):
     ("AMP003", "import torch\ndef f(x):\n    return x + torch.zeros(3, device=x.device, **kw)\n", False),
     ("AMP003", "import torch\ndef f(x, data):\n    return x + torch.tensor(data, device=x.device)\n", False),
     # A factory by torch's name from another package, given a device.
-    ("AMP003", "from lib import zeros\ndef f(x, i):\n    out = zeros(3, device=x.device)\n    out[i] = x\n", True),
+    ("AMP003", "from lib import zeros\ndef f(x, idx):\n    out = zeros(3, device=x.device)\n    out[idx] = x\n", True),
     # `.float()` of integers (not of a value of unknown type) where an op needs equal dtypes.
     ("AMP003", "def f(x, m):\n    return x + m.float()\n", False),
     ("AMP003", "def f(x, i, m):\n    x.scatter_add_(1, i, m.float())\n", False),

@@ -41,6 +41,37 @@ def _fields(kind: type) -> tuple[str, ...] | None:
     return found
 
 
+# Statements that bind names, as libcst-side flow analysis reads them.
+BINDING_STATEMENTS = (ast.Assign, ast.AnnAssign, ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)
+
+
+class Scopes(dict):
+    """The innermost function (by id; 0 at module level) around every binding statement, call
+    and binary operation (by id), as a libcst rule's ``enclosing_function`` finds it; and which
+    of them sit in a class body (whose assignments bind no name of a function). One sweep in
+    source order with a stack of the functions and classes still open (they nest, so the
+    stack's top is the innermost)."""
+
+    def __init__(self, outline: "Outline"):
+        super().__init__()
+        events = [((f.lineno, f.col_offset), 0, (f.end_lineno, f.end_col_offset), id(f), kind is ast.ClassDef)
+                  for kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef) for f in outline.nodes(kind)]
+        events += [((n.lineno, n.col_offset), 1, None, id(n), False)
+                   for kind in (*BINDING_STATEMENTS, ast.Call, ast.BinOp) for n in outline.nodes(kind)]
+        events.sort(key=lambda e: (e[0], e[1]))
+        self.in_class_body: set[int] = set()
+        stack: list[tuple[tuple[int, int], int, bool]] = []
+        for at, is_node, end, key, is_class in events:
+            while stack and stack[-1][0] <= at:
+                stack.pop()
+            if is_node:
+                self[key] = next((k for _, k, c in reversed(stack) if not c), 0)
+                if stack and stack[-1][2]:
+                    self.in_class_body.add(key)
+            else:
+                stack.append((end, key, is_class))
+
+
 class Outline:
     def __init__(self, tree: ast.Module):
         self.tree = tree
@@ -76,6 +107,10 @@ class Outline:
                 elif value is not None:
                     stack.append(value)
         return found
+
+    @cached_property
+    def scopes(self) -> Scopes:
+        return Scopes(self)
 
     def nodes(self, kind: type) -> list:
         """Every node of one type (in no particular order)."""

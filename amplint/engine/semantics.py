@@ -4,6 +4,7 @@ argument binding, statements and blocks. Pure libcst; no torch."""
 from __future__ import annotations
 
 import ast
+from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
@@ -110,6 +111,70 @@ class AutocastCall:
 def calls_autocast(outline: Outline) -> bool:
     """The ``may_fire`` of rules about autocast regions: the file calls autocast somewhere."""
     return bool(outline.calls_to(AUTOCAST))
+
+
+def _may_be_enabled(outline: Outline, call: ast.Call) -> bool:
+    """Whether an autocast call is not turned off by a literal ``enabled=False`` (as
+    ``autocast_call`` binds it)."""
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+        return True
+    for name in outline.qualified_names(call.func) & AUTOCAST:
+        position = _SIGNATURES["per_device" if name in AUTOCAST_DEVICE else "generic"].index("enabled")
+        enabled = next((k.value for k in call.keywords if k.arg == "enabled"),
+                       call.args[position] if len(call.args) > position else None)
+        if not (isinstance(enabled, ast.Constant) and enabled.value is False):
+            return True
+    return False
+
+
+def calls_enabled_autocast(outline: Outline) -> bool:
+    """The ``may_fire`` of rules about enabled regions: an autocast call that a literal
+    ``enabled=False`` does not turn off. A file whose regions are all disabled (a float32
+    island in a model) opens none."""
+    return any(_may_be_enabled(outline, c) for c in outline.calls_to(AUTOCAST))
+
+
+def calls_in_regions(outline: Outline) -> set[int]:
+    """``autocast_region(..., frameworks=True)`` on the ast, loosely: the ids of the calls in
+    the body of a ``with`` on an autocast call that a literal ``enabled=False`` does not turn
+    off, on a framework's ``X.autocast()``, or on a name the file assigns an autocast call; or
+    in a function such a call decorates; with no function in between."""
+    cache = outline.__dict__.setdefault("_calls_in_regions", [])
+    if cache:
+        return cache[0]
+    autocasts = outline.calls_to(AUTOCAST)
+    enabled = {id(c) for c in autocasts if _may_be_enabled(outline, c)}
+    called = {id(c) for c in autocasts}
+    bound = {t.id for a in outline.nodes(ast.Assign) if id(a.value) in called
+             for t in a.targets if isinstance(t, ast.Name)}
+
+    def opens(expr: ast.expr) -> bool:
+        if isinstance(expr, ast.Name):
+            return expr.id in bound
+        if not isinstance(expr, ast.Call):
+            return False
+        if id(expr) in called:
+            return id(expr) in enabled
+        return isinstance(expr.func, ast.Attribute) and expr.func.attr == "autocast" \
+            and not outline.qualified_names(expr.func) and not any(
+                k.arg == "enabled" and isinstance(k.value, ast.Constant) and k.value.value is False
+                for k in expr.keywords)
+
+    scopes = outline.scopes
+    spans = [(w.body[0], w, scopes[id(w)]) for kind in (ast.With, ast.AsyncWith) for w in outline.nodes(kind)
+             if any(opens(item.context_expr) for item in w.items)]
+    spans += [(f.body[0], f, id(f)) for kind in (ast.FunctionDef, ast.AsyncFunctionDef) for f in outline.nodes(kind)
+              if any(id(d) in enabled for d in f.decorator_list)]
+    found: set[int] = set()
+    if spans:
+        calls = sorted(((c.lineno, c.col_offset), id(c)) for c in outline.nodes(ast.Call))
+        starts = [start for start, _ in calls]
+        for first, last, scope in spans:
+            end = (last.end_lineno, last.end_col_offset)
+            found.update(i for _, i in calls[bisect_left(starts, (first.lineno, first.col_offset)):
+                                             bisect_left(starts, end)] if scopes[i] == scope)
+    cache.append(found)
+    return found
 
 
 def autocast_call(ctx: FileContext, expr: cst.BaseExpression) -> AutocastCall | None:

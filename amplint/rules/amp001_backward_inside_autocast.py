@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
 from ..engine.context import FileContext
@@ -7,7 +9,7 @@ from ..engine.diagnostics import Fix
 from ..engine.edits import edit_from_tree
 from ..engine.outline import Outline
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
-from ..engine.semantics import autocast_region, calls, calls_autocast, method_call, statement_of
+from ..engine.semantics import autocast_region, calls, calls_in_regions, method_call, statement_of
 
 _AUTOGRAD = frozenset({"torch.autograd.backward", "torch.autograd.grad"})
 
@@ -19,9 +21,12 @@ _MOVABLE_METHODS = frozenset({"backward", "step", "update", "unscale_", "zero_gr
 _MOVABLE_FUNCTIONS = frozenset({"print"})
 
 
-def _may_open_region(outline: Outline) -> bool:
-    """Every region comes from an autocast call: torch's, or a framework's ``X.autocast()``."""
-    return calls_autocast(outline) or bool(outline.method_calls("autocast"))
+def _may_fire(outline: Outline) -> bool:
+    """A backward call in a region, as far as the ast shows it (``calls_in_regions``)."""
+    regions = calls_in_regions(outline)
+    return any(id(c) in regions and ((isinstance(c.func, ast.Attribute) and c.func.attr == "backward")
+                                     or not outline.qualified_names(c.func).isdisjoint(_AUTOGRAD))
+               for c in outline.nodes(ast.Call))
 
 
 def _movable_expr(expr: cst.BaseExpression) -> bool:
@@ -115,7 +120,7 @@ class BackwardInsideAutocast(Rule):
     summary = "Backward pass inside an autocast region"
     fixable = True
     fragments = (("autocast", AnyOf("backward", "autograd")),)  # a backward pass inside a region
-    may_fire = staticmethod(_may_open_region)
+    may_fire = staticmethod(_may_fire)
 
     valid = (
         Valid("""

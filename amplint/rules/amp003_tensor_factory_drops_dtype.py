@@ -10,7 +10,7 @@ import libcst as cst
 from ..engine.context import FileContext
 from ..engine.diagnostics import Fix
 from ..engine.factories import chain_without_calls, new_method_fix
-from ..engine.outline import Outline
+from ..engine.outline import BINDING_STATEMENTS, Outline, Scopes
 from ..engine.rule import PARENTHESIZED, AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import (
     AUTOCAST,
@@ -18,7 +18,7 @@ from ..engine.semantics import (
     FP32_FAMILY,
     autocast_region,
     call_spelling,
-    calls_autocast,
+    calls_enabled_autocast,
     casts_back,
     dtype_of,
     method_call,
@@ -842,30 +842,8 @@ def _may_be_float_number(expr: ast.expr) -> bool:
                for n in ast.walk(expr))
 
 
-def _scopes(outline: Outline) -> dict[int, int]:
-    """``_Flow.scope_of`` on the ast, for every assignment, call and binary operation (by id):
-    the innermost function around it (by id), or 0 at module level. One sweep in source order
-    with a stack of the functions still open (functions nest, so the stack's top is the
-    innermost)."""
-    events = [((f.lineno, f.col_offset), 0, (f.end_lineno, f.end_col_offset), id(f))
-              for kind in (ast.FunctionDef, ast.AsyncFunctionDef) for f in outline.nodes(kind)]
-    events += [((n.lineno, n.col_offset), 1, None, id(n))
-               for kind in (ast.Assign, ast.AnnAssign, ast.Call, ast.BinOp) for n in outline.nodes(kind)]
-    events.sort(key=lambda e: (e[0], e[1]))
-    found: dict[int, int] = {}
-    stack: list[tuple[tuple[int, int], int]] = []
-    for at, is_node, end, key in events:
-        while stack and stack[-1][0] <= at:
-            stack.pop()
-        if is_node:
-            found[key] = stack[-1][1] if stack else 0
-        else:
-            stack.append((end, key))
-    return found
-
-
-def _tainted(outline: Outline, makers: set[int], scopes: dict[int, int]) -> dict[int, set[str]]:
-    """By function (as ``_scopes``): the names assigned there a value computed from one of
+def _tainted(outline: Outline, makers: set[int], scopes: Scopes) -> dict[int, set[str]]:
+    """By function (as ``Outline.scopes``): the names assigned there a value computed from one of
     ``makers`` (calls, by id), directly or through other such names of the same function —
     ``_Flow`` follows names within one function only (what a helper is passed makes no maker)."""
     names: dict[int, set[str]] = {}
@@ -965,31 +943,206 @@ def _maybe_integral_names(outline: Outline) -> set[str]:
             return names
 
 
-def _maybe_tensor_names(outline: Outline) -> set[str]:
-    """``_tensor_index`` of a name, loosely: the names assigned anywhere a value that may be
-    a tensor (not a number or arithmetic on numbers)."""
-    names = set()
-    for a in outline.nodes(ast.Assign):
-        value = a.value
-        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in _BUILTINS:
-            continue
-        if isinstance(value, (ast.Call, ast.Compare, ast.Subscript, ast.UnaryOp, ast.List, ast.Tuple, ast.Name)):
-            names.update(n.id for t in a.targets for n in ast.walk(t) if isinstance(n, ast.Name))
-    return names
+_HALF_DTYPES = frozenset(name for name, dtype in DTYPES.items() if dtype in ("float16", "bfloat16"))
+_HALF_DTYPE_ATTRIBUTES = frozenset(name.rsplit(".", 1)[1] for name in _HALF_DTYPES)
+_DTYPE_ATTRIBUTES = frozenset(name.rsplit(".", 1)[1] for name in DTYPES)
 
 
-def _may_be_tensor_index(index: ast.expr, tensors: set[str], parameters: set[str]) -> bool:
-    parts = index.elts if isinstance(index, ast.Tuple) else [index]
-    for part in parts:
-        while isinstance(part, ast.Subscript):
-            part = part.value
-        if isinstance(part, (ast.Compare, ast.List, ast.Tuple, ast.Call)) \
-                or (isinstance(part, ast.UnaryOp) and isinstance(part.op, ast.Invert)):
+def _tensor_parameters(function: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """``_tensor_parameter``'s parameters, loosely (string defaults are not read): the names
+    ``_Flow`` may take for activations."""
+    args = function.args
+    positional = [*args.posonlyargs, *args.args]
+    defaults = dict(zip(positional[len(positional) - len(args.defaults):], args.defaults))
+    defaults.update(zip(args.kwonlyargs, args.kw_defaults))
+    return {a.arg for a in [*positional, *args.kwonlyargs]
+            if a.arg not in ("self", "cls") and not any(h in a.arg.lower() for h in _NON_FLOAT_HINTS)
+            and (a.annotation is None or "Tensor" in ast.unparse(a.annotation))
+            and not (isinstance(defaults.get(a), ast.Constant) and type(defaults[a].value) in (int, float, bool))}
+
+
+_PARAMETER = object()  # a tensor parameter's binding
+
+
+def _subscript_elements(index: ast.expr) -> list[ast.expr]:
+    """What libcst takes for the elements of ``x[index]``: ``x[a, b]`` has two, ``x[(a, b)]``
+    one (a tuple, which starts before its first element)."""
+    if isinstance(index, ast.Tuple) and index.elts and (index.lineno, index.col_offset) == (
+            index.elts[0].lineno, index.elts[0].col_offset):
+        return index.elts
+    return [index]
+
+
+class _AstFlow:
+    """``_Flow`` on the ast, loosely, for ``may_fire``: bindings as ``_Flow.binding`` finds them
+    (the last one before a name in its function), ``_tensor_index``, and whether a value may be
+    half (``_Flow.value(...).kind in _HALF_KINDS``): a tensor parameter, a module's weight, a
+    `.half()`, a half ``dtype=``, a `lower_precision_fp` op, or a name bound to one, through
+    the calls and operators ``_Flow`` follows."""
+
+    def __init__(self, outline: Outline, scopes: Scopes):
+        self.outline = outline
+        self.lower_precision = _lower_precision_names()
+        self._memo: dict[int, bool] = {}
+        # By function and name, in source order: (start, end, value, index in an unpacking),
+        # the value _PARAMETER for a tensor parameter, None for one that is not or a loop target.
+        self.bindings: dict[int, dict[str, list[tuple]]] = {}
+        for f in [*outline.nodes(ast.FunctionDef), *outline.nodes(ast.AsyncFunctionDef)]:
+            tensors = _tensor_parameters(f)
+            args = f.args
+            names = self.bindings.setdefault(id(f), {})
+            for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
+                names.setdefault(a.arg, []).append(((0, -1), (0, -1), _PARAMETER if a.arg in tensors else None, None))
+        statements = [n for kind in BINDING_STATEMENTS for n in outline.nodes(kind) if id(n) not in scopes.in_class_body]
+        for node in sorted(statements, key=lambda n: (n.lineno, n.col_offset)):
+            span = ((node.lineno, node.col_offset), (node.end_lineno, node.end_col_offset))
+            if isinstance(node, ast.Assign):
+                pairs = [(t, node.value) for t in node.targets]
+            elif isinstance(node, ast.AnnAssign):
+                pairs = [(node.target, node.value)] if node.value is not None else []
+            elif isinstance(node, (ast.For, ast.AsyncFor)):
+                pairs = [(node.target, None)]
+            else:  # a `with`: each `as` target is a binding of its own
+                pairs = []
+                for item in node.items:
+                    if isinstance(item.optional_vars, ast.Name):
+                        v = item.optional_vars
+                        self._bind(scopes[id(node)], v.id, ((item.context_expr.lineno, item.context_expr.col_offset),
+                                                              (v.end_lineno, v.end_col_offset)), None, None)
+            for target, value in pairs:
+                if isinstance(target, ast.Name):
+                    self._bind(scopes[id(node)], target.id, span, value, None)
+                elif isinstance(target, (ast.Tuple, ast.List)):
+                    for i, e in enumerate(target.elts):
+                        if isinstance(e, ast.Name):
+                            self._bind(scopes[id(node)], e.id, span, value, i)
+        self.appended: dict[tuple[int, str], list[ast.expr]] = {}  # what ``_Flow.list_items`` reads
+        for c in outline.nodes(ast.Call):
+            if isinstance(c.func, ast.Attribute) and c.func.attr == "append" and len(c.args) == 1 \
+                    and isinstance(c.func.value, ast.Name):
+                self.appended.setdefault((scopes[id(c)], c.func.value.id), []).append(c.args[0])
+
+    def _bind(self, scope: int, name: str, span, value, index) -> None:
+        self.bindings.setdefault(scope, {}).setdefault(name, []).append((*span, value, index))
+
+    def _binding(self, name: ast.Name, scope: int) -> tuple | None:
+        """``_Flow.binding``: the last binding made before ``name`` that does not contain it."""
+        at = (name.lineno, name.col_offset)
+        last = None
+        for binding in self.bindings.get(scope, {}).get(name.id, ()):
+            start, end = binding[0], binding[1]
+            if start != (0, -1) and (start >= at or at <= end):
+                break
+            last = binding
+        return last
+
+    def tensor_index(self, expr: ast.expr, scope: int, depth: int = 4) -> bool:
+        """``_tensor_index``: an index that makes ``x[i] = v`` an index-put."""
+        if depth == 0:
+            return False
+        if isinstance(expr, (ast.Compare, ast.List, ast.Tuple)) or (
+                isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Invert)):
             return True
-        if isinstance(part, ast.Name) and (part.id in tensors or (part.id in parameters and any(
-                h in part.id.lower() for h in ("idx", "index", "indices", "mask")))):
+        if isinstance(expr, ast.Subscript):
+            return self.tensor_index(expr.value, scope, depth - 1)
+        if isinstance(expr, ast.Call):
+            return not (isinstance(expr.func, ast.Name) and expr.func.id in _BUILTINS) \
+                and getattr(expr.func, "attr", getattr(expr.func, "id", None)) not in ("item", "size", "numel", "dim", "tolist")
+        if isinstance(expr, ast.Name):
+            binding = self._binding(expr, scope)
+            if binding is None or binding[0] == (0, -1):  # unbound, or a parameter
+                return binding is not None and any(h in expr.id.lower() for h in ("idx", "index", "indices", "mask"))
+            value, index = binding[2], binding[3]
+            if value is None:
+                return False
+            if index is not None:
+                return isinstance(value, ast.Call) and self.tensor_index(value, scope, depth - 1)
+            return self.tensor_index(value, scope, depth - 1)
+        return False
+
+    def _name(self, name: ast.Name, scope: int, depth: int) -> bool:
+        last = self._binding(name, scope)
+        if last is None or last[2] is None:
+            return False
+        value, index = last[2], last[3]
+        if value is _PARAMETER:
             return True
-    return False
+        if index is not None and isinstance(value, (ast.Tuple, ast.List)):
+            return index < len(value.elts) and self.may_be_half(value.elts[index], scope, depth - 1)
+        if isinstance(value, ast.List) and any(
+                self.may_be_half(e, scope, depth - 1) for e in self.appended.get((scope, name.id), ())):
+            return True
+        return self.may_be_half(value, scope, depth - 1)
+
+    def _dtype(self, expr: ast.expr, scope: int, depth: int) -> bool:
+        """``_Flow._dtype`` may give half: a half dtype, or ``y.dtype`` of a half ``y``."""
+        if isinstance(expr, ast.Attribute):
+            if expr.attr in _HALF_DTYPE_ATTRIBUTES:
+                return True
+            if expr.attr == "dtype":
+                return self.may_be_half(expr.value, scope, depth - 1)
+        return not self.outline.qualified_names(expr).isdisjoint(_HALF_DTYPES)
+
+    def may_be_half(self, expr: ast.expr | None, scope: int, depth: int = 200) -> bool:
+        if depth == 0:
+            return True  # as far as it is worth following
+        if id(expr) not in self._memo:
+            self._memo[id(expr)] = self._value(expr, scope, depth)
+        return self._memo[id(expr)]
+
+    def _value(self, expr: ast.expr | None, scope: int, depth: int) -> bool:
+        if isinstance(expr, ast.Name):
+            return self._name(expr, scope, depth)
+        if isinstance(expr, (ast.Subscript, ast.Starred)):
+            return self.may_be_half(expr.value, scope, depth - 1)
+        if isinstance(expr, ast.Attribute):
+            return expr.attr in ("weight", "bias") or (
+                expr.attr in _SAME_VALUE_ATTRIBUTES and self.may_be_half(expr.value, scope, depth - 1))
+        if isinstance(expr, ast.UnaryOp):
+            return not isinstance(expr.op, (ast.Invert, ast.Not)) and self.may_be_half(expr.operand, scope, depth - 1)
+        if isinstance(expr, ast.BinOp):
+            return isinstance(expr.op, ast.MatMult) or self.may_be_half(expr.left, scope, depth - 1) \
+                or self.may_be_half(expr.right, scope, depth - 1)
+        if isinstance(expr, ast.IfExp):
+            return self.may_be_half(expr.body, scope, depth - 1) or self.may_be_half(expr.orelse, scope, depth - 1)
+        if isinstance(expr, (ast.List, ast.Tuple)):
+            return any(self.may_be_half(e, scope, depth - 1) for e in expr.elts)
+        if isinstance(expr, ast.Call):
+            return self._call(expr, scope, depth)
+        return False
+
+    def _call(self, call: ast.Call, scope: int, depth: int) -> bool:
+        func = call.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        dtype = next((k.value for k in call.keywords if k.arg == "dtype"), None)
+        names = self.outline.qualified_names(func)
+        if not names.isdisjoint(_FACTORIES) or (name in _FACTORY_NAMES and any(k.arg == "device" for k in call.keywords)):
+            return dtype is not None and self._dtype(dtype, scope, depth)  # else float32, or not known
+        if name in ("half", "bfloat16"):
+            return True
+        receiver = func.value if isinstance(func, ast.Attribute) \
+            and not (isinstance(func.value, ast.Name) and func.value.id == "self") else None
+        # Where the dtype given decides, else the tensor's (or `.to(other)`'s).
+        method = name if receiver is not None else None
+        like = not names.isdisjoint(_LIKE_FACTORIES)
+        if dtype is not None and (method == "to" or (method or "").startswith("new_") or like):
+            return self._dtype(dtype, scope, depth)
+        if method == "to" and call.args and ((isinstance(call.args[0], ast.Attribute) and call.args[0].attr
+                                              in _DTYPE_ATTRIBUTES) or not self.outline.qualified_names(
+                                                  call.args[0]).isdisjoint(DTYPES)):
+            return self._dtype(call.args[0], scope, depth)
+        if (method or "").startswith("new_"):
+            return self.may_be_half(receiver, scope, depth - 1)
+        if like:
+            return bool(call.args) and self.may_be_half(call.args[0], scope, depth - 1)
+        if name in self.lower_precision or (isinstance(func, ast.Call) and getattr(
+                func.func, "attr", getattr(func.func, "id", None)) in self.lower_precision):
+            return True  # half under autocast whatever goes in
+        if (name == "float" and not call.args) or name in _NOT_FLOAT \
+                or (isinstance(func, ast.Name) and func.id in _BUILTINS):
+            return False
+        operands = [*call.args, *(k.value for k in call.keywords), *([receiver] if receiver is not None else [])]
+        return any(self.may_be_half(o, scope, depth - 1) for o in operands)
 
 
 def _may_fire(outline: Outline) -> bool:
@@ -1006,7 +1159,7 @@ def _may_fire(outline: Outline) -> bool:
     casts = {id(c) for c in floats if _may_be_integral(c.func.value, integral)}
     if not factories and not casts:
         return False
-    scopes = _scopes(outline)
+    scopes = outline.scopes
     tainted_by_factories = _tainted(outline, factories, scopes)
     makers = factories | casts
     tainted_by_makers = _tainted(outline, makers, scopes) if casts else tainted_by_factories
@@ -1017,13 +1170,18 @@ def _may_fire(outline: Outline) -> bool:
     def from_makers(node: ast.AST) -> set[str]:
         return tainted_by_makers.get(scopes[id(node)], set())
 
+    flow = _AstFlow(outline, scopes)
+
+    def meet(node: ast.AST, float32: ast.expr, other: ast.expr, names: set[str], makers: set[int]) -> bool:
+        """A value one of ``makers`` made float32 may meet a half value there."""
+        return _mentions(outline, float32, makers, names) and flow.may_be_half(other, scopes[id(node)])
+
     index_puts = [a for a in outline.nodes(ast.Assign) if not isinstance(a.value, ast.Constant)
                   and any(isinstance(t, ast.Subscript) for t in a.targets)]
-    tensors = _maybe_tensor_names(outline) if index_puts else set()
-    parameters = {a.arg for a in outline.nodes(ast.arg)} if index_puts else set()
     for a in index_puts:
-        if any(isinstance(t, ast.Subscript) and _may_be_tensor_index(t.slice, tensors, parameters)
-               and any(_mentions(outline, e, makers, from_makers(a)) for e in (t.value, a.value))
+        if any(isinstance(t, ast.Subscript)
+               and any(flow.tensor_index(i, scopes[id(a)]) for i in _subscript_elements(t.slice))
+               and (meet(a, t.value, a.value, from_makers(a), makers) or meet(a, a.value, t.value, from_makers(a), makers))
                for t in a.targets):
             return True
     for c in calls:
@@ -1032,8 +1190,8 @@ def _may_fire(outline: Outline) -> bool:
         position, keyword = _STRICT_METHODS[c.func.attr]
         source = next((k.value for k in c.keywords if k.arg == keyword),
                       c.args[position] if len(c.args) > position else None)
-        if source is not None and not isinstance(source, ast.Constant) and any(
-                _mentions(outline, e, makers, from_makers(c)) for e in (c.func.value, source)):
+        if source is not None and (meet(c, c.func.value, source, from_makers(c), makers)
+                                   or meet(c, source, c.func.value, from_makers(c), makers)):
             return True
     # Values that promote meet half values in a model, or where the file makes some half.
     made_half = any(a.attr in ("half", "bfloat16", "float16") for a in outline.nodes(ast.Attribute))
@@ -1047,24 +1205,26 @@ def _may_fire(outline: Outline) -> bool:
                 and any(_mentions(outline, a, makers, from_makers(c))
                         for a in [*c.args, *(k.value for k in c.keywords)]):
             return True  # passed to a half module
-        if (anywhere or id(c) in in_model) \
-                and (recurrent or not outline.qualified_names(c.func).isdisjoint(_CONCATENATIONS)) \
-                and any(_mentions(outline, a, factories, from_factories(c)) for a in c.args):
+        if not (anywhere or id(c) in in_model):
+            continue
+        if recurrent and any(_mentions(outline, a, factories, from_factories(c)) for a in c.args):
+            return True
+        if not outline.qualified_names(c.func).isdisjoint(_CONCATENATIONS) and any(
+                meet(c, e, other, from_factories(c), factories)
+                for group in [*c.args, *(k.value for k in c.keywords)] if isinstance(group, (ast.List, ast.Tuple))
+                for e in group.elts for other in group.elts if other is not e):
             return True
     lower_precision = _lower_precision_names()
     for c in calls:
         name = c.func.attr if isinstance(c.func, ast.Attribute) else getattr(c.func, "id", None)
+        operands = [*c.args, *([c.func.value] if isinstance(c.func, ast.Attribute) else [])]
         if (anywhere or id(c) in in_model) and name in lower_precision and any(
-                _mentions(outline, e, factories, from_factories(c))
-                for e in [*c.args, *([c.func.value] if isinstance(c.func, ast.Attribute) else [])]):
+                meet(c, e, other, from_factories(c), factories) for e in operands for other in operands if other is not e):
             return True
     return any((anywhere or id(b) in in_model) and isinstance(b.op, (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.MatMult))
-               and any(_mentions(outline, side, factories, from_factories(b)) and not isinstance(other, ast.Constant)
+               and any(meet(b, side, other, from_factories(b), factories)
                        for side, other in ((b.left, b.right), (b.right, b.left)))
                for b in outline.nodes(ast.BinOp))
-
-
-_HALF_DTYPES = frozenset(name for name, dtype in DTYPES.items() if dtype in ("float16", "bfloat16"))
 
 
 def _may_be_half_modules(outline: Outline) -> set[str]:
@@ -1108,7 +1268,7 @@ def _in_model_on_ast(outline: Outline) -> set[int]:
              for cls in outline.nodes(ast.ClassDef)
              if any(getattr(b, "attr", getattr(b, "id", "")).endswith("Module") for b in cls.bases) or any(
                  isinstance(s, ast.FunctionDef) and s.name == "forward" for s in cls.body)]
-    if calls_autocast(outline):
+    if calls_enabled_autocast(outline):
         def autocast(expr: ast.expr) -> bool:
             return isinstance(expr, ast.Call) and not outline.qualified_names(expr.func).isdisjoint(AUTOCAST)
 

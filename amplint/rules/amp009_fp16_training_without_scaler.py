@@ -8,7 +8,7 @@ from ..engine.semantics import (
     AutocastCall,
     autocast_calls,
     calls,
-    calls_autocast,
+    calls_enabled_autocast,
     enclosing_function,
     is_backward,
     known_scalers,
@@ -202,7 +202,7 @@ class Fp16TrainingWithoutScaler(Rule):
     summary = "float16 autocast training with no GradScaler"
     uses_policy = True
     fragments = (("autocast", AnyOf("backward", "autograd")),)  # a region and a backward pass
-    may_fire = staticmethod(calls_autocast)  # every region comes from an autocast call
+    may_fire = staticmethod(calls_enabled_autocast)  # every region comes from an enabled autocast call
 
     valid = (
         # A saliency map: the gradient of a non-scalar output, nothing trained.

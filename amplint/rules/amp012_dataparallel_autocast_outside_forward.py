@@ -10,7 +10,7 @@ from ..engine.semantics import (
     autocast_of_with_item,
     autocast_region,
     calls,
-    calls_autocast,
+    calls_enabled_autocast,
 )
 
 _DATA_PARALLEL = frozenset({"torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
@@ -84,7 +84,7 @@ class DataParallelAutocastOutsideForward(Rule):
     name = "dataparallel-autocast-outside-forward"
     summary = "DataParallel model run in an autocast region that its worker threads do not see"
     fragments = ((r"DataParallel", r"autocast"),)
-    may_fire = staticmethod(calls_autocast)  # every region comes from an autocast call
+    may_fire = staticmethod(calls_enabled_autocast)  # every region comes from an enabled autocast call
 
     valid = (
         Valid("""

@@ -13,7 +13,7 @@ from ..engine.semantics import (
     FP32_FAMILY,
     autocast_region,
     call_spelling,
-    calls_autocast,
+    calls_enabled_autocast,
     enclosing_function,
     inferred_dtype,
     method_call,
@@ -55,7 +55,7 @@ def _may_fire(outline: Outline) -> bool:
     constants = outline.nodes(ast.Constant)
     if not any(_tiny_float(c) for c in constants):
         return False
-    if calls_autocast(outline):
+    if calls_enabled_autocast(outline):
         return True
     tiny_names = {a.arg for f in outline.nodes(ast.arguments)
                   for a, d in zip((f.posonlyargs + f.args)[::-1], f.defaults[::-1]) if _tiny_float(d)}
@@ -76,9 +76,9 @@ def _may_fire(outline: Outline) -> bool:
         _called(c) in _SINGULAR for c in calls)
     if not (guards and singular):
         return False
-    # A model of this file converted to float16 (the dtype named anyhow: the check resolves it).
-    if any(_called(c) == "half" or _called(c) == "to" and ("float16" in ast.dump(c) or "half" in ast.dump(c))
-           for c in calls):
+    # A class of this file whose instances it converts to float16 (_halved_classes; the dtype
+    # named anyhow: the check resolves it), with an epsilon in it.
+    if any(any(tiny(n) for n in ast.walk(cls)) for cls in _may_be_halved_classes(outline, calls)):
         return True
     # Else a public function with a ``Tensor`` parameter that guards a division, log or root
     # itself (the guard's function is the one _check_caller_dtype reads).
@@ -94,6 +94,11 @@ def _may_fire(outline: Outline) -> bool:
             if any(isinstance(n, (ast.Name, ast.Attribute)) and not outline.qualified_names(n).isdisjoint(_HALF_AWARE)
                    for n in inside):
                 continue  # _handles_half
+            owner = f.args.args[0].arg if f.args.args else None
+            if not any(isinstance(c, ast.Call) and (_called(c) in _NORMS | _PROBABILITIES or (
+                    isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)
+                    and c.func.value.id == owner)) for c in inside):
+                continue  # nothing there makes the guarded value 0 (_caller_tensor), nor a submodule's forward
             if any(isinstance(b, ast.BinOp) and isinstance(b.op, ast.Add) and (tiny(b.left) or tiny(b.right))
                    or isinstance(b, ast.Call) and _called(b) in _CLAMPS
                    and any(tiny(a) for a in (*b.args, *(k.value for k in b.keywords))) for b in inside) \
@@ -101,6 +106,42 @@ def _may_fire(outline: Outline) -> bool:
                             or isinstance(b, ast.Call) and _called(b) in _SINGULAR for b in inside):
                 return True
     return False
+
+
+def _may_be_halved_classes(outline: Outline, calls: list[ast.Call]) -> list[ast.ClassDef]:
+    """``_halved_classes`` on the ast, loosely: classes of this file an instance of which (a
+    call of the class, or a name assigned one, behind `.cuda()`-like calls) gets `.half()` or a
+    `.to(...)` naming float16."""
+    classes = {c.name: c for c in outline.nodes(ast.ClassDef)}
+    if not classes:
+        return []
+
+    def root(expr: ast.expr) -> ast.expr:
+        while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
+            expr = expr.func.value
+        return expr
+
+    def made(expr: ast.expr, names: dict[str, str]) -> str | None:
+        expr = root(expr)
+        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id in classes:
+            return expr.func.id
+        return names.get(expr.id) if isinstance(expr, ast.Name) else None
+
+    instances: dict[str, str] = {}
+    for _ in range(2):  # the instance, or the name it was assigned to
+        for a in outline.nodes(ast.Assign):
+            made_here = made(a.value, instances)
+            if made_here is not None:
+                instances.update((t.id, made_here) for t in a.targets if isinstance(t, ast.Name))
+    found = set()
+    for c in calls:
+        if isinstance(c.func, ast.Attribute) and (
+                (c.func.attr == "half" and not c.args) or (c.func.attr == "to" and ("float16" in ast.dump(c)
+                                                                                  or "half" in ast.dump(c)))):
+            halved = made(c.func.value, instances)
+            if halved is not None:
+                found.add(halved)
+    return [classes[name] for name in found]
 
 
 def _tiny(node: cst.BaseExpression) -> float | None:

@@ -13,7 +13,7 @@ from ..engine.semantics import (
     autocast_region,
     call_spelling,
     calls,
-    calls_autocast,
+    calls_enabled_autocast,
     casts_back,
     float32_outside_autocast,
     inferred_dtype,
@@ -48,7 +48,7 @@ def _may_fire(outline: Outline) -> bool:
     call that may reach an equal-dtype op (through an import, by the callee's qualified name,
     or as a method, by its attribute) with a name and another name or call among its
     positional arguments: what check() needs to report."""
-    if not (calls_autocast(outline) and makes_float32_outside_autocast(outline)):
+    if not (calls_enabled_autocast(outline) and makes_float32_outside_autocast(outline)):
         return False
 
     def half_and_full(args: list[ast.expr]) -> bool:

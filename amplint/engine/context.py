@@ -18,7 +18,7 @@ from .tree import Index, render
 
 if TYPE_CHECKING:
     from ..policy import PolicyLoader, PolicyTable
-    from .project_index import AutocastSite, Dependency
+    from .project_index import AutocastSite, AutocastWrapper, Dependency
     from .torch_requirement import TorchRequirement
     from .rule import Rule
 
@@ -120,7 +120,19 @@ class FileContext:
         # The index's own methods, not the context's: a context that its resolver refers to
         # is a cycle, which keeps the whole tree alive until the cycle collector runs.
         index = self._index
-        return ImportResolver(lambda kind: index.by_type.get(kind, []), lambda node: index.parents.get(id(node)))
+        return ImportResolver(lambda kind: index.by_type.get(kind, []), lambda node: index.parents.get(id(node)),
+                              self._star_imports)
+
+    def _star_imports(self) -> dict[str, frozenset[str]]:
+        """What the file's star imports of the project's modules bind (``project_index``)."""
+        from .project_index import star_dependency, star_imports
+
+        root = self._project_root
+        if root is None:
+            return {}
+        path = Path(self.path).resolve()
+        self.dependencies.add(star_dependency(root, path))
+        return star_imports(root, path)
 
     @cached_property
     def _line_starts(self) -> list[int]:
@@ -231,6 +243,22 @@ class FileContext:
             return None
         self.dependencies.add(dependency("autocast-sites", root))
         return root, autocast_sites(root)
+
+    def autocast_wrappers(self) -> "dict[str, list[AutocastWrapper]]":
+        """The project's own autocast wrappers (``project_index.autocast_wrappers``) by the
+        name code calls them by; empty for a file that is not on disk or in no project. The
+        file's findings then depend on them."""
+        if "_wrappers" not in self.__dict__:
+            from .project_index import autocast_wrappers, dependency
+
+            found: dict = {}
+            root = self._project_root
+            if root is not None:
+                self.dependencies.add(dependency("autocast-wrappers", root))
+                for wrapper in autocast_wrappers(root):
+                    found.setdefault(wrapper.name, []).append(wrapper)
+            self.__dict__["_wrappers"] = found
+        return self.__dict__["_wrappers"]
 
     def torch_requirement(self) -> "TorchRequirement | None":
         """The torch the project of this file declares it supports (``torch_requirement``),

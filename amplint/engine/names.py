@@ -63,12 +63,20 @@ def _bound_names(node: cst.CSTNode) -> Iterable[cst.Name]:
 class ImportResolver:
     """Qualified names of names and attributes, from the imports of one file."""
 
-    def __init__(self, nodes: Callable[[type], list], parent: Callable[[cst.CSTNode], cst.CSTNode | None]):
+    def __init__(self, nodes: Callable[[type], list], parent: Callable[[cst.CSTNode], cst.CSTNode | None],
+                 star: Callable[[], dict[str, frozenset[str]]] | None = None):
+        """``star``: what the file's ``from <project module> import *`` bind, asked only of a
+        file that has one at module level (``project_index.star_imports``)."""
         self._parent = parent
         self._imports: dict[tuple[int, str], set[str]] = {}  # (id(scope), local name) -> names
         for kind in (cst.Import, cst.ImportFrom):
             for stmt in nodes(kind):
                 scope = self.scope_of(stmt)
+                if star is not None and isinstance(stmt, cst.ImportFrom) and isinstance(stmt.names, cst.ImportStar) \
+                        and isinstance(scope, cst.Module):
+                    for local, qualified in star().items():
+                        self._imports.setdefault((id(scope), local), set()).update(qualified)
+                    star = None
                 for local, qualified in _import_bindings(stmt):
                     self._imports.setdefault((id(scope), local), set()).add(qualified)
         self._imported = {local for _, local in self._imports}

@@ -73,6 +73,10 @@ class Scopes(dict):
 
 
 class Outline:
+    # What the prefilter may ask of the checked file's project (``project_index.ProjectHints``;
+    # None for text whose path names no file on disk): set by the runner before ``may_fire``.
+    project = None
+
     def __init__(self, tree: ast.Module):
         self.tree = tree
 
@@ -120,6 +124,10 @@ class Outline:
     def _imports(self) -> dict[str, set[str]]:
         """Every name any import binds, in any scope, and what it may stand for."""
         found: dict[str, set[str]] = {}
+        if self.project is not None and any(isinstance(s, ast.ImportFrom) and s.names[0].name == "*"
+                                            for s in self.tree.body):
+            for local, qualified in self.project.star_imports().items():  # the project's re-exports
+                found.setdefault(local, set()).update(qualified)
         for node in self.nodes(ast.Import):
             for alias in node.names:
                 local = alias.asname or alias.name.split(".")[0]

@@ -46,6 +46,14 @@ class AutocastSite:
     row: int
     device: str | None  # None when the device is not a literal (`device_type=self.device.type`)
     setting: str | None = None  # `Trainer(precision="16-mixed")`
+    # "float16" / "bfloat16" when a literal or the setting says; None when not given (the
+    # device's default: float16 on CUDA); DYNAMIC when an expression decides.
+    dtype: str | None = None
+
+    def may_be_float16(self) -> bool:
+        """Whether the region may run in float16: a literal float16, or no dtype on a device
+        whose default is float16 (CUDA, or a device that is not a literal)."""
+        return self.dtype == "float16" or (self.dtype is None and self.device in (None, "cuda"))
 
     def shown_path(self) -> str:
         """The file as a path relative to the current folder where it lies below it."""
@@ -62,8 +70,11 @@ class AutocastSite:
         return f"{shown}:{self.row}" + (f", `{self.setting}`" if self.setting else "")
 
 
+DYNAMIC = "dynamic"
 # Framework settings under which the framework runs training steps under autocast, on the
 # device it trains on: (constructors, keyword, literal values that turn mixed precision on).
+# A keyword of None: constructing it turns it on (mmcv's `Fp16OptimizerHook`, whose runner
+# then runs the `@auto_fp16` forwards, losses included, under float16 autocast).
 _FRAMEWORK_SETTINGS = (
     (frozenset({"lightning.Trainer", "lightning.pytorch.Trainer", "pytorch_lightning.Trainer",
                 "lightning.fabric.Fabric", "lightning.Fabric"}),
@@ -73,12 +84,37 @@ _FRAMEWORK_SETTINGS = (
      frozenset({True})),
     (frozenset({"transformers.TrainingArguments", "transformers.Seq2SeqTrainingArguments"}), "bf16",
      frozenset({True})),
+    (frozenset({f"mmcv.runner{module}.{name}" for module in ("", ".hooks", ".hooks.optimizer")
+                for name in ("Fp16OptimizerHook", "GradientCumulativeFp16OptimizerHook")}), None, frozenset()),
 )
 _FRAMEWORK_CLASSES = frozenset().union(*(names for names, _, _ in _FRAMEWORK_SETTINGS))
 # What a file that sets one must contain: a class's name and the keyword given (`precision`
 # alone is a metric); plain searches first, they are many times faster than the expression.
 _FRAMEWORK_WORDS = (b"Trainer", b"Fabric", b"Accelerator", b"TrainingArguments")
 _SETTING = re.compile(rb"(?:precision|fp16|bf16)\s*=")
+_CONSTRUCTED_SETTINGS = (b"Fp16OptimizerHook",)
+
+
+def _setting_dtype(keyword: str | None, value: object) -> str | None:
+    if keyword is None:
+        return "float16"
+    text = str(value)
+    return "bfloat16" if "bf16" in text or keyword == "bf16" else "float16"
+
+
+def _literal_dtype(outline: Outline, call: ast.Call) -> str | None:
+    """The dtype an autocast call passes: its name for a literal ``torch.float16`` /
+    ``torch.bfloat16``; None when none is given; DYNAMIC for an expression."""
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+        return DYNAMIC
+    given = next((k.value for k in call.keywords if k.arg == "dtype"), None)
+    if given is None:
+        return None
+    names = outline.qualified_names(given)
+    for name in ("float16", "half", "bfloat16"):
+        if f"torch.{name}" in names:
+            return "bfloat16" if name == "bfloat16" else "float16"
+    return DYNAMIC
 
 
 def _walked(name: str) -> bool:
@@ -126,22 +162,37 @@ def _sites_in(path: Path, text: str) -> list[AutocastSite]:
         enabled = next((k.value for k in call.keywords if k.arg == "enabled"), None)
         if isinstance(enabled, ast.Constant) and enabled.value is False:
             continue
-        api = next(iter(outline.qualified_names(call.func) & AUTOCAST))
-        if api in AUTOCAST_DEVICE:
-            device = AUTOCAST_DEVICE[api]
-        else:
-            given = next((k.value for k in call.keywords if k.arg == "device_type"),
-                         call.args[0] if call.args else None)
-            device = given.value if isinstance(given, ast.Constant) and isinstance(given.value, str) else None
-        found.append(AutocastSite(path, call.lineno, device))
+        device = _autocast_device(outline, call)
+        found.append(AutocastSite(path, call.lineno, device, dtype=_literal_dtype(outline, call)))
     for call in outline.calls_to(_FRAMEWORK_CLASSES):
         names = outline.qualified_names(call.func)
         for classes, keyword, values in _FRAMEWORK_SETTINGS:
+            if names.isdisjoint(classes):
+                continue
+            if keyword is None:
+                found.append(AutocastSite(path, call.lineno, None, f"{_dotted_name(call.func)}(...)", "float16"))
+                continue
             value = next((k.value for k in call.keywords if k.arg == keyword), None)
-            if not names.isdisjoint(classes) and isinstance(value, ast.Constant) and value.value in values \
-                    and type(value.value) in (str, int, bool):
-                found.append(AutocastSite(path, call.lineno, None, f"{keyword}={value.value!r}"))
+            if isinstance(value, ast.Constant) and value.value in values and type(value.value) in (str, int, bool):
+                found.append(AutocastSite(path, call.lineno, None, f"{keyword}={value.value!r}",
+                                          _setting_dtype(keyword, value.value)))
     return found
+
+
+def _dotted_name(expr: ast.expr) -> str:
+    try:
+        return ast.unparse(expr)
+    except Exception:  # noqa: BLE001 - only a label
+        return "?"
+
+
+def _autocast_device(outline: Outline, call: ast.Call) -> str | None:
+    api = next(iter(outline.qualified_names(call.func) & AUTOCAST))
+    if api in AUTOCAST_DEVICE:
+        return AUTOCAST_DEVICE[api]
+    given = next((k.value for k in call.keywords if k.arg == "device_type"),
+                 call.args[0] if call.args else None)
+    return given.value if isinstance(given, ast.Constant) and isinstance(given.value, str) else None
 
 
 @lru_cache(maxsize=32)
@@ -154,11 +205,365 @@ def autocast_sites(root: Path) -> tuple[AutocastSite, ...]:
             break
         try:
             data = source_io.read_file(path)
-            if b"autocast" in data or (any(name in data for name in _FRAMEWORK_WORDS) and _SETTING.search(data)):
+            if b"autocast" in data or any(name in data for name in _CONSTRUCTED_SETTINGS) \
+                    or (any(name in data for name in _FRAMEWORK_WORDS) and _SETTING.search(data)):
                 found.extend(_sites_in(path, source_io.decode(data).text))
         except (OSError, source_io.SourceError):
             continue
     return tuple(found)
+
+
+@dataclass(frozen=True)
+class AutocastWrapper:
+    """A project's own autocast: a function or method that returns an autocast context
+    (``return torch.autocast(...)``, ``return accelerator.autocast()``), a ``@contextmanager``
+    that yields inside one, a ``functools.partial`` of one, an alias, or a subclass of
+    ``torch.autocast``; each may wrap another of the project's wrappers (resolved to a fixed
+    point). ``name`` is how code calls it (``maybe_autocast(...)``, ``self.amp_context()``)."""
+    path: Path
+    row: int
+    name: str
+    device: str | None = None
+
+    def where(self, root: Path) -> str:
+        try:
+            shown = self.path.relative_to(root).as_posix()
+        except ValueError:
+            shown = self.path.as_posix()
+        return f"{shown}:{self.row}"
+
+    def shown_path(self) -> str:
+        try:
+            return self.path.relative_to(Path.cwd()).as_posix()
+        except ValueError:
+            return self.path.as_posix()
+
+
+_CONTEXT_MANAGERS = frozenset({"contextlib.contextmanager", "contextlib.asynccontextmanager"})
+_PARTIAL = frozenset({"functools.partial"})
+
+
+def _top_level_names(root: Path) -> frozenset[str]:
+    """The names the project's own modules are imported by, at their top (``mypkg`` for
+    ``mypkg.utils``): its packages and modules at the root or below ``src/``, and the root's
+    own name when the root is a package."""
+    found = {root.name} if (root / "__init__.py").exists() else set()
+    for folder in (root, root / "src"):
+        try:
+            for entry in folder.iterdir():
+                if entry.suffix == ".py":
+                    found.add(entry.stem)
+                elif entry.is_dir() and (entry / "__init__.py").exists():
+                    found.add(entry.name)
+        except OSError:
+            continue
+    return frozenset(found)
+
+
+def _project_name(names: set[str], own: frozenset[str]) -> str | None:
+    """The last part of a qualified name that one of the project's own modules defines."""
+    return next((n.rsplit(".", 1)[-1] for n in names if "." in n and n.split(".", 1)[0] in own), None)
+
+
+def _opens_autocast(outline: Outline, expr: ast.expr | None, known: set[str],
+                    own: frozenset[str] = frozenset()) -> ast.Call | bool:
+    """Whether ``expr`` makes an autocast context that may be enabled: torch's autocast, a
+    framework's ``X.autocast()``, or a call of a wrapper already known; either branch of a
+    conditional (``autocast(...) if amp else nullcontext()``). The torch call when there is
+    one (for its device), else True."""
+    if isinstance(expr, ast.IfExp):
+        return _opens_autocast(outline, expr.body, known, own) or _opens_autocast(outline, expr.orelse, known, own)
+    if not isinstance(expr, ast.Call):
+        return False
+    if any(k.arg == "enabled" and isinstance(k.value, ast.Constant) and k.value.value is False
+           for k in expr.keywords):
+        return False  # a float32 island, not a region
+    names = outline.qualified_names(expr.func)
+    if not names.isdisjoint(AUTOCAST):
+        return expr
+    if names:  # another library's function, or one of the project's own modules'
+        return _project_name(names, own) in known
+    func = expr.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+    return name == "autocast" and isinstance(func, ast.Attribute) or name in known
+
+
+def _refers_to_autocast(outline: Outline, expr: ast.expr, known: set[str], own: frozenset[str]) -> bool:
+    names = outline.qualified_names(expr)
+    if not names.isdisjoint(AUTOCAST):
+        return True
+    if names:
+        return _project_name(names, own) in known
+    return isinstance(expr, ast.Name) and expr.id in known
+
+
+def _wrappers_in(path: Path, outline: Outline, known: set[str],
+                 own: frozenset[str] = frozenset()) -> list[AutocastWrapper]:
+    """The autocast wrappers a module defines, given the names of those already known."""
+    found = []
+
+    def device(call) -> str | None:
+        return _autocast_device(outline, call) if isinstance(call, ast.Call) else None
+
+    for node in [*outline.nodes(ast.FunctionDef), *outline.nodes(ast.AsyncFunctionDef)]:
+        if node.name.startswith("__") or node.name in known:
+            continue
+        body_nodes = [n for stmt in node.body for n in ast.walk(stmt)]
+        opened = next((o for r in body_nodes if isinstance(r, ast.Return)
+                       for o in [_opens_autocast(outline, r.value, known, own)] if o), None)
+        if opened is None and any(outline.qualified_names(d.func if isinstance(d, ast.Call) else d) & _CONTEXT_MANAGERS
+                                  for d in node.decorator_list):
+            for w in body_nodes:
+                if isinstance(w, (ast.With, ast.AsyncWith)) and any(
+                        isinstance(n, (ast.Yield, ast.YieldFrom)) for s in w.body for n in ast.walk(s)):
+                    opened = next((o for item in w.items
+                                   for o in [_opens_autocast(outline, item.context_expr, known, own)] if o),
+                                  None)
+                    if opened is not None:
+                        break
+        if opened is not None:
+            found.append(AutocastWrapper(path, node.lineno, node.name, device(opened)))
+    for node in outline.nodes(ast.ClassDef):
+        if node.name not in known and any(_refers_to_autocast(outline, b, known, own) for b in node.bases):
+            found.append(AutocastWrapper(path, node.lineno, node.name))
+    for node in outline.nodes(ast.Assign):
+        value = node.value
+        if isinstance(value, ast.Call) and not outline.qualified_names(value.func).isdisjoint(_PARTIAL) \
+                and value.args:
+            value = value.args[0]
+        elif not isinstance(value, (ast.Name, ast.Attribute)):
+            continue
+        if _refers_to_autocast(outline, value, known, own):
+            for target in node.targets:
+                if isinstance(target, ast.Name) and target.id not in known:
+                    found.append(AutocastWrapper(path, node.lineno, target.id))
+    return found
+
+
+_DEF = re.compile(rb"\bdef\s+(\w+)\s*\(")
+
+
+@lru_cache(maxsize=32)
+def autocast_wrappers(root: Path) -> tuple[AutocastWrapper, ...]:
+    """The project's own autocast wrappers (``AutocastWrapper``), in path order. Files that
+    mention ``autocast`` are read first, then those that mention a wrapper found, until no new
+    one appears. A name counts only where every function or method the project defines by
+    that name is a wrapper: a method ``context()`` that opens autocast in one class and does
+    something else in another does not make every ``x.context()`` a region."""
+    paths = list(_python_files(root))[:MAX_PROJECT_FILES]
+    found: dict[str, list[AutocastWrapper]] = {}
+    read: set[Path] = set()
+    words: list[bytes] = [b"autocast"]
+    outlines: dict[Path, Outline] = {}
+    own = _top_level_names(root)
+    for _ in range(6):
+        new: list[AutocastWrapper] = []
+        for path in paths:
+            try:
+                data = source_io.read_file(path)
+            except OSError:
+                continue
+            if path not in read and not any(w in data for w in words):
+                continue
+            read.add(path)
+            outline = outlines.get(path)
+            if outline is None:
+                try:
+                    outline = Outline.parse(source_io.decode(data).text)
+                except source_io.SourceError:
+                    outline = None
+                if outline is None:
+                    continue
+                outlines[path] = outline
+            new.extend(w for w in _wrappers_in(path, outline, set(found), own) if w.name not in found)
+        if not new:
+            break
+        for w in new:
+            found.setdefault(w.name, []).append(w)
+        words = [w.name.encode() for w in new]
+    if not found:
+        return ()
+    # Names some function of a file never read (it mentions no autocast) also defines.
+    ambiguous = set()
+    for path in paths:
+        if path in read:
+            continue
+        try:
+            data = source_io.read_file(path)
+        except OSError:
+            continue
+        if b"def " in data:
+            ambiguous.update(m.decode() for m in _DEF.findall(data) if m.decode() in found)
+    for path, outline in outlines.items():
+        defined = {n.name for kind in (ast.FunctionDef, ast.AsyncFunctionDef) for n in outline.nodes(kind)}
+        wrapped = {w.name for ws in found.values() for w in ws if w.path == path}
+        ambiguous |= (defined & set(found)) - wrapped
+    return tuple(sorted((w for name, ws in found.items() if name not in ambiguous for w in ws),
+                        key=lambda w: (w.path, w.row)))
+
+
+def wrapper_names(root: Path) -> frozenset[str]:
+    return frozenset(w.name for w in autocast_wrappers(root))
+
+
+def _module_file(root: Path, importer: Path, module: str | None, level: int) -> Path | None:
+    """The project's file for ``from <level dots><module> import ...`` in ``importer``."""
+    if level:
+        base = importer.parent
+        for _ in range(level - 1):
+            base = base.parent
+    else:
+        if not module:
+            return None
+        top = module.split(".", 1)[0]
+        bases = [root.parent] if (root / "__init__.py").exists() and root.name == top else [root, root / "src"]
+        base = next((b for b in bases if (b / top).exists() or (b / f"{top}.py").exists()), None)
+        if base is None:
+            return None
+    target = base.joinpath(*module.split(".")) if module else base
+    for candidate in (target.with_name(target.name + ".py"), target / "__init__.py"):
+        try:
+            if candidate.is_file() and candidate.resolve().is_relative_to(root.resolve()):
+                return candidate
+        except OSError:
+            continue
+    return None
+
+
+_STAR_BUSY: list[tuple[Path, Path]] = []  # the modules being read, outermost first
+_STAR_DONE: dict[tuple[Path, Path], dict[str, frozenset[str]]] = {}
+_STAR_CUT: list[int] = []  # depths at which a cycle was cut
+
+
+def _star_bindings(root: Path, path: Path) -> dict[str, frozenset[str]]:
+    """The names ``from <project module> import *`` binds, as imports: what that module's own
+    top-level imports bind (and its star imports, in turn), limited to its literal
+    ``__all__`` when it has one. Each module is read once (fastai's modules star-import each
+    other: followed naively, the paths multiply); a module met again inside its own cycle adds
+    nothing there, and what was read below a cut is not kept (the answer must not depend on
+    which file a process checked first)."""
+    key = (root, path)
+    if key in _STAR_DONE:
+        return _STAR_DONE[key]
+    if key in _STAR_BUSY:
+        _STAR_CUT.append(_STAR_BUSY.index(key))
+        return {}
+    depth = len(_STAR_BUSY)
+    _STAR_BUSY.append(key)
+    try:
+        found = _read_star_bindings(root, path)
+    finally:
+        _STAR_BUSY.pop()
+    if not any(cut < depth for cut in _STAR_CUT):  # nothing below was cut short by a module above
+        _STAR_DONE[key] = found
+    if not _STAR_BUSY:
+        _STAR_CUT.clear()
+    return found
+
+
+def _read_star_bindings(root: Path, path: Path) -> dict[str, frozenset[str]]:
+    try:
+        outline = Outline.parse(source_io.decode(source_io.read_file(path)).text)
+    except (OSError, source_io.SourceError):
+        return {}
+    if outline is None:
+        return {}
+    found: dict[str, set[str]] = {}
+    exported = None
+    for stmt in outline.tree.body:
+        if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in stmt.targets) \
+                and isinstance(stmt.value, (ast.List, ast.Tuple)):
+            exported = {e.value for e in stmt.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+        elif isinstance(stmt, ast.Import):
+            for alias in stmt.names:
+                local = alias.asname or alias.name.split(".")[0]
+                found.setdefault(local, set()).add(alias.name if alias.asname else local)
+        elif isinstance(stmt, ast.ImportFrom):
+            if stmt.names[0].name == "*":
+                target = _module_file(root, path, stmt.module, stmt.level)
+                if target is not None:
+                    for name, qualified in _star_bindings(root, target).items():
+                        found.setdefault(name, set()).update(qualified)
+            elif stmt.module and not stmt.level:
+                for alias in stmt.names:
+                    found.setdefault(alias.asname or alias.name, set()).add(f"{stmt.module}.{alias.name}")
+    return {name: frozenset(q) for name, q in found.items()
+            if (exported is None and not name.startswith("_")) or (exported is not None and name in exported)}
+
+
+@lru_cache(maxsize=4096)
+def star_imports(root: Path, path: Path) -> dict[str, frozenset[str]]:
+    """What the module-level ``from <project module> import *`` of the file at ``path`` bind,
+    as imports (fastai's ``from .torch_imports import *`` binds ``nn`` to ``torch.nn``): the
+    names one file's own imports cannot resolve."""
+    try:
+        outline = Outline.parse(source_io.decode(source_io.read_file(path)).text)
+    except (OSError, source_io.SourceError):
+        return {}
+    found: dict[str, set[str]] = {}
+    for stmt in outline.tree.body if outline is not None else ():
+        if isinstance(stmt, ast.ImportFrom) and stmt.names[0].name == "*":
+            target = _module_file(root, path, stmt.module, stmt.level)
+            if target is not None and target != path:
+                for name, qualified in _star_bindings(root, target).items():
+                    found.setdefault(name, set()).update(qualified)
+    return {name: frozenset(q) for name, q in found.items()}
+
+
+class ProjectHints:
+    """What the prefilter may ask of the project a checked file belongs to, asked lazily: the
+    names of the project's autocast wrappers (a backward inside ``with amp_ctx():`` is inside
+    autocast although the file never says ``autocast``) and whether the project enables
+    float16 autocast somewhere (a loss here may run under it). Each answer read is recorded
+    as a ``Dependency`` (``read``), so a cached result that the prefilter decided stays valid
+    only while the answer does."""
+
+    def __init__(self, path: str | Path | None):
+        self._path = path
+        self.read: set[Dependency] = set()
+
+    @property
+    def root(self) -> Path | None:
+        if "_root" not in self.__dict__:
+            path = Path(self._path) if self._path is not None else None
+            try:
+                self.__dict__["_root"] = project_root(path) if path is not None and path.is_file() else None
+            except OSError:
+                self.__dict__["_root"] = None
+        return self.__dict__["_root"]
+
+    @property
+    def wrapper_names(self) -> frozenset[str]:
+        root = self.root
+        if root is None:
+            return frozenset()
+        self.read.add(dependency("autocast-wrappers", root))
+        return wrapper_names(root)
+
+    def star_imports(self) -> dict[str, frozenset[str]]:
+        """``star_imports`` of the file (read from disk: the text checked is the file's)."""
+        root = self.root
+        if root is None:
+            return {}
+        path = Path(self._path).resolve()
+        self.read.add(star_dependency(root, path))
+        return star_imports(root, path)
+
+    @property
+    def float16_autocast(self) -> bool:
+        root = self.root
+        if root is None:
+            return False
+        self.read.add(dependency("autocast-sites", root))
+        return any(s.may_be_float16() for s in autocast_sites(root))
+
+    @property
+    def autocast(self) -> bool:
+        root = self.root
+        if root is None:
+            return False
+        self.read.add(dependency("autocast-sites", root))
+        return bool(autocast_sites(root))
 
 
 @dataclass(frozen=True, order=True)
@@ -172,7 +577,7 @@ class Dependency:
 
 
 def _sites_summary(root: Path) -> object:
-    return [[s.path.as_posix(), s.row, s.device, s.setting] for s in autocast_sites(root)]
+    return [[s.path.as_posix(), s.row, s.device, s.setting, s.dtype] for s in autocast_sites(root)]
 
 
 def _requirement_summary(root: Path) -> object:
@@ -180,18 +585,43 @@ def _requirement_summary(root: Path) -> object:
     return None if required is None else [required.floor, required.declared, required.source]
 
 
-SUMMARIES = {"autocast-sites": _sites_summary, "torch-requirement": _requirement_summary}
+def _wrappers_summary(root: Path) -> object:
+    return [[w.path.as_posix(), w.row, w.name, w.device] for w in autocast_wrappers(root)]
 
 
-@lru_cache(maxsize=64)
+SUMMARIES = {"autocast-sites": _sites_summary, "torch-requirement": _requirement_summary,
+             "autocast-wrappers": _wrappers_summary}
+
+
+def star_dependency(root: Path, path: Path) -> Dependency:
+    """What a file's star imports of project modules bind, as a summary its result depends on."""
+    try:
+        shown = path.relative_to(root.resolve()).as_posix()
+    except ValueError:
+        shown = path.as_posix()
+    return dependency(f"star-imports:{shown}", root)
+
+
+def _star_summary(root: Path, shown: str) -> object:
+    path = root.resolve() / shown
+    return sorted((k, sorted(v)) for k, v in star_imports(root, path).items())
+
+
+@lru_cache(maxsize=4096)
 def dependency(kind: str, root: Path) -> Dependency:
     """The summary ``kind`` of the project at ``root`` as it is now."""
-    text = json.dumps(SUMMARIES[kind](root))
+    if kind.startswith("star-imports:"):
+        text = json.dumps(_star_summary(root, kind.split(":", 1)[1]))
+    else:
+        text = json.dumps(SUMMARIES[kind](root))
     return Dependency(kind, str(root), hashlib.sha256(text.encode()).hexdigest())
 
 
 def forget() -> None:
     """Read the project's files again when next asked: a new run sees them as they are now."""
     autocast_sites.cache_clear()
+    autocast_wrappers.cache_clear()
+    star_imports.cache_clear()
+    _STAR_DONE.clear()
     declared_torch.cache_clear()
     dependency.cache_clear()

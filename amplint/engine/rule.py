@@ -126,6 +126,11 @@ class Rule:
     # parsed with libcst for this rule only if it passes. It must hold wherever `check` could
     # report (the prefilter tests compare findings with and without it).
     may_fire: ClassVar[Callable[["Outline"], bool] | None] = None
+    # A fragment (one of the patterns in `fragments`) that a call of one of the project's own
+    # autocast wrappers also satisfies (`with amp_ctx():` is a region although the file never
+    # says `autocast`): the prefilter then also asks the file's project for their names
+    # (`project_index.ProjectHints`), which `may_fire` reads as `outline.project`.
+    project_wrappers_for: ClassVar[str | None] = None
     # Whether the rule reads the op-policy tables in policies/.
     uses_policy: ClassVar[bool] = False
     # False for a style rule: only a select that names it (or a prefix of it) turns it on.

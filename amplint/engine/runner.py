@@ -22,7 +22,7 @@ from .rule import AnyOf, Rule, tolerant_of_spacing
 from .tree import parse
 
 if TYPE_CHECKING:
-    from .project_index import Dependency
+    from .project_index import Dependency, ProjectHints
 
 SYNTAX_ERROR = ("AMP000", "syntax-error")
 INTERNAL_ERROR = ("AMP999", "internal-error")
@@ -66,9 +66,16 @@ class Prefilter:
         self.rules = [(rule, [[alternatives(item) for item in (f if isinstance(f, tuple) else (f,))]
                               for f in rule.fragments])
                       for rule in rules]
+        # For each rule whose fragment a project's autocast wrapper also satisfies: that
+        # fragment's compiled pattern.
+        self.wrapper_patterns = {rule: compiled.setdefault(rule.project_wrappers_for,
+                                                           searcher(rule.project_wrappers_for))
+                                 for rule in rules if rule.project_wrappers_for is not None}
 
-    def matching(self, text: str) -> list[type[Rule]]:
-        """The rules whose fragments the text contains."""
+    def matching(self, text: str, project: "ProjectHints | None" = None) -> list[type[Rule]]:
+        """The rules whose fragments the text contains; with the file's ``project``, a rule
+        whose ``project_wrappers_for`` fragment is missing also when the text calls one of
+        the project's autocast wrappers by name (asked only where the rest of a group is found)."""
         seen: dict[re.Pattern | str, bool] = {}
 
         def found(pattern: re.Pattern | str) -> bool:
@@ -76,20 +83,39 @@ class Prefilter:
                 seen[pattern] = pattern in text if type(pattern) is str else pattern.search(text) is not None
             return seen[pattern]
 
-        return [rule for rule, groups in self.rules
-                if any(all(any(found(p) for p in item) for item in group) for group in groups)]
+        wrapper_called: list[bool] = []
+
+        def calls_wrapper() -> bool:
+            if not wrapper_called:
+                names = project.wrapper_names
+                wrapper_called.append(any(re.search(rf"\b{re.escape(n)}\s*\(", text) for n in names if n in text))
+            return wrapper_called[0]
+
+        def group_found(rule, group) -> bool:
+            if all(any(found(p) for p in item) for item in group):
+                return True
+            stands_for = self.wrapper_patterns.get(rule) if project is not None else None
+            if stands_for is None or not any(stands_for in item for item in group):
+                return False
+            return all(stands_for in item or any(found(p) for p in item) for item in group) and calls_wrapper()
+
+        return [rule for rule, groups in self.rules if any(group_found(rule, group) for group in groups)]
 
     def select(self, text: str) -> list[type[Rule]]:
         """The rules worth running on the text: fragments found and ``may_fire`` passed. When
         Python cannot parse the text, every rule whose fragments match (libcst reports why)."""
         return self.select_with_outline(text)[0]
 
-    def select_with_outline(self, text: str) -> tuple[list[type[Rule]], Outline | None]:
-        """``select``, and the outline it read (None if no rule needed one)."""
-        candidates = self.matching(text)
+    def select_with_outline(self, text: str, project: "ProjectHints | None" = None
+                            ) -> tuple[list[type[Rule]], Outline | None]:
+        """``select``, and the outline it read (None if no rule needed one). ``project``: what
+        the rules' tests may ask of the file's project (``project_index.ProjectHints``)."""
+        candidates = self.matching(text, project)
         if all(rule.may_fire is None for rule in candidates):
             return candidates, None
         outline = Outline.parse(text)
+        if outline is not None:
+            outline.project = project
         return [rule for rule in candidates
                 if rule.may_fire is None or outline is None or rule.may_fire(outline)], outline
 
@@ -303,8 +329,12 @@ def lint_source(path: str, source: str, rules: Sequence[type[Rule]], *,
     for _ in range(MAX_FIX_ROUNDS if fix else 1):
         # Rules that cannot fire on this text are not run; a fix can change that, so again
         # each round.
-        selected, outline = prefilter(tuple(rules)).select_with_outline(text) if use_prefilter \
+        from .project_index import ProjectHints  # it reads config, which imports this module
+
+        hints = ProjectHints(path)
+        selected, outline = prefilter(tuple(rules)).select_with_outline(text, hints) if use_prefilter \
             else (rules, None)
+        result.dependencies |= hints.read  # what the prefilter's answer depended on
         if not selected:
             result.diagnostics = []  # nothing left to find in this text
             break

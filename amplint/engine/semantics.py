@@ -147,6 +147,11 @@ def calls_in_regions(outline: Outline) -> set[int]:
     called = {id(c) for c in autocasts}
     bound = {t.id for a in outline.nodes(ast.Assign) if id(a.value) in called
              for t in a.targets if isinstance(t, ast.Name)}
+    # The project's own autocast wrappers (``project_index.ProjectHints``), asked only of a
+    # file that enters a context no autocast call of its own opens.
+    wrappers = outline.project.wrapper_names if outline.project is not None and any(
+        not isinstance(item.context_expr, ast.Call) or id(item.context_expr) not in called
+        for kind in (ast.With, ast.AsyncWith) for w in outline.nodes(kind) for item in w.items) else frozenset()
 
     def opens(expr: ast.expr) -> bool:
         if isinstance(expr, ast.Name):
@@ -155,10 +160,15 @@ def calls_in_regions(outline: Outline) -> set[int]:
             return False
         if id(expr) in called:
             return id(expr) in enabled
-        return isinstance(expr.func, ast.Attribute) and expr.func.attr == "autocast" \
-            and not outline.qualified_names(expr.func) and not any(
-                k.arg == "enabled" and isinstance(k.value, ast.Constant) and k.value.value is False
-                for k in expr.keywords)
+        func = expr.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+        framework = isinstance(func, ast.Attribute) and name == "autocast" and not outline.qualified_names(func)
+        if not framework and name is not None and name not in wrappers:
+            # `from .utils import amp_ctx as ctx_`: the name imported
+            name = next((q.rsplit(".", 1)[-1] for q in outline.qualified_names(func)), name)
+        return (framework or name in wrappers) and not any(
+            k.arg == "enabled" and isinstance(k.value, ast.Constant) and k.value.value is False
+            for k in expr.keywords)
 
     scopes = outline.scopes
     spans = [(w.body[0], w, scopes[id(w)]) for kind in (ast.With, ast.AsyncWith) for w in outline.nodes(kind)
@@ -253,11 +263,31 @@ def framework_autocast(ctx: FileContext, expr: cst.BaseExpression) -> bool | Non
     (accelerate's ``accelerator.autocast()``, a trainer's ``self.autocast()``), which picks its
     device and dtype itself. False when a literal ``enabled=False`` turns it off; None when
     ``expr`` is no such call."""
-    if not isinstance(expr, cst.Call) or not isinstance(expr.func, cst.Attribute) \
-            or expr.func.attr.value != "autocast" or ctx.qualified_names(expr.func):
+    if not isinstance(expr, cst.Call):
         return None
+    if not isinstance(expr.func, cst.Attribute) or expr.func.attr.value != "autocast" \
+            or ctx.qualified_names(expr.func):
+        if project_autocast_wrapper(ctx, expr) is None:
+            return None
     enabled = next((a.value for a in expr.args if a.keyword is not None and a.keyword.value == "enabled"), None)
     return enabled is None or literal_bool(enabled) is not False
+
+
+def project_autocast_wrapper(ctx: FileContext, expr: cst.BaseExpression):
+    """For a call of one of the project's own autocast wrappers (``maybe_autocast(...)``,
+    ``self.amp_context()``, ``utils.amp_ctx()``; ``project_index.AutocastWrapper``), its
+    definition; None otherwise, and for a name an import binds to another library."""
+    if not isinstance(expr, cst.Call):
+        return None
+    func = expr.func
+    name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
+    if name is None or ctx.resolves_to(func, AUTOCAST) is not None:
+        return None
+    imported = ctx.qualified_names(func)
+    if imported and isinstance(func, cst.Name):  # `from .utils import amp_ctx as ctx_`: the imported name
+        name = next(iter(imported)).rsplit(".", 1)[-1]
+    wrappers = ctx.autocast_wrappers().get(name)
+    return wrappers[0] if wrappers else None
 
 
 def autocast_region(ctx: FileContext, node: cst.CSTNode,

@@ -5,7 +5,7 @@ import ast
 import libcst as cst
 
 from ..engine.context import FileContext
-from ..engine.diagnostics import Fix
+from ..engine.diagnostics import Fix, Related
 from ..engine.edits import edit_from_tree
 from ..engine.outline import Outline
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
@@ -15,6 +15,7 @@ from ..engine.semantics import (
     calls_in_regions,
     disables_itself,
     method_call,
+    project_autocast_wrapper,
     statement_of,
 )
 
@@ -34,6 +35,14 @@ def _may_fire(outline: Outline) -> bool:
     return any(id(c) in regions and ((isinstance(c.func, ast.Attribute) and c.func.attr == "backward")
                                      or not outline.qualified_names(c.func).isdisjoint(_AUTOGRAD))
                for c in outline.nodes(ast.Call))
+
+
+def _project_wrapper(ctx: FileContext, region: cst.CSTNode):
+    """The project's own autocast wrapper a ``with`` opens, if that is what makes it a region."""
+    if not isinstance(region, cst.With):
+        return None
+    return next((w for item in reversed(region.items)
+                 if (w := project_autocast_wrapper(ctx, item.item)) is not None), None)
 
 
 def _movable_expr(expr: cst.BaseExpression) -> bool:
@@ -85,7 +94,11 @@ class BackwardInsideAutocast(Rule):
     region: a `with torch.autocast(...)` block (any spelling or alias, or a name bound to one),
     a function decorated with autocast, or a `with` on a framework's or project's own autocast
     context (`with accelerator.autocast():`, `with self.autocast():`, a method named `autocast`
-    on an object). A nested `autocast(enabled=False)` block ends the region, and so does one
+    on an object), or a call of the project's own autocast wrapper, in any of its files (a
+    `@contextmanager` that yields inside `torch.autocast`, a function returning one, a
+    `functools.partial` or alias of one, a wrapper of those; see `project_index`): the message
+    then names the wrapper's definition, also a related location in JSON and SARIF. A nested
+    `autocast(enabled=False)` block ends the region, and so does one
     whose dtype its device does not accept (`torch.autocast("cpu", dtype=torch.float64)`,
     which torch turns off; AMP011 reports it). A backward pass is also a framework's
     `accelerator.backward(loss)`.
@@ -131,6 +144,7 @@ class BackwardInsideAutocast(Rule):
     uses_policy = True  # which dtypes a region's device accepts
     fragments = (("autocast", AnyOf("backward", "autograd")),)  # a backward pass inside a region
     may_fire = staticmethod(_may_fire)
+    project_wrappers_for = "autocast"  # `with amp_ctx():`, a wrapper of the project's
 
     valid = (
         Valid("""
@@ -319,8 +333,15 @@ def step(self, batch):
             fix = None if id(region[1]) in fixed_blocks else self._fix(ctx, call, region[1])
             if fix is not None:
                 fixed_blocks.add(id(region[1]))
-            ctx.report(call, f"`{what}` inside an autocast region: run the backward pass "
-                             "after the `with` block", fix)
+            wrapper = _project_wrapper(ctx, region[1]) if region[0] is None else None
+            if wrapper is None:
+                ctx.report(call, f"`{what}` inside an autocast region: run the backward pass "
+                                 "after the `with` block", fix)
+                continue
+            root = ctx.project()[0]
+            ctx.report(call, f"`{what}` inside an autocast region (`{wrapper.name}` opens autocast, "
+                             f"{wrapper.where(root)}): run the backward pass after the `with` block", fix,
+                       related=(Related(wrapper.shown_path(), wrapper.row, f"`{wrapper.name}` opens autocast"),))
 
     def _fix(self, ctx: FileContext, call: cst.Call, region: cst.CSTNode) -> Fix | None:
         if not isinstance(region, cst.With) or len(region.items) != 1 \

@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import ast
 from functools import lru_cache
 
 import libcst as cst
 
 from ..engine.context import FileContext
+from ..engine.crossfile import loss_place
 from ..engine.diagnostics import Fix, Related
 from ..engine.outline import Outline
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
@@ -62,24 +64,24 @@ def _disabled_region(ctx: FileContext, node: cst.CSTNode) -> bool:
     return False
 
 
-# The methods a training framework runs under the autocast its precision setting opens
-# (Lightning's LightningModule hooks).
-_STEP_HOOKS = frozenset({"training_step", "validation_step", "test_step", "predict_step"})
-
-
 def _loss_place(ctx: FileContext, call: cst.Call) -> str | None:
-    """Where a loss is computed, if ``call`` is in one: a module's ``forward`` or step hook, a
-    function or method named like a loss (``compute_loss``, ``balance_bce_loss``), or any method
-    of a class named like one (``GAILLoss``). How the code there is reached is not followed."""
-    function = enclosing_function(ctx, call)
-    if function is None:
+    """Where a loss is computed, if ``call`` is in one (``crossfile.loss_place``)."""
+    return loss_place(ctx, call)
+
+
+def _class_handed_over(ctx: FileContext, call: cst.Call, banned: frozenset[str]):
+    """``(reference, spelling)`` for a banned loss class handed to a call uncalled, for that
+    call to build it (``BaseLoss(nn.BCELoss, *args, **kwargs)``, ``partial(nn.BCELoss, ...)``);
+    not a test of a type (``isinstance(m, nn.BCELoss)``)."""
+    if isinstance(call.func, cst.Name) and call.func.value in ("isinstance", "issubclass", "type"):
         return None
-    cls = next((a for a in ctx.ancestors(function) if isinstance(a, cst.ClassDef)), None)
-    name = function.name.value
-    if "loss" in name.lower() or (cls is not None and (name == "forward" or name in _STEP_HOOKS)):
-        return f"`{cls.name.value + '.' if cls is not None else ''}{name}`"
-    if cls is not None and "loss" in cls.name.value.lower():
-        return f"`{cls.name.value}.{name}`"
+    for arg in call.args:
+        value = arg.value
+        if arg.star or not isinstance(value, (cst.Name, cst.Attribute)):
+            continue
+        spelling = ctx.resolves_to(value, banned)
+        if spelling is not None and _is_module_class(spelling):
+            return value, spelling
     return None
 
 
@@ -107,7 +109,9 @@ def _enabling_site(ctx: FileContext, project, call: cst.Call, spelling_of):
 def _may_fire(outline: Outline) -> bool:
     """An enabled region here (every region comes from an autocast call), or a banned spelling
     called or built here for a region elsewhere in the project."""
-    return calls_enabled_autocast(outline) or bool(outline.calls_to(_banned_anywhere()))
+    banned = _banned_anywhere()
+    return calls_enabled_autocast(outline) or bool(outline.calls_to(banned)) or any(
+        not outline.qualified_names(a).isdisjoint(banned) for c in outline.nodes(ast.Call) for a in c.args)
 
 
 class OpUnsafeUnderAutocast(Rule):
@@ -130,7 +134,10 @@ class OpUnsafeUnderAutocast(Rule):
     do not count), and so are the framework settings that make a framework open the region
     itself: Lightning's `Trainer(precision="16-mixed")` (or `"bf16-mixed"`), accelerate's
     `Accelerator(mixed_precision="fp16")`, transformers' `TrainingArguments(fp16=True)` (or
-    `bf16=True`); they are judged with the configured device's table. The message names the
+    `bf16=True`), mmcv's `Fp16OptimizerHook(...)`; they are judged with the configured device's
+    table. There, a banned loss class handed uncalled to a call that builds it
+    (`BaseLoss(nn.BCELoss, ...)`) counts too; names a module re-exports through
+    `from .imports import *` resolve as that module's imports do. The message names the
     autocast call or the setting, which JSON (`related`) and SARIF (`relatedLocations`) also
     give as a location.
 
@@ -261,8 +268,14 @@ class Trainer:
         for call in calls(ctx):
             region = autocast_region(ctx, call)
             if region is None:
-                if _disabled_region(ctx, call) or (place := _loss_place(ctx, call)) is None \
-                        or spelling_of(call, _banned_anywhere()) is None:
+                if _disabled_region(ctx, call) or (place := _loss_place(ctx, call)) is None:
+                    continue
+                handed = _class_handed_over(ctx, call, _banned_anywhere()) \
+                    if spelling_of(call, _banned_anywhere()) is None else None
+                if handed is not None:
+                    self._report_handed_over(ctx, call, handed, place)
+                    continue
+                if spelling_of(call, _banned_anywhere()) is None:
                     continue
                 if project is None:
                     project = ctx.project() or ()
@@ -289,6 +302,32 @@ class Trainer:
                 advice = "compute it outside the region, or under `autocast(enabled=False)` in float32"
             ctx.report(call, f"`{spelling}` reaches `{ops[0]}`, which autocast refuses on "
                              f"{table.device} (it raises): {advice}", self._fix(ctx, call))
+
+    def _report_handed_over(self, ctx: FileContext, call: cst.Call, handed, place: str) -> None:
+        """A banned loss class handed to ``call``, which builds it, where a loss is computed in
+        a project whose other code enables autocast on a device that bans it."""
+        reference, spelling = handed
+        project = ctx.project() or ()
+        if not project:
+            return
+        for site in project[1]:
+            try:
+                table = ctx.policy(site.device)
+            except PolicyError:
+                continue
+            if spelling not in table.spellings_with("banned"):
+                continue
+            ops = [op for op in table.ops_reached_by(spelling) if table.policy(op) == "banned"]
+            more = len(project[1]) - 1
+            where = site.where(project[0]) + (f" and {more} more" if more else "")
+            related = Related(site.shown_path(), site.row, f"autocast on ({site.setting})" if site.setting
+                              else "autocast entered here")
+            ctx.report(reference, f"`{spelling}` handed to `{ctx.code(call.func)}`, which builds it: it reaches "
+                                  f"`{ops[0]}`, which autocast refuses on {table.device} (it raises), and this "
+                                  f"project runs code under autocast ({where}): if {place} runs there, it fails; "
+                                  "use the `_with_logits` form or compute it in float32 under "
+                                  "`autocast(enabled=False)`", related=(related,))
+            return
 
     def _fix(self, ctx: FileContext, call: cst.Call) -> Fix | None:
         func = call.func.func if isinstance(call.func, cst.Call) else call.func

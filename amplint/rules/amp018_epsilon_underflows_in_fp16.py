@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 import ast
+from pathlib import Path
 
 import libcst as cst
 
 from ..engine.context import FileContext
+from ..engine.crossfile import enabling_site, loss_place, loss_places_on_ast
 from ..engine.outline import Outline
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import (
@@ -23,6 +25,7 @@ from ..engine.semantics import (
     subtree,
 )
 from ..engine.tree import children
+from ..policy import PolicyError
 
 # float16's smallest subnormal is 2**-24; anything below half of it rounds to 0.
 FP16_SMALLEST = 2.0 ** -24
@@ -36,6 +39,10 @@ _PROBABILITIES = frozenset({"sigmoid", "softmax"})
 # Names a function that deals with float16 itself mentions (_handles_half).
 _HALF_AWARE = frozenset({"torch.float16", "torch.half", "torch.finfo"})
 _METADATA = frozenset({"shape", "ndim", "dtype", "device", "size", "dim", "numel"})
+# Name parts of what a data loader gives (in float32, whatever autocast runs).
+_GROUND_TRUTH = frozenset({"gt", "target", "targets", "label", "labels", "truth"})
+# Methods whose result is a Python number or an integer count, not a float16 tensor.
+_COUNTS = frozenset({"item", "size", "numel", "dim", "long", "int", "count_nonzero", "tolist"})
 
 
 def _tiny_float(node: ast.AST) -> bool:
@@ -57,6 +64,11 @@ def _may_fire(outline: Outline) -> bool:
         return False
     if calls_enabled_autocast(outline):
         return True
+    # Where a loss is computed, in a project that enables float16 autocast elsewhere
+    # (_check_project_float16).
+    if outline.project is not None and any(_tiny_float(n) for f in loss_places_on_ast(outline) for n in ast.walk(f)) \
+            and outline.project.float16_autocast:
+        return True
     tiny_names = {a.arg for f in outline.nodes(ast.arguments)
                   for a, d in zip((f.posonlyargs + f.args)[::-1], f.defaults[::-1]) if _tiny_float(d)}
     tiny_names |= {a.arg for f in outline.nodes(ast.arguments)
@@ -64,6 +76,9 @@ def _may_fire(outline: Outline) -> bool:
     tiny_names |= {t.id for a in outline.tree.body if isinstance(a, (ast.Assign, ast.AnnAssign))
                    and _tiny_float(a.value) for t in (a.targets if isinstance(a, ast.Assign) else [a.target])
                    if isinstance(t, ast.Name)}
+    # and a function's local constants (`eps = 1e-8` in its body)
+    tiny_names |= {t.id for a in outline.nodes(ast.Assign) if _tiny_float(a.value)
+                   for t in a.targets if isinstance(t, ast.Name)}
 
     def tiny(node: ast.AST) -> bool:
         return _tiny_float(node) or isinstance(node, ast.Name) and node.id in tiny_names
@@ -192,6 +207,15 @@ def _epsilon(ctx: FileContext, node: cst.BaseExpression) -> tuple[float, cst.CST
             if param.name.value == node.value:
                 value = _tiny(param.default) if param.default is not None else None
                 return (value, param) if value is not None and not _rebound(ctx, function, node.value) else None
+        # A local constant: the one assignment the function makes to the name.
+        local = [a.value for a in ctx.nodes(cst.Assign) if ctx.contains(function, a)
+                 and any(isinstance(t.target, cst.Name) and t.target.value == node.value for t in a.targets)]
+        if local:
+            value = _tiny(local[0]) if len(local) == 1 and not any(
+                isinstance(a.target, cst.Name) and a.target.value == node.value
+                for kind in (cst.AugAssign, cst.AnnAssign) for a in ctx.nodes(kind) if ctx.contains(function, a)) \
+                else None
+            return (value, local[0]) if value is not None else None
     constant = _single_binding(ctx.module.body, node.value)
     value = _tiny(constant) if constant is not None else None
     return (value, constant) if value is not None else None
@@ -491,6 +515,14 @@ class EpsilonUnderflowsInFp16(Rule):
       float16 (`Net().cuda().half()`, `model = Net()`; `model.to(torch.float16)`): any such
       guard of a division, `log` or `sqrt` in its methods, unless widened to float32 first.
 
+    - outside any region, where a loss is computed (a function or class named like a loss,
+      or a module's `forward` in a module named like one: `losses/distillation.py`) in a
+      project whose other code enables float16 autocast (an autocast call that may run in
+      float16, a framework setting): a guard of a division, `log` or `sqrt` of a value no op
+      on its way makes float32 (no `.float()`, not the output of an op autocast runs in
+      float32, not computed from the labels: names with `gt`, `target`, `label`); the message
+      names the autocast call or setting.
+
     ## Why is this bad?
     In float16 the epsilon rounds to exactly 0, so `x / (norm + 1e-8)` divides by zero and
     `torch.log(p.clamp(min=1e-10))` takes the log of 0: the guard does nothing and the loss
@@ -694,7 +726,10 @@ class GAE(torch.nn.Module):
                 if owner in halved:
                     self._check_half_model(ctx, node, found[1], owner, halved[owner])
                 else:
+                    before = len(ctx.diagnostics)
                     self._check_caller_dtype(ctx, node, found[1])
+                    if len(ctx.diagnostics) == before:
+                        self._check_project_float16(ctx, node, found[1])
 
     def _check_half_model(self, ctx: FileContext, eps: cst.BaseExpression, written: cst.CSTNode,
                           owner: str, half: cst.Call) -> None:
@@ -729,6 +764,61 @@ class GAE(torch.nn.Module):
                         f"to 0 when this runs in float16 (a float16 `{tensor}` or model), where the {zero} "
                         f"it guards reaches 0: the {op} gives inf/NaN; use ≥ 1e-6 (or one from "
                         "`torch.finfo(x.dtype)`), or compute this step in float32")
+
+    def _check_project_float16(self, ctx: FileContext, eps: cst.BaseExpression, written: cst.CSTNode) -> None:
+        """Outside any region of this file, where a loss is computed (``crossfile.loss_place``)
+        in a project whose other code enables float16 autocast: a guard of a division, log or
+        root of a value nothing on its way makes float32 (an op autocast runs in float32, a
+        cast), which runs in float16 when the loss runs in that region."""
+        function = enclosing_function(ctx, eps)
+        guard = _guard(ctx, eps)
+        place = loss_place(ctx, eps)
+        if function is None or guard is None or _handles_half(ctx, function) or place is None:
+            return
+        # A loss by its name or its module's (`losses/distillation.py`): a module's forward
+        # elsewhere may well run on raw float32 data (a feature extractor's spectrum).
+        if "loss" not in place.lower() and not any("loss" in part.lower() for part in Path(ctx.path).parts[-2:]):
+            return
+        op = _guarded_op(ctx, guard[0], function)
+        if op is None:
+            return
+        found = enabling_site(ctx, float16=True)
+        if found is None:
+            return
+        site, where, related = found
+        try:
+            table = ctx.policy(site.device)
+        except PolicyError:
+            return
+        value = guard[1]
+        operands = [value.left, value.right] if isinstance(value, cst.BinaryOperation) else [value]
+        if any(inferred_dtype(ctx, o, table, depth=4) == "float32" for o in operands):
+            return  # made by an op autocast runs in float32 (a sum, a norm, a softmax), or promoted to it
+        bound = _bound_values(ctx, function)
+        def number(expr) -> bool:  # a Python number: a counter started at 0, a size, a count
+            if isinstance(expr, cst.Integer):
+                return True
+            if isinstance(expr, (cst.Tuple, cst.List)):  # `count_a, count_b = 0, 0`
+                return bool(expr.elements) and all(number(e.value) for e in expr.elements)
+            if isinstance(expr, cst.Call):
+                return isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _COUNTS \
+                    or isinstance(expr.func, cst.Name) and expr.func.value == "len"
+            return False
+
+        if any(number(o) or isinstance(o, cst.Name) and any(number(v) for v in bound.get(o.value, ()))
+               for o in operands):
+            return
+        slice_ = list(_slice(ctx, value, function))
+        if any(isinstance(node, cst.Call) and _widens(ctx, node, bound) for node in slice_):
+            return  # cast to float32 on the way: the epsilon survives
+        if any(isinstance(node, cst.Name) and not _GROUND_TRUTH.isdisjoint(node.value.lower().split("_"))
+               for node in slice_):
+            return  # computed from the labels (boxes, targets), which the data loader gives in float32
+        origin = "" if written is eps else f" (line {ctx.location(ctx.offsets(written)[0]).row})"
+        ctx.report(eps, f"`{ctx.code(eps)}`{origin} is below float16's smallest value (≈5.96e-8) and rounds "
+                        f"to 0 in float16, and this project runs code under float16 autocast ({where}): if "
+                        f"{loss_place(ctx, eps)} runs there, the {op} it guards gives inf/NaN at 0; use ≥ 1e-6 "
+                        "or compute this step in float32", related=(related,))
 
     @staticmethod
     def _fp16_table(ctx: FileContext, node: cst.CSTNode):

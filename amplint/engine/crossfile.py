@@ -1,0 +1,72 @@
+"""What a rule reads of the rest of the project (``project_index``) for code in this file that
+another file runs: where a loss is computed, and the autocast calls or framework settings of
+the project under which it may run. Shared by the rules that report such code (AMP003,
+AMP008, AMP018), so that they agree on what counts."""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from .diagnostics import Related
+from .semantics import enclosing_function
+
+if TYPE_CHECKING:
+    from .context import FileContext
+    from .outline import Outline
+    from .project_index import AutocastSite
+
+# The methods a training framework runs under the autocast its precision setting opens
+# (Lightning's LightningModule hooks).
+STEP_HOOKS = frozenset({"training_step", "validation_step", "test_step", "predict_step"})
+
+
+def loss_place(ctx: FileContext, node: cst.CSTNode) -> str | None:
+    """Where a loss is computed, if ``node`` is in one: a module's ``forward`` or step hook, a
+    function or method named like a loss (``compute_loss``, ``balance_bce_loss``), or any method
+    of a class named like one (``GAILLoss``). How the code there is reached is not followed."""
+    function = enclosing_function(ctx, node)
+    if function is None:
+        return None
+    cls = next((a for a in ctx.ancestors(function) if isinstance(a, cst.ClassDef)), None)
+    name = function.name.value
+    if "loss" in name.lower() or (cls is not None and (name == "forward" or name in STEP_HOOKS)):
+        return f"`{cls.name.value + '.' if cls is not None else ''}{name}`"
+    if cls is not None and "loss" in cls.name.value.lower():
+        return f"`{cls.name.value}.{name}`"
+    return None
+
+
+def loss_places_on_ast(outline: Outline) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    """``loss_place`` on Python's ast, loosely: the functions that may be one (a method is
+    any function directly in a class body)."""
+    found = []
+    for cls in outline.nodes(ast.ClassDef):
+        loss_class = "loss" in cls.name.lower()
+        for f in cls.body:
+            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+                    loss_class or f.name == "forward" or f.name in STEP_HOOKS or "loss" in f.name.lower()):
+                found.append(f)
+    for kind in (ast.FunctionDef, ast.AsyncFunctionDef):
+        found.extend(f for f in outline.nodes(kind) if "loss" in f.name.lower())
+    return found
+
+
+def enabling_site(ctx: FileContext, float16: bool = False) -> tuple[AutocastSite, str, Related] | None:
+    """The project's first autocast call or framework setting (``float16``: one that may run
+    in float16), with how to name it in a message (``trainer.py:12 and 2 more``) and as a
+    related location; None for a file in no project, or a project that enables none."""
+    project = ctx.project()
+    if not project:
+        return None
+    root, sites = project
+    sites = [s for s in sites if s.may_be_float16()] if float16 else list(sites)
+    if not sites:
+        return None
+    site = sites[0]
+    more = len(sites) - 1
+    related = Related(site.shown_path(), site.row, f"autocast on ({site.setting})" if site.setting
+                      else "autocast entered here")
+    return site, site.where(root) + (f" and {more} more" if more else ""), related

@@ -50,9 +50,14 @@ class Prefilter:
     order. Each pattern is searched on its own (one big alternation defeats the regex
     engine's literal scan and is many times slower) and at most once per text, however many
     rules share it.
+
+    With a project's own tables (``project_tables``), the ``may_fire`` of a rule that reads the
+    tables is not asked: it knows only the committed tables, and the project's may make any of
+    its calls an op they list.
     """
 
-    def __init__(self, rules: Sequence[type[Rule]]):
+    def __init__(self, rules: Sequence[type[Rule]], project_tables: bool = False):
+        self.project_tables = project_tables
         compiled: dict[str, re.Pattern | str] = {}
 
         def searcher(pattern: str) -> re.Pattern | str:
@@ -91,7 +96,8 @@ class Prefilter:
             return candidates, None
         outline = Outline.parse(text)
         return [rule for rule in candidates
-                if rule.may_fire is None or outline is None or rule.may_fire(outline)], outline
+                if rule.may_fire is None or outline is None or (self.project_tables and rule.uses_policy)
+                or rule.may_fire(outline)], outline
 
     def search(self, text: str) -> bool:
         """Whether the text is worth parsing with libcst for any of the rules."""
@@ -99,8 +105,8 @@ class Prefilter:
 
 
 @lru_cache(maxsize=64)
-def prefilter(rules: tuple[type[Rule], ...]) -> Prefilter:
-    return Prefilter(rules)
+def prefilter(rules: tuple[type[Rule], ...], project_tables: bool = False) -> Prefilter:
+    return Prefilter(rules, project_tables)
 
 
 def _engine_diagnostic(kind, path, message, row=1, col=1, detail=None) -> Diagnostic:
@@ -303,7 +309,8 @@ def lint_source(path: str, source: str, rules: Sequence[type[Rule]], *,
     for _ in range(MAX_FIX_ROUNDS if fix else 1):
         # Rules that cannot fire on this text are not run; a fix can change that, so again
         # each round.
-        selected, outline = prefilter(tuple(rules)).select_with_outline(text) if use_prefilter \
+        project_tables = getattr(policy_loader, "policies", None) is not None
+        selected, outline = prefilter(tuple(rules), project_tables).select_with_outline(text) if use_prefilter \
             else (rules, None)
         if not selected:
             result.diagnostics = []  # nothing left to find in this text

@@ -8,7 +8,7 @@ from ..engine.context import FileContext
 from ..engine.diagnostics import Fix, Related
 from ..engine.outline import Outline
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
-from ..engine.semantics import (autocast_of_with_item, autocast_region, calls, calls_enabled_autocast, enclosing_function,
+from ..engine.semantics import (autocast_of_with_item, autocast_region, calls, enclosing_function,
                                 method_call, region_table)
 from ..policy import PolicyError, committed_tables
 
@@ -105,9 +105,10 @@ def _enabling_site(ctx: FileContext, project, call: cst.Call, spelling_of):
 
 
 def _may_fire(outline: Outline) -> bool:
-    """An enabled region here (every region comes from an autocast call), or a banned spelling
-    called or built here for a region elsewhere in the project."""
-    return calls_enabled_autocast(outline) or bool(outline.calls_to(_banned_anywhere()))
+    """A spelling some committed table bans, called or built here: for a region here or
+    elsewhere in the project (a project's own tables are not known here: with them, the
+    prefilter does not ask)."""
+    return bool(outline.calls_to(_banned_anywhere()))
 
 
 class OpUnsafeUnderAutocast(Rule):

@@ -15,63 +15,7 @@ from hypothesis import strategies as st
 from amplint.engine.rule import all_rules
 from amplint.engine.runner import INTERNAL_ERROR, SYNTAX_ERROR, lint_source
 from amplint.policy import loader
-
-IMPORTS = [
-    "import torch",
-    "import torch as th\nimport torch",
-    "import torch\nfrom torch.cuda.amp import autocast, GradScaler",
-    "import torch\nfrom torch.cuda import amp",
-    "import torch\nimport torch.nn.functional as F\nfrom torch import nn",
-]
-REGIONS = [
-    'with torch.autocast("cuda"):',
-    'with torch.autocast("cuda", dtype=torch.bfloat16):',
-    "with torch.cuda.amp.autocast():",
-    'with torch.autocast("cuda", enabled=False):',
-    'with torch.autocast("cpu", dtype=torch.float64):',
-]
-INSIDE = [
-    "out = model(x)",
-    "loss = loss_fn(out, y)",
-    "loss = torch.nn.functional.binary_cross_entropy(torch.sigmoid(out), y)",
-    "logp = torch.log(torch.softmax(out, dim=-1))",
-    "pad = torch.zeros(out.shape[0], 1, device=out.device)",
-    "loss = out.mean() / (out.abs().amax() + 1e-8)",
-    "scaler.scale(loss).backward()",
-    "loss.backward()",
-]
-AFTER = [
-    "scaler.scale(loss).backward()",
-    "loss.backward()",
-    "scaler.unscale_(optimizer)",
-    "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)",
-    "scaler.step(optimizer)",
-    "optimizer.step()",
-    "scaler.update()",
-    "optimizer.zero_grad()",
-    "if max_norm:\n    scaler.unscale_(optimizer)\n    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)",
-    'torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)',
-]
-SETUP = [
-    "scaler = torch.cuda.amp.GradScaler()",
-    'scaler = torch.amp.GradScaler("cuda", init_scale=1024.0)',
-    "scaler = torch.cuda.amp.GradScaler(2.0**14, enabled=True)",
-]
-
-
-@st.composite
-def training_loops(draw):
-    body = [draw(st.sampled_from(REGIONS))]
-    body += ["    " + line for line in draw(st.lists(st.sampled_from(INSIDE), min_size=1, max_size=5))]
-    body += draw(st.lists(st.sampled_from(AFTER), max_size=7))
-    loop = "\n".join(body)
-    wrapped = draw(st.sampled_from(["loop", "function", "module"]))
-    if wrapped == "loop":
-        loop = "for x, y in loader:\n" + textwrap.indent(loop, "    ")
-    elif wrapped == "function":
-        loop = "def train_step(model, x, y, optimizer, scaler, max_norm, path):\n" + textwrap.indent(loop, "    ")
-    return f"{draw(st.sampled_from(IMPORTS))}\n{draw(st.sampled_from(SETUP))}\n{loop}\n"
-
+from training_loops import training_loops
 
 RULES = list(all_rules())
 LOAD = loader("cuda")

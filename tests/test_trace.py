@@ -371,3 +371,88 @@ def test_correct_recipes_on_cpu_autocast_run_clean(tmp_path, monkeypatch):
     assert "done" in result.stderr  # the program's stdout goes to stderr with json
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout) == []
+
+
+def marked_lines(path: Path, code: str) -> list[int]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [i for i, line in enumerate(lines, 1) if f"# <{code}>" in line]
+
+
+def test_amp003_float32_factories_meet_half_activations(tmp_path, monkeypatch):
+    # Three float32 factories in a forward under bfloat16 autocast: one concatenated (cpu autocast
+    # promotes cat's inputs), one added (the add promotes), one index-put into (torch raises).
+    script = write(tmp_path, """\
+        class Head(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.proj = nn.Linear(3, 3)
+
+            def forward(self, h):
+                pad = torch.zeros(h.shape[0], 1, device=h.device)  # <AMP003>
+                h = torch.cat([h, pad], dim=1)
+                bias = torch.ones(3, device=h.device)  # <AMP003>
+                h = self.proj(h) + bias
+                out = torch.zeros(h.shape[0], 3, device=h.device)  # <AMP003>
+                out[torch.arange(h.shape[0])] = self.proj(torch.cat([h[:, :2], h[:, :1]], 1))
+                return out
+
+        head = Head()
+        for x, y in data:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = F.cross_entropy(head(model(x)), y)
+            loss.backward()
+            opt.step()
+    """)
+    result, findings = trace_json(tmp_path, monkeypatch, script)
+    assert result.exit_code == 1  # the index-put raised in the program
+    assert "Index put requires the source and destination dtypes match" in result.stderr
+    assert [(f["code"], f["filename"], f["location"]["row"]) for f in findings] == \
+        [("AMP003", script.name, row) for row in marked_lines(script, "AMP003")], findings
+    cat, add, index_put = (f["message"] for f in findings)
+    assert "`torch.zeros`" in cat and "`aten::cat`" in cat and "promoted the bfloat16 inputs" in cat
+    assert "`torch.ones`" in add and "`aten::add`" in add and "promoted the result to float32" in add
+    assert "`aten::index_put_`" in index_put and "raised" in index_put
+
+
+def test_amp011_autocast_dtype_torch_disables(tmp_path, monkeypatch):
+    # A precision switch that gives float32 for "no AMP": torch warns and runs the region in float32.
+    script = write(tmp_path, """\
+        precision = sys.argv[1]
+        amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[precision]
+        for x, y in data:
+            opt.zero_grad()
+            with torch.autocast("cpu", dtype=amp_dtype):  # <AMP011>
+                loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+    """)
+    with pytest.warns(UserWarning, match="Disabling autocast") as warned:
+        result = trace(tmp_path, monkeypatch, "--output-format", "json", "--", "python", script.name, "fp32")
+    assert_only(json.loads(result.stdout), "AMP011", script)
+    assert "float32" in json.loads(result.stdout)[0]["message"]
+    # torch's own warning is still given, once, at the program's line (not the tracer's)
+    assert [(Path(w.filename).name, w.lineno) for w in warned] == [(script.name, marked_line(script, "AMP011"))]
+    result = trace(tmp_path, monkeypatch, "--output-format", "json", "--", "python", script.name, "bf16")
+    assert json.loads(result.stdout) == [] and result.exit_code == 0
+
+
+def test_half_outputs_overflow_and_underflow_per_module():
+    # One float16 Linear whose 4 outputs are, by construction: inf (overflow), a subnormal, 0, 1.
+    import amplint
+    from amplint.trace import report
+    from amplint.trace.runner import TraceResult
+    from torch import nn
+
+    linear = nn.Linear(4, 4)
+    with torch.no_grad():
+        linear.weight.copy_(torch.tensor([[1e5, 0, 0, 0], [1e-6, 0, 0, 0], [0, 0, 0, 0], [1, 0, 0, 0]]))
+        linear.bias.zero_()
+    with amplint.tracing() as t:
+        for _ in range(2):
+            with torch.autocast("cpu", dtype=torch.float16):
+                linear(torch.ones(3, 4)).float().sum().backward()
+    numerics = next(m for m in t.dtype_map if m["module"] == "Linear")["half_outputs"]
+    assert numerics == {"calls_counted": 2, "values": 24, "overflow": 0.25, "zero": 0.25, "subnormal": 0.25}
+    result = TraceResult(t, 0)
+    assert "25%, 25%, 25%" in report.dtype_table(result)
+    assert "half outputs: inf/NaN 25% · zero 25% · subnormal 25%" in report.html_page(result)

@@ -565,10 +565,9 @@ def _truth_subject(test: cst.BaseExpression) -> tuple[cst.BaseExpression, bool]:
     return test, True
 
 
-def _helper_clip(ctx: FileContext, call: cst.Call) -> cst.Call | None:
-    """The clip inside a helper of this file that ``call`` runs: ``self.m(...)`` for a method
-    of the enclosing class, or ``f(...)`` for a module-level function, whose own body clips
-    gradients and never unscales them."""
+def helper(ctx: FileContext, call: cst.Call) -> cst.FunctionDef | None:
+    """The function of this file that ``call`` runs: ``self.m(...)`` for a method of the
+    enclosing class, or ``f(...)`` for a module-level function."""
     func = call.func
     if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
         cls = next((a for a in ctx.ancestors(call) if isinstance(a, cst.ClassDef)), None)
@@ -578,11 +577,17 @@ def _helper_clip(ctx: FileContext, call: cst.Call) -> cst.Call | None:
         body, name = ctx.module.body, func.value
     else:
         return None
-    helper = next((s for s in body if isinstance(s, cst.FunctionDef) and s.name.value == name), None)
-    if helper is None:
+    return next((s for s in body if isinstance(s, cst.FunctionDef) and s.name.value == name), None)
+
+
+def _helper_clip(ctx: FileContext, call: cst.Call) -> cst.Call | None:
+    """The clip inside a helper of this file that ``call`` runs (``helper``), whose own body
+    clips gradients and never unscales them."""
+    helper_def = helper(ctx, call)
+    if helper_def is None:
         return None
     clips = []
-    for node in _walk(helper.body, into_suites=True):
+    for node in _walk(helper_def.body, into_suites=True):
         if isinstance(node, cst.Call):
             mc = method_call(node)
             if mc is not None and mc[1] == "unscale_":

@@ -372,6 +372,16 @@ def region_table(ctx: FileContext, ac: AutocastCall):
     return ctx.policy(device)
 
 
+def disables_itself(ctx: FileContext, ac: AutocastCall) -> bool:
+    """Whether torch turns the region off for its dtype (AMP011's verdict): a literal dtype
+    that the table of its literal, accepted device does not support. Torch warns "Disabling
+    autocast" and runs the region as ``enabled=False`` would."""
+    if ac.device is None or ac.dtype is None or ac.device.split(":")[0] not in ctx.policy().autocast_devices:
+        return False
+    table = region_table(ctx, ac)
+    return table is not None and ac.dtype not in table.supported_dtypes
+
+
 def region_dtype(ctx: FileContext, ac: AutocastCall) -> str | None:
     """The lower-precision dtype a region runs in: its literal dtype, else the device's default
     from the tables; None when an expression decides."""

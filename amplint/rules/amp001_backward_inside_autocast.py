@@ -9,7 +9,14 @@ from ..engine.diagnostics import Fix
 from ..engine.edits import edit_from_tree
 from ..engine.outline import Outline
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
-from ..engine.semantics import autocast_region, calls, calls_in_regions, method_call, statement_of
+from ..engine.semantics import (
+    autocast_region,
+    calls,
+    calls_in_regions,
+    disables_itself,
+    method_call,
+    statement_of,
+)
 
 _AUTOGRAD = frozenset({"torch.autograd.backward", "torch.autograd.grad"})
 
@@ -78,8 +85,10 @@ class BackwardInsideAutocast(Rule):
     region: a `with torch.autocast(...)` block (any spelling or alias, or a name bound to one),
     a function decorated with autocast, or a `with` on a framework's or project's own autocast
     context (`with accelerator.autocast():`, `with self.autocast():`, a method named `autocast`
-    on an object). A nested `autocast(enabled=False)` block ends the region. A backward pass
-    is also a framework's `accelerator.backward(loss)`.
+    on an object). A nested `autocast(enabled=False)` block ends the region, and so does one
+    whose dtype its device does not accept (`torch.autocast("cpu", dtype=torch.float64)`,
+    which torch turns off; AMP011 reports it). A backward pass is also a framework's
+    `accelerator.backward(loss)`.
 
     ## Why is this bad?
     PyTorch's AMP documentation: "Backward passes under autocast are not recommended."
@@ -119,6 +128,7 @@ class BackwardInsideAutocast(Rule):
     name = "backward-inside-autocast"
     summary = "Backward pass inside an autocast region"
     fixable = True
+    uses_policy = True  # which dtypes a region's device accepts
     fragments = (("autocast", AnyOf("backward", "autograd")),)  # a backward pass inside a region
     may_fire = staticmethod(_may_fire)
 
@@ -163,6 +173,13 @@ def train_step(self, x, y):
     with self.accelerator.autocast():
         loss = self.loss_fn(self.model(x), y)
     self.accelerator.backward(loss)
+"""),
+        # torch turns off a region whose dtype its device does not accept.
+        Valid("""
+import torch
+with torch.autocast("cpu", dtype=torch.float64):
+    loss = model(x).mean()
+    loss.backward()
 """),
         Valid("""
 def train_step(self, x, y):
@@ -228,6 +245,18 @@ def step(model, x):
     loss = model(x).mean()
     loss.backward()
 """, at=((6, 5, '`backward()` inside an autocast region'),)),
+        # A dtype the region's device accepts: the region runs, and the backward in it.
+        Invalid("""
+import torch
+with torch.autocast("cpu", dtype=torch.float16):
+    loss = model(x).mean()
+    loss.backward()
+""", fixed="""
+import torch
+with torch.autocast("cpu", dtype=torch.float16):
+    loss = model(x).mean()
+loss.backward()
+""", at=((5, 5, '`backward()` inside an autocast region'),)),
         # Found by fuzzing: two backward passes in one block get one fix that moves both.
         Invalid("""
 import torch
@@ -283,7 +312,7 @@ def step(self, batch):
             if not is_backward:
                 continue
             region = autocast_region(ctx, call, frameworks=True)
-            if region is None:
+            if region is None or (region[0] is not None and disables_itself(ctx, region[0])):
                 continue
             what = ctx.code(call.func) + "()" if mc is None else "backward()"
             # One fix per block: the first backward's fix moves every later one out with it.

@@ -2,11 +2,15 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ..engine import flow
 from ..engine.context import FileContext
+from ..engine.flow import Event
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import (
     AutocastCall,
+    assigned_before,
     autocast_calls,
+    autocast_region,
     calls,
     calls_enabled_autocast,
     enclosing_function,
@@ -147,6 +151,37 @@ class _TrainingPaths:
         return None
 
 
+class _BesideScaled(flow.Analysis):
+    """Unscaled backward passes some path runs in the same call as a scaled one, before or
+    after it. The fact: whether a scaled backward ran, and the unscaled ones before any."""
+
+    def __init__(self):
+        self.beside: set[Event] = set()
+
+    def start(self) -> tuple[bool, frozenset]:
+        return False, frozenset()
+
+    def event(self, fact: tuple[bool, frozenset], event: Event) -> tuple[bool, frozenset]:
+        scaled, unscaled = fact
+        if event.kind == flow.SCALED_BACKWARD:
+            self.beside.update(unscaled)
+            return True, frozenset()
+        if event.kind == flow.BACKWARD:
+            if scaled:
+                self.beside.add(event)
+                return fact
+            return False, unscaled | {event}
+        return fact
+
+
+def _backward_tensor(call: cst.Call) -> cst.BaseExpression | None:
+    """``loss`` of ``loss.backward()`` or ``torch.autograd.backward(loss)``."""
+    mc = method_call(call)
+    if mc is not None and mc[1] == "backward":
+        return mc[0]
+    return next((a.value for a in call.args if a.keyword is None and not a.star), None)
+
+
 class Fp16TrainingWithoutScaler(Rule):
     """
     ## What it does
@@ -159,7 +194,11 @@ class Fp16TrainingWithoutScaler(Rule):
     scaler built in the file or a parameter named `scaler`, `grad_scaler` or `amp_scaler`, or
     passes one on, or calls a function of the file that does) scales on some branch and ends
     the search. When the device is an expression and no dtype is given, the region is float16
-    only on a float16 device, so a GradScaler anywhere in the file silences it.
+    only on a float16 device, so a GradScaler anywhere in the file silences it. In a function
+    that scales, it finds a plain `loss.backward()` that some path runs in the same call as a
+    scaled backward (before or after it), of a `loss` last assigned in a float16 region with a
+    literal device or dtype: one loss scaled, another not (`if scaler is not None: ... else:
+    loss.backward()` runs one or the other, and is not reported).
 
     ## Why is this bad?
     float16 cannot represent gradients below about 6e-8 (or 6e-5 at full precision): small
@@ -308,6 +347,30 @@ class Trainer:
             loss = self.model(x, y)
         loss.backward()
 """),
+        # float16 when the scaler is given, and then scaled; without one the region is off.
+        Valid("""
+import torch
+def train_step(model, x, y, optimizer, scaler=None):
+    with torch.autocast("cuda", dtype=torch.float16, enabled=scaler is not None):
+        loss = loss_fn(model(x), y)
+    if scaler is not None:
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        loss.backward()
+        optimizer.step()
+"""),
+        # The unscaled loss beside the scaled one is computed in float32, outside the region.
+        Valid("""
+import torch
+def train_step(model, critic, x, y, scaler):
+    with torch.autocast("cuda"):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    critic_loss = critic(x.detach()).mean()
+    critic_loss.backward()
+"""),
     )
     invalid = (
         Invalid("""
@@ -360,11 +423,39 @@ class Trainer:
         with torch.autocast(device_type=self.device.type):
             return self.loss_fn(self.model(sample["x"]), sample["y"])
 """, at=((10, 14, '`loss.backward()` on line 7 runs unscaled'),)),
+        # One loss of the region scaled, the other not.
+        Invalid("""
+import torch
+def train_step(model, x, y, scaler, optimizer):
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss_a = loss_fn(model(x), y)
+        loss_b = aux_loss(model.head(x))
+    scaler.scale(loss_a).backward()
+    loss_b.backward()
+    scaler.step(optimizer)
+    scaler.update()
+""", at=((4, 10, '`loss_b.backward()` on line 8 runs unscaled beside the scaled backward on line 7'),)),
+        # The generator's loss, in a second region, skips the scaler the discriminator's uses.
+        Invalid("""
+import torch
+class GanTrainer:
+    def train_step(self, real, noise):
+        with torch.autocast("cuda"):
+            loss_d = self.d_loss(real, noise)
+        self.scaler.scale(loss_d).backward()
+        self.scaler.step(self.opt_d)
+        with torch.autocast("cuda"):
+            loss_g = self.g_loss(noise)
+        loss_g.backward()
+        self.scaler.step(self.opt_g)
+        self.scaler.update()
+""", at=((9, 14, '`loss_g.backward()` on line 11 runs unscaled beside the scaled backward on line 7'),)),
     )
 
     def check(self, ctx: FileContext) -> None:
         paths = _TrainingPaths(ctx)
         file_has_scaler = paths.file_scales()
+        reported: set[int] = set()  # ids of the autocast calls reported
         for ac in autocast_calls(ctx):
             if ac.enabled is False or region_dtype(ctx, ac) != "float16":
                 continue
@@ -374,7 +465,42 @@ class Trainer:
                 continue
             backward = paths.unscaled_backward(ac)
             if backward is not None:
+                reported.add(id(ac.node))
                 row = ctx.location(ctx.offsets(backward)[0]).row
                 ctx.report(ac.node, f"float16 autocast with a backward pass but no GradScaler: "
                                     f"`{ctx.code(backward.func)}()` on line {row} runs unscaled, so small "
                                     "gradients underflow to zero; use torch.amp.GradScaler (or bfloat16)")
+        for scope in flow.flows(ctx):
+            if scope.of(flow.SCALED_BACKWARD) and scope.of(flow.BACKWARD):
+                self._check_beside_scaled(ctx, scope, reported)
+
+    def _check_beside_scaled(self, ctx: FileContext, scope: flow.Flow, reported: set[int]) -> None:
+        analysis = _BesideScaled()
+        flow.propagate(scope, analysis)
+        for event in sorted(analysis.beside, key=lambda e: ctx.order(e.node)):
+            ac = _float16_region_of_loss(ctx, event.node)
+            if ac is None or id(ac.node) in reported:
+                continue
+            reported.add(id(ac.node))
+            scaled = min(scope.of(flow.SCALED_BACKWARD),
+                         key=lambda e: abs(ctx.order(e.node) - ctx.order(event.node)))
+            ctx.report(ac.node, f"float16 autocast whose loss skips the GradScaler: "
+                                f"`{ctx.code(event.node.func)}()` on line {flow.line_of(ctx, event.node)} "
+                                f"runs unscaled beside the scaled backward on line {flow.line_of(ctx, scaled.node)}, "
+                                "so its small gradients underflow to zero; scale it too")
+
+
+def _float16_region_of_loss(ctx: FileContext, call: cst.Call) -> AutocastCall | None:
+    """The float16 region (with a literal device or dtype) where the tensor ``call``
+    backpropagates was last assigned; None when it is not a name assigned in one."""
+    tensor = _backward_tensor(call)
+    if not isinstance(tensor, cst.Name) or _vector_jacobian(call):
+        return None
+    value = assigned_before(ctx, tensor)
+    region = autocast_region(ctx, value) if value is not None else None
+    if region is None:
+        return None
+    ac = region[0]
+    if region_dtype(ctx, ac) != "float16" or (ac.device is None and ac.dtype is None):
+        return None
+    return ac

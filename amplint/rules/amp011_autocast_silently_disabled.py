@@ -6,12 +6,10 @@ from functools import lru_cache
 from ..engine.context import FileContext
 from ..engine.outline import Outline
 from ..engine.rule import Invalid, Rule, Valid
-from ..engine.semantics import AUTOCAST, AUTOCAST_DEVICE, DTYPES, autocast_calls, enabled_autocast_calls, region_table
+from ..engine.semantics import (AUTOCAST, AUTOCAST_DEVICE, DTYPES, autocast_calls, disables_itself,
+                                enabled_autocast_calls, region_table)
 from ..policy import committed_tables
 
-# Every policy table knows these devices, and their default dtypes (the per-device classes')
-# are supported: an autocast call that names no other device and no dtype cannot be reported.
-_ALWAYS_KNOWN = ("cuda", "cpu")
 
 
 @lru_cache(maxsize=None)
@@ -131,11 +129,9 @@ with torch.cpu.amp.autocast(dtype=torch.float32):
                 ctx.report(ac.node, f"autocast rejects device {ac.device!r} (it raises): use one of "
                                     f"{', '.join(repr(d) for d in known)}")
                 continue
-            table = region_table(ctx, ac)
-            if table is None or ac.dtype is None:
-                continue
-            verdict = table.data.get("dtype_checks", {}).get(ac.dtype, "")
-            if ac.dtype not in table.supported_dtypes:
+            if disables_itself(ctx, ac):
+                table = region_table(ctx, ac)
+                verdict = table.data.get("dtype_checks", {}).get(ac.dtype, "")
                 ctx.report(ac.node, f"autocast on {base} does not support {ac.dtype} and disables "
                                     f"itself ({verdict.removeprefix('disabled: ')}): everything in the "
                                     f"region runs in float32; supported: {', '.join(table.supported_dtypes)}")

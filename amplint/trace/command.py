@@ -25,15 +25,94 @@ def _codes(value: str | None) -> list[str] | None:
 @click.option("--report", "report_file", type=click.Path(dir_okay=False, writable=True, path_type=Path),
               help="Also write the whole trace to this file: as the HTML page when its name ends in .html "
                    "or .htm, otherwise as JSON (findings, steps, dtype map).")
-@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def trace(steps, output_format, select, ignore, report_file, command):
+@click.option("--simulate", type=click.Choice(["cuda"]),
+              help="Instead of running a script: one forward and backward of --model on --input under this "
+                   "device's autocast policy, on simulated tensors (no GPU needed).")
+@click.option("--model", "model_spec", metavar="PKG.MODULE:FACTORY",
+              help="With --simulate: the model, made by calling FACTORY (imported from the current folder).")
+@click.option("--input", "input_specs", multiple=True, metavar="SPEC",
+              help="With --simulate: an example input, e.g. 'randn(8,3,224,224)' or 'randint(1000, (8,128))'; "
+                   "repeat for more arguments.")
+@click.option("--dtype", type=click.Choice(["float16", "bfloat16"]), default="float16", show_default=True,
+              help="With --simulate: the autocast dtype.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def trace(steps, output_format, select, ignore, report_file, simulate, model_spec, input_specs, dtype, command):
     """Run a training script with AMP instrumentation: `amplint trace -- python train.py ARGS`.
 
     Reports AMP mistakes seen at run time (the static rules' codes, at your file:line), the loss
     scale and skipped steps per optimizer step, and each module's dtypes. Exit 1 with findings,
-    0 without, the program's own exit code when it failed."""
+    0 without, the program's own exit code when it failed.
+
+    `amplint trace --simulate cuda --model pkg.module:factory --input 'randn(8,3,224,224)'` runs
+    the model under CUDA's autocast policy without a GPU: the dtype map, and AMP003/AMP008."""
+    if simulate:
+        if command or not model_spec or not input_specs:
+            raise click.UsageError("--simulate takes --model and --input, and no command")
+        sys.exit(run_simulation(model_spec, list(input_specs), dtype=dtype, output_format=output_format,
+                                select=select, ignore=ignore, report_file=report_file))
+    if not command:
+        raise click.UsageError("give the command to trace (`amplint trace -- python train.py`), or --simulate")
     sys.exit(run_command(list(command), steps=steps, output_format=output_format, select=select,
                          ignore=ignore, report_file=report_file))
+
+
+def _rules(select, ignore):
+    """The configured rules with the command line's --select/--ignore; ConfigError when invalid."""
+    from ..engine import config as config_mod
+
+    config = config_mod.load(Path.cwd())
+    return config, config.rules(
+        select=config_mod.validate_codes(_codes(select), "--select") if select is not None else None,
+        ignore=config_mod.validate_codes(_codes(ignore) or [], "--ignore"))
+
+
+def run_simulation(model_spec, input_specs, dtype="float16", output_format="text", select=None, ignore=None,
+                   report_file=None) -> int:
+    from ..engine import config as config_mod
+
+    try:
+        config, rules = _rules(select, ignore)
+    except config_mod.ConfigError as exc:
+        click.echo(f"amplint: error: {exc}", err=True)
+        return 2
+    try:
+        import torch
+
+        from . import report, simulate as sim
+    except ImportError:
+        click.echo("amplint: error: amplint trace needs PyTorch (pip install torch)", err=True)
+        return 2
+    try:
+        inputs = [sim.parse_input(spec) for spec in input_specs]
+        model = sim.load_model(model_spec)
+    except sim.SimulationError as exc:
+        click.echo(f"amplint: error: {exc}", err=True)
+        return 2
+    described = " ".join(["amplint trace --simulate cuda --model", model_spec,
+                          *(f"--input '{spec}'" for spec in input_specs)])
+    result = sim.simulate(model, *inputs, dtype=getattr(torch, dtype), select={r.code for r in rules},
+                          torch_version=config.torch_version, description=described)
+    if result.error:
+        sys.stderr.write(result.error)
+    render = {"json": report.findings_json, "html": report.html_page}.get(output_format, sim.text)
+    sys.stdout.write(render(result))
+    sys.stdout.flush()
+    if report_file is not None and not _write_report(report_file, result, sim.full_json):
+        return 2
+    click.echo(report.summary(result), err=True)
+    return result.exit_code or (1 if result.tracer.findings else 0)
+
+
+def _write_report(report_file: Path, result, as_json) -> bool:
+    from . import report
+
+    try:
+        as_page = report_file.suffix.lower() in (".html", ".htm")
+        report_file.write_text((report.html_page if as_page else as_json)(result), encoding="utf-8")
+    except OSError as exc:
+        click.echo(f"amplint: error: cannot write {report_file}: {exc.strerror or exc}", err=True)
+        return False
+    return True
 
 
 def run_command(command, steps=3, output_format="text", select=None, ignore=None, report_file=None) -> int:
@@ -42,10 +121,7 @@ def run_command(command, steps=3, output_format="text", select=None, ignore=None
     if command and command[0] == "--":
         command = command[1:]
     try:
-        config = config_mod.load(Path.cwd())
-        rules = config.rules(
-            select=config_mod.validate_codes(_codes(select), "--select") if select is not None else None,
-            ignore=config_mod.validate_codes(_codes(ignore) or [], "--ignore"))
+        config, rules = _rules(select, ignore)
     except config_mod.ConfigError as exc:
         click.echo(f"amplint: error: {exc}", err=True)
         return 2
@@ -71,13 +147,8 @@ def run_command(command, steps=3, output_format="text", select=None, ignore=None
     render = {"json": report.findings_json, "html": report.html_page}.get(output_format, report.text)
     stdout.write(render(result))
     stdout.flush()
-    if report_file is not None:
-        try:
-            as_page = report_file.suffix.lower() in (".html", ".htm")
-            report_file.write_text((report.html_page if as_page else report.full_json)(result), encoding="utf-8")
-        except OSError as exc:
-            click.echo(f"amplint: error: cannot write {report_file}: {exc.strerror or exc}", err=True)
-            return 2
+    if report_file is not None and not _write_report(report_file, result, report.full_json):
+        return 2
     click.echo(report.summary(result), err=True)
     if result.exit_code != 0:
         return result.exit_code

@@ -77,6 +77,17 @@ def output_kind(module: dict) -> str:
     return floating.pop() if floating else "other"
 
 
+def percent(fraction: float) -> str:
+    return "0" if fraction == 0 else f"{fraction * 100:.3g}%"
+
+
+def _half_outputs_text(numerics: dict | None) -> str:
+    if numerics is None:
+        return ""
+    return (f"\nhalf outputs: inf/NaN {percent(numerics['overflow'])} · zero {percent(numerics['zero'])} · "
+            f"subnormal {percent(numerics['subnormal'])}")
+
+
 def _ops_text(ops: dict) -> str:
     return ", ".join(f"{dtype} {count}" for dtype, count in ops.items()) or "-"
 
@@ -102,7 +113,7 @@ def _rows(modules: list[dict], tree: dict[str, str]) -> list[str]:
         ops = _ops_text(m.get("ops", {}))
         detail = (f"{name} ({mtype or 'code outside modules'}): {kind}\n"
                   f"calls {m.get('calls', 0)} · inputs {inputs} · outputs {outputs}\n"
-                  f"ops under autocast by dtype: {ops}")
+                  f"ops under autocast by dtype: {ops}{_half_outputs_text(m.get('half_outputs'))}")
         color = DTYPE_COLORS[kind][0]
         rows.append(
             f'<tr class="module" tabindex="0" data-module="{html.escape(name)}" data-dtype="{html.escape(kind)}" '

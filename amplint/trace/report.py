@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from ..output import json_format
+from .html_page import percent
 from .runner import TraceResult
 
 
@@ -27,12 +28,20 @@ def dtype_table(result: TraceResult) -> str:
     modules = result.tracer.dtype_map
     if not modules:
         return "Modules: none ran\n"
-    rows = [("module", "type", "calls", "inputs", "outputs", "ops under autocast (by dtype)")]
+    rows = [("module", "type", "calls", "inputs", "outputs", "ops under autocast (by dtype)",
+             "half outputs: inf/NaN, zero, subnormal")]
     for m in modules:
         ops = ", ".join(f"{d} {n}" for d, n in m["ops"].items()) or "-"
         rows.append((m["module"], m["type"], str(m["calls"]), ",".join(m["input_dtypes"]) or "-",
-                     ",".join(m["output_dtypes"]) or "-", ops))
+                     ",".join(m["output_dtypes"]) or "-", ops, half_outputs_text(m.get("half_outputs"))))
     return "Modules (dtype map):\n" + _table(rows)
+
+
+def half_outputs_text(numerics: dict | None) -> str:
+    """A module's overflow and underflow (ModuleRecord.half_outputs) in one cell; '-': none counted."""
+    if numerics is None:
+        return "-"
+    return ", ".join(percent(numerics[k]) for k in ("overflow", "zero", "subnormal"))
 
 
 def _table(rows) -> str:
@@ -71,18 +80,12 @@ def html_page(result: TraceResult) -> str:
 
     return page_mod.page(result.tracer.dtype_map, [s.as_dict() for s in result.tracer.steps],
                          [json_format.as_dict(d) for d in sorted(result.tracer.findings, key=lambda d: d.sort_key)],
-                         tree=dict(result.tracer.module_tree), command=" ".join(["python", *result.argv]),
-                         ending=_ending(result))
-
-
-def _ending(result: TraceResult) -> str:
-    steps = len(result.tracer.steps)
-    return (f"stopped after {steps} optimizer step{'s' * (steps != 1)}" if result.stopped
-            else f"the program ended (exit code {result.exit_code}) after {steps} optimizer step{'s' * (steps != 1)}")
+                         tree=dict(result.tracer.module_tree), command=result.command_line,
+                         ending=result.ending)
 
 
 def summary(result: TraceResult) -> str:
     n = len(result.tracer.findings)
-    how = _ending(result)
+    how = result.ending
     found = f"Found {n} finding{'s' * (n != 1)}" if n else "No AMP mistakes seen"
     return f"amplint trace: {found}; {how}."

@@ -20,6 +20,17 @@ class TraceResult:
     error: str | None = None  # the traceback text when it failed
     argv: list[str] = field(default_factory=list)
 
+    @property
+    def command_line(self) -> str:
+        return " ".join(["python", *self.argv])
+
+    @property
+    def ending(self) -> str:
+        steps = len(self.tracer.steps)
+        return (f"stopped after {steps} optimizer step{'s' * (steps != 1)}" if self.stopped
+                else f"the program ended (exit code {self.exit_code}) after {steps} optimizer "
+                     f"step{'s' * (steps != 1)}")
+
 
 def split_command(command: list[str]) -> tuple[str | None, list[str]]:
     """``python train.py ARGS`` / ``python -m pkg ARGS`` / ``train.py ARGS`` -> (module or None, argv)."""

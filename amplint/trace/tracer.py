@@ -1,6 +1,8 @@
 """The instrumentation of a real run: wraps autocast, GradScaler, the optimizers, backward and
-the clip functions, watches every module's forward, and counts the ops that run inside an
-enabled autocast region with a TorchDispatchMode (pushed only while such a region is open).
+the clip functions, watches every module's forward (and counts the overflow and underflow of its
+half outputs), and counts the ops that run inside an enabled autocast region with a
+TorchDispatchMode (pushed only while such a region is open), which also follows the float32
+tensors that factories make there to the ops where they meet half ones (AMP003).
 
 Everything is installed by ``Tracer.install()`` and put back by ``Tracer.uninstall()``.
 Findings carry the static rules' codes and the user's own file:line: the first stack frame
@@ -9,7 +11,9 @@ outside torch, amplint, the standard library and site-packages.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import itertools
 import os
 import sys
 import sysconfig
@@ -69,8 +73,14 @@ def _is_library(filename: str) -> bool:
 
 
 def display_path(filename: str) -> str:
+    return _display_path(filename, os.getcwd())
+
+
+@functools.lru_cache(maxsize=1024)
+def _display_path(filename: str, cwd: str) -> str:
+    # Cached: relpath costs more than the rest of a step's bookkeeping (scaler.step notes its line).
     try:
-        rel = os.path.relpath(filename)
+        rel = os.path.relpath(filename, cwd)
     except ValueError:
         return filename
     return filename if rel.startswith("..") else rel
@@ -87,27 +97,38 @@ class Site:
     end_column: int
 
 
+@functools.lru_cache(maxsize=4096)
+def _positions(code, lasti: int) -> tuple | None:
+    """(row, end_row, col, end_col) of the instruction at ``lasti``, or None; cached because
+    co_positions() is walked from the start of the code object on every call."""
+    pos = next(itertools.islice(code.co_positions(), lasti // 2, None), None)
+    return pos if pos is not None and pos[0] is not None else None
+
+
+def _site(code, lasti: int, lineno: int) -> Site:
+    pos = _positions(code, lasti)
+    if pos is None:
+        return Site(display_path(code.co_filename), lineno, 1, lineno, 1)
+    row, end_row, col, end_col = pos
+    return Site(display_path(code.co_filename), row, (col or 0) + 1, end_row or row, (end_col or 0) + 1)
+
+
 def _site_of_frame(frame) -> Site:
-    row, end_row, col, end_col = frame.f_lineno, frame.f_lineno, 0, 0
-    try:
-        positions = list(frame.f_code.co_positions())
-        pos = positions[frame.f_lasti // 2]
-        if pos[0] is not None:
-            row, end_row = pos[0], pos[1] or pos[0]
-            col, end_col = pos[2] or 0, pos[3] or 0
-    except (AttributeError, IndexError):
-        pass
-    return Site(display_path(frame.f_code.co_filename), row, col + 1, end_row, end_col + 1)
+    return _site(frame.f_code, frame.f_lasti, frame.f_lineno)
+
+
+def user_frame(frame=None):
+    """The first frame outside torch, amplint, the standard library and site-packages, or None."""
+    frame = frame or sys._getframe(1)
+    while frame is not None and _is_library(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame
 
 
 def user_site(frame=None) -> Site | None:
-    """The first frame outside torch, amplint, the standard library and site-packages."""
-    frame = frame or sys._getframe(1)
-    while frame is not None:
-        if not _is_library(frame.f_code.co_filename):
-            return _site_of_frame(frame)
-        frame = frame.f_back
-    return None
+    """The user's file:line of the current call (see ``user_frame``)."""
+    frame = user_frame(frame or sys._getframe(1))
+    return None if frame is None else _site_of_frame(frame)
 
 
 def user_site_of_traceback(tb) -> Site | None:
@@ -115,16 +136,8 @@ def user_site_of_traceback(tb) -> Site | None:
     found = None
     while tb is not None:
         if not _is_library(tb.tb_frame.f_code.co_filename):
-            frame = tb.tb_frame
-            row = tb.tb_lineno
-            site = _site_of_frame(frame)
             # tb_lasti is the instruction of this traceback entry (f_lasti moved on since).
-            try:
-                pos = list(frame.f_code.co_positions())[tb.tb_lasti // 2]
-                site = Site(site.path, pos[0] or row, (pos[2] or 0) + 1, pos[1] or row, (pos[3] or 0) + 1)
-            except (AttributeError, IndexError, TypeError):
-                site = Site(site.path, row, 1, row, 1)
-            found = site
+            found = _site(tb.tb_frame.f_code, tb.tb_lasti, tb.tb_lineno)
         tb = tb.tb_next
     return found
 
@@ -146,21 +159,51 @@ class StepRecord:
                 "first_nonfinite_module": self.first_nonfinite_module}
 
 
+# A half value's bits without the sign: (shift to its exponent field, width of that field).
+_EXPONENT_FIELD = {torch.float16: (10, 5), torch.bfloat16: (7, 8)}
+# Half outputs' values are counted in every call during the first steps, then in one step of this
+# many: seven tensor ops per module output, the largest part of the trace's cost in a long run.
+NUMERICS_EVERY = 8
+
+
 @dataclass
 class ModuleRecord:
+    """One module's dtypes; the sets and ``ops`` hold torch.dtype (None: an op with no tensor
+    output), named in ``as_dict``."""
+
     name: str
     type: str
     calls: int = 0
     input_dtypes: set = field(default_factory=set)
     output_dtypes: set = field(default_factory=set)
-    ops: dict = field(default_factory=dict)  # dtype name -> ops run in it inside enabled autocast
+    ops: dict = field(default_factory=dict)  # dtype -> ops run in it inside enabled autocast
     autocast_output_dtypes: set = field(default_factory=set)  # outputs of calls inside an enabled region
+    # The values of its float16/bfloat16 outputs under enabled autocast: how many, and (an int64
+    # tensor on their device, added to without reading it back: no device sync per call) how many
+    # are nonzero, have a nonzero exponent (zero and subnormal ones have none), are inf or NaN.
+    half_calls: int = 0
+    half_values: int = 0
+    half_value_counts: "torch.Tensor | None" = None
 
     def as_dict(self) -> dict:
         return {"module": self.name, "type": self.type, "calls": self.calls,
-                "input_dtypes": sorted(self.input_dtypes), "output_dtypes": sorted(self.output_dtypes),
-                "autocast_output_dtypes": sorted(self.autocast_output_dtypes),
-                "ops": dict(sorted(self.ops.items()))}
+                "input_dtypes": _dtype_names(self.input_dtypes), "output_dtypes": _dtype_names(self.output_dtypes),
+                "autocast_output_dtypes": _dtype_names(self.autocast_output_dtypes),
+                "ops": dict(sorted((_dtype_name(d) if d is not None else "none", n) for d, n in self.ops.items())),
+                "half_outputs": self.half_outputs()}
+
+    def half_outputs(self) -> dict | None:
+        """Overflow and underflow in its half outputs, as fractions of the values counted:
+        ``overflow`` inf or NaN; ``zero`` exactly zero (flushed to zero, or zero by design: ReLU,
+        dropout, padding); ``subnormal`` below the dtype's smallest normal, where precision is
+        being lost on the way to zero; the calls and values counted (see NUMERICS_EVERY). None: no
+        half output under autocast was counted."""
+        if self.half_value_counts is None:
+            return None
+        nonzero, normal_or_wider, overflow = self.half_value_counts.tolist()
+        total = self.half_values
+        return {"calls_counted": self.half_calls, "values": total, "overflow": overflow / total,
+                "zero": (total - nonzero) / total, "subnormal": (nonzero - normal_or_wider) / total}
 
 
 @dataclass
@@ -184,6 +227,13 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def _dtype_names(dtypes) -> list[str]:
+    return sorted(_dtype_name(d) for d in dtypes)
+
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
 def _tensors(value, depth: int = 0):
     """The tensors of a module's input or output, one level into tuples, lists and dicts."""
     if isinstance(value, torch.Tensor):
@@ -199,17 +249,49 @@ def _tensors(value, depth: int = 0):
 _OUT_OF_REGION = "<outside any module>"
 
 
+def _autocast_would_disable(device_type, dtype) -> bool:
+    """torch.autocast's reasons to warn and disable an enabled region (AMP011)."""
+    if device_type == "cuda":
+        return not torch.cuda.is_available()
+    return dtype is not None and dtype not in _HALF
+
+
+# Factories that make the default dtype (float32) when given no dtype (AMP003 follows what they make).
+_FACTORIES = frozenset(f"aten::{name}" for name in (
+    "zeros", "ones", "empty", "empty_strided", "full", "rand", "randn", "arange", "linspace", "logspace", "eye"))
+
+
 class _OpCounter(TorchDispatchMode):
-    """Counts ops per module and output dtype; sees ops below the Autocast key (after its casts)."""
+    """Counts ops per module and output dtype, and follows float32 tensors made in the region
+    (AMP003); sees ops below the Autocast key (after its casts)."""
 
     def __init__(self, tracer: "Tracer"):
         super().__init__()
         self.tracer = tracer
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        self.tracer._op(func, out)
+        try:
+            out = func(*args, **(kwargs or {}))
+        except Exception as exc:
+            self.tracer._op_failed(func, args, kwargs, exc)
+            raise
+        self.tracer._op(func, args, kwargs, out)
         return out
+
+
+@dataclass(frozen=True)
+class _Made:
+    """A float32 tensor a factory made without dtype in an enabled region: where (the user's
+    frame, kept as code and instruction so that no frame stays alive) and by which factory."""
+
+    code: object
+    lasti: int
+    lineno: int
+    factory: str
+    device: str
+
+    def site(self) -> Site:
+        return _site(self.code, self.lasti, self.lineno)
 
 
 # --- the tracer -----------------------------------------------------------------------------
@@ -222,7 +304,7 @@ class Tracer:
     ``codes``: the codes to report (None: all). ``device``: the device whose policy table is read,
     besides the region's own, for banned ops (AMP008), as the linter's configured ``device``."""
 
-    CODES = ("AMP001", "AMP002", "AMP005", "AMP006", "AMP007", "AMP008", "AMP009", "AMP010")
+    CODES = ("AMP001", "AMP002", "AMP003", "AMP005", "AMP006", "AMP007", "AMP008", "AMP009", "AMP010", "AMP011")
 
     def __init__(self, steps: int | None = None, codes=None, device: str | None = "cuda",
                  torch_version: str | None = None):
@@ -255,7 +337,15 @@ class Tracer:
         self._nonfinite: str | None = None
         self._pending_outputs: list = []  # (module name, output) of the open top-level forward
         self._banned: dict[str, dict[str, str]] = {}  # op -> {table device: torch's message}
+        self._promote: dict[str, set[str]] = {}  # table device -> ops its autocast promotes to the widest dtype
         self._op_cache: dict = {}
+        self._op_counter = _OpCounter(self)  # one mode, pushed while an enabled region is open
+        self._made: dict[int, tuple] = {}  # id(tensor) -> (weakref to it, _Made): AMP003's float32 tensors
+        self._met: set[_Made] = set()  # made tensors already reported
+        self._upcasts: list = []  # (tensor, half dtype) of the half -> float32 casts just before this op
+        self._disabled_by_torch: "weakref.WeakSet" = weakref.WeakSet()  # autocast objects torch disabled
+        self._warned: set = set()  # (code, line, message) of torch's warnings given again (AMP011)
+        self._last_counted: tuple | None = None  # (tensor, its _version, counts): an output modules share
 
     # -- public ---------------------------------------------------------------------------------
 
@@ -277,7 +367,7 @@ class Tracer:
     def install(self) -> None:
         if self._installed:
             return
-        self._load_banned()
+        self._load_tables()
         self._patch_autocast()
         self._patch_backward()
         self._patch_scaler()
@@ -296,6 +386,7 @@ class Tracer:
                 region.pushed_mode.__exit__(None, None, None)
                 region.pushed_mode = None
         self._regions.clear()
+        self._upcasts, self._last_counted = [], None  # let go of the program's tensors
         for handle in reversed(self._handles):
             handle.remove()
         self._handles.clear()
@@ -337,9 +428,9 @@ class Tracer:
         self._patches.append((owner, attr, original))
         setattr(owner, attr, wrapper)
 
-    # -- AMP008's tables ------------------------------------------------------------------------
+    # -- the policy tables: banned ops (AMP008), promoted ops (AMP003) ---------------------------
 
-    def _load_banned(self) -> None:
+    def _load_tables(self) -> None:
         from ..policy import PolicyError, available_versions, load_policy
 
         version = self.torch_version
@@ -355,6 +446,8 @@ class Tracer:
             for entry in table.data["ops"]:
                 if entry["policy"] == "banned":
                     self._banned.setdefault(entry["op"], {})[device] = table.message_for(entry["op"]) or ""
+                elif entry["policy"] == "promote":
+                    self._promote.setdefault(device, set()).add(entry["op"])
 
     def _banned_for(self, op: str, region_device: str) -> str | None:
         """The table device that bans ``op``: the region's own first, then the configured one."""
@@ -371,13 +464,34 @@ class Tracer:
 
     def _patch_autocast(self) -> None:
         cls = torch.amp.autocast_mode.autocast
-        orig_enter, orig_exit = cls.__enter__, cls.__exit__
+        orig_init, orig_enter, orig_exit = cls.__init__, cls.__enter__, cls.__exit__
         tracer = self
+
+        @functools.wraps(orig_init)
+        def __init__(ac, device_type, dtype=None, enabled=True, cache_enabled=None):
+            if not (enabled and _autocast_would_disable(device_type, dtype)):
+                orig_init(ac, device_type, dtype, enabled, cache_enabled)
+            else:
+                # torch warns at its caller (stacklevel=2), here: its warning is given again at ours,
+                # once per place as the default filter would (catch_warnings resets that memory).
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    orig_init(ac, device_type, dtype, enabled, cache_enabled)
+                caller = sys._getframe(1)
+                for caught_warning in caught:
+                    key = (caller.f_code, caller.f_lineno, str(caught_warning.message))
+                    if key not in tracer._warned:
+                        tracer._warned.add(key)
+                        warnings.warn(caught_warning.message, stacklevel=2)
+            if enabled and not getattr(ac, "_enabled", True):  # asked for, and torch warned and disabled it
+                tracer._disabled_by_torch.add(ac)
 
         @functools.wraps(orig_enter)
         def __enter__(ac):
             result = orig_enter(ac)
             device = getattr(ac, "device", None)
+            if ac in tracer._disabled_by_torch:
+                tracer._disabled_region(ac)
             if isinstance(device, str):
                 tracer._region_enter(device)
             return result
@@ -388,8 +502,20 @@ class Tracer:
                 tracer._region_exit()
             return orig_exit(ac, *exc)
 
+        self._patch(cls, "__init__", __init__)
         self._patch(cls, "__enter__", __enter__)
         self._patch(cls, "__exit__", __exit__)
+
+    def _disabled_region(self, ac) -> None:
+        """AMP011: torch.autocast warned and disabled a region the program asked to enable."""
+        device, dtype = ac.device, _dtype_name(ac.fast_dtype)
+        if device == "cuda" and not torch.cuda.is_available():
+            why = "CUDA is not available in this run"
+        else:
+            why = f"{device} autocast does not support {dtype} (it accepts float16 and bfloat16)"
+        self._report("AMP011", f"torch disabled this autocast region ({device}, {dtype}): {why}, so torch warned and "
+                     "every op in it runs in float32; pass a dtype the device supports, and `enabled=False` "
+                     "to turn mixed precision off", user_site())
 
     def _region_enter(self, device: str) -> None:
         enabled = torch.is_autocast_enabled(device)
@@ -399,7 +525,7 @@ class Tracer:
         if enabled:
             self._region_dtypes_since_step.add(_dtype_name(dtype))
             if not any(r.pushed_mode is not None for r in self._regions):
-                region.pushed_mode = _OpCounter(self)
+                region.pushed_mode = self._op_counter
                 region.pushed_mode.__enter__()
         self._regions.append(region)
 
@@ -409,6 +535,8 @@ class Tracer:
         region = self._regions.pop()
         if region.pushed_mode is not None:
             region.pushed_mode.__exit__(None, None, None)
+            # Made tensors are followed within the region that made them: the next ops are not seen.
+            self._upcasts, self._made = [], {}
 
     def _enabled_devices(self) -> list[str]:
         found = []
@@ -420,29 +548,115 @@ class Tracer:
                 pass
         return found
 
-    def _op(self, func, out) -> None:
-        if self._internal or not self._regions:
-            return
-        region = self._regions[-1]
-        if not region.enabled:
-            return
+    def _op_info(self, func) -> tuple:
+        """(op name, the banned table entry it matches or None), cached per overload."""
         info = self._op_cache.get(func)
         if info is None:
             schema = func._schema
-            info = (schema.name, schema.name + ("." + schema.overload_name if schema.overload_name else ""))
-            self._op_cache[func] = info
-        if info[0] in self._banned or info[1] in self._banned:
-            self._banned_op(info[0] if info[0] in self._banned else info[1], region)
+            name = schema.name
+            full = name + ("." + schema.overload_name if schema.overload_name else "")
+            banned = name if name in self._banned else full if full in self._banned else None
+            info = self._op_cache[func] = (name, banned)
+        return info
+
+    def _op(self, func, args, kwargs, out) -> None:
+        if not self._regions:
+            return
+        region = self._regions[-1]
+        if not region.enabled or self._internal:
+            return
+        name, banned = self._op_info(func)
+        if banned is not None:
+            self._banned_op(banned, region)
         tensor = out if isinstance(out, torch.Tensor) else next(_tensors(out), None)
-        dtype = _dtype_name(tensor.dtype) if tensor is not None else "none"
+        dtype = tensor.dtype if tensor is not None else None
         if self._mstack:
-            module, name = self._mstack[-1]
-            record = self.modules[name]
+            record = self.modules[self._mstack[-1][1]]
         else:
             record = self.modules.get(_OUT_OF_REGION)
             if record is None:
                 record = self.modules[_OUT_OF_REGION] = ModuleRecord(_OUT_OF_REGION, "")
         record.ops[dtype] = record.ops.get(dtype, 0) + 1
+        if name in _FACTORIES:
+            if dtype == torch.float32 and not (kwargs and kwargs.get("dtype") is not None):
+                self._note_made(tensor, name, region.device)
+            return
+        if self._made:
+            self._follow_made(name, args, kwargs, out, region)
+        if name == "aten::_to_copy" and dtype == torch.float32 and args[0].dtype in _HALF:
+            # Autocast casts a promote op's half inputs just before it runs (cat, stack on cpu).
+            self._upcasts.append((tensor, args[0].dtype))
+        elif self._upcasts:
+            self._upcasts = []
+
+    # -- AMP003: float32 tensors made in the region that meet half activations --------------------
+
+    def _note_made(self, tensor, factory: str, device: str) -> None:
+        frame = user_frame()
+        if frame is None:
+            return
+        made = _Made(frame.f_code, frame.f_lasti, frame.f_lineno, factory, device)
+        if made in self._met:
+            return
+        self._made[id(tensor)] = (weakref.ref(tensor), made)
+        if len(self._made) > 256:  # forget the dead ones
+            self._made = {k: v for k, v in self._made.items() if v[0]() is not None}
+
+    def _made_and_half(self, args, kwargs):
+        """The first made tensor among an op's tensor arguments (one level into lists) and the
+        first half dtype among the others: (_Made or None, dtype or None, upcast: bool)."""
+        made = half = None
+        upcast = False
+        for value in (*args, *(kwargs.values() if kwargs else ())):
+            for t in (value,) if isinstance(value, torch.Tensor) else value if isinstance(value, (list, tuple)) else ():
+                if not isinstance(t, torch.Tensor):
+                    continue
+                entry = self._made.get(id(t))
+                if entry is not None and entry[0]() is t:
+                    made = made or entry[1]
+                elif t.dtype in _HALF:
+                    half = half or t.dtype
+                elif half is None:
+                    for u, source in self._upcasts:
+                        if u is t:
+                            half, upcast = source, True
+        return made, half, upcast
+
+    def _follow_made(self, name: str, args, kwargs, out, region: _Region) -> None:
+        made, half, upcast = self._made_and_half(args, kwargs)
+        if made is None:
+            return
+        outputs = [t for t in _tensors(out) if t.dtype == torch.float32]
+        if half is None:
+            # Computed from a made tensor and float32 only (views, in-place ops, arithmetic): still made.
+            for t in outputs:
+                self._made[id(t)] = (weakref.ref(t), made)
+        elif outputs and made not in self._met:
+            if not upcast:
+                self._met_half(made, half, name, "which promoted the result to float32")
+            elif name in self._promote.get(region.device, ()):
+                self._met_half(made, half, name, f"where {region.device} autocast promoted the {_dtype_name(half)} "
+                               "inputs to float32")
+
+    def _op_failed(self, func, args, kwargs, exc: Exception) -> None:
+        """An op under enabled autocast raised: a made tensor meeting half ones explains it (AMP003)."""
+        if not self._made or not self._regions or not self._regions[-1].enabled or self._internal:
+            return
+        made, half, _ = self._made_and_half(args, kwargs)
+        if made is not None and half is not None and made not in self._met:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            self._met_half(made, half, self._op_info(func)[0], f"which raised \"{first}\"")
+
+    def _met_half(self, made: _Made, half: torch.dtype, op: str, outcome: str) -> None:
+        self._met.add(made)
+        site, meeting = made.site(), user_site()
+        elsewhere = meeting is not None and meeting.path != site.path
+        where = "" if meeting is None else f" at {meeting.path + ':' if elsewhere else ''}line {meeting.row}"
+        factory = made.factory.removeprefix("aten::")
+        fix = f" (or `x.new_{factory}(...)`)" if factory in ("zeros", "ones", "empty", "full") else ""
+        self._report("AMP003", f"`torch.{factory}` without `dtype=` made a float32 tensor here under {made.device} "
+                     f"autocast; it met {_dtype_name(half)} activations in `{op}`{where}, {outcome}: pass "
+                     f"`dtype=x.dtype`{fix}", site)
 
     def _banned_op(self, op: str, region: _Region) -> None:
         device = self._banned_for(op, region.device)
@@ -482,8 +696,8 @@ class Tracer:
         if record is None:
             record = self.modules[name] = ModuleRecord(name, type(module).__name__)
         record.calls += 1
-        for t in _tensors(args):
-            record.input_dtypes.add(_dtype_name(t.dtype))
+        for t in (args[0],) if len(args) == 1 and isinstance(args[0], torch.Tensor) else _tensors(args):
+            record.input_dtypes.add(t.dtype)
         self._mstack.append((module, name))
 
     def _forward_post(self, module, args, output) -> None:
@@ -492,10 +706,16 @@ class Tracer:
         _, name = self._mstack.pop()
         record = self.modules[name]
         in_region = bool(self._regions) and self._regions[-1].enabled
-        for t in _tensors(output):
-            record.output_dtypes.add(_dtype_name(t.dtype))
+        steps = len(self.steps)
+        # Not under functorch transforms (vmap, grad): their tensors' counts would escape them.
+        count = (in_region and (steps < NUMERICS_EVERY or steps % NUMERICS_EVERY == 0)
+                 and torch._C._functorch.peek_interpreter_stack() is None)
+        for t in (output,) if isinstance(output, torch.Tensor) else _tensors(output):
+            record.output_dtypes.add(t.dtype)
             if in_region:
-                record.autocast_output_dtypes.add(_dtype_name(t.dtype))
+                record.autocast_output_dtypes.add(t.dtype)
+                if count and t.dtype in _HALF and type(t) is torch.Tensor and t.numel():
+                    self._count_values(record, t)
             if self._nonfinite is None and t.is_floating_point() and self._mstack:
                 # Checked once per top-level forward: outputs that autograd keeps anyway wait for the
                 # top-level module's; others are checked here (not kept alive longer than they would be).
@@ -508,12 +728,42 @@ class Tracer:
             if self._nonfinite is None and any(not self._finite(t) for t in _tensors(output)):
                 self._nonfinite = next((n for n, t in pending if not self._finite(t)), name)
 
+    def _count_values(self, record: ModuleRecord, t: torch.Tensor) -> None:
+        """Add a half output's values to the module's counts (see ModuleRecord), computed on the
+        bits (integer ops: fast where half arithmetic is not) without a device sync."""
+        record.half_calls += 1
+        record.half_values += t.numel()
+        last = self._last_counted
+        # Plain tensors only (checked by the caller), so no dispatch mode or subclass needs to see
+        # these ops (nor count them as the module's); integer views and results need no autograd.
+        with torch._C._DisableTorchDispatch():
+            if last is not None and last[0] is t and last[1] == t._version:
+                counts = last[2]  # the same tensor, returned by the module that called this one
+            else:
+                shift, width = _EXPONENT_FIELD[t.dtype]
+                field = t.view(torch.int16) & 0x7FFF  # the magnitude's bits; then, in place, its exponent
+                nonzero = torch.count_nonzero(field)
+                normal_or_wider = torch.count_nonzero(field.bitwise_right_shift_(shift))
+                overflow = torch.count_nonzero(field.add_(1).bitwise_right_shift_(width))  # all-ones: inf, NaN
+                counts = torch.stack([nonzero, normal_or_wider, overflow])
+                self._last_counted = (t, t._version, counts)
+            if record.half_value_counts is None:
+                record.half_value_counts = counts.clone()
+            else:
+                record.half_value_counts.add_(counts)
+
     def _finite(self, t) -> bool:
         if not t.is_floating_point() or t.device.type == "meta":
             return True
+        last = self._last_counted
+        if last is not None and last[0] is t and last[1] == t._version:
+            with torch._C._DisableTorchDispatch():
+                return not last[2][2]  # a half output just counted: its inf/NaN count
         self._internal = True
+        # isfinite runs as several ops: a plain tensor's skip the dispatch modes (ours would count them).
+        no_modes = torch._C._DisableTorchDispatch() if type(t) is torch.Tensor else contextlib.nullcontext()
         try:
-            with torch.no_grad():
+            with torch.no_grad(), no_modes:
                 return bool(torch.isfinite(t).all())
         except Exception:  # tensors that cannot be read here (functorch transforms, fakes)
             return True
@@ -530,42 +780,46 @@ class Tracer:
 
         @functools.wraps(orig_tensor_backward)
         def backward(tensor, gradient=None, *args, **kwargs):
-            with tracer._backward_call([tensor], "backward()", unit_grad=gradient is None):
+            outer = tracer._enter_backward([tensor], "backward()", unit_grad=gradient is None)
+            try:
                 return orig_tensor_backward(tensor, gradient, *args, **kwargs)
+            finally:
+                if outer:
+                    tracer._in_backward = False
 
         @functools.wraps(orig_backward)
         def autograd_backward(tensors, grad_tensors=None, *args, **kwargs):
             listed = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
-            with tracer._backward_call(listed, "torch.autograd.backward()", unit_grad=grad_tensors is None):
+            outer = tracer._enter_backward(listed, "torch.autograd.backward()", unit_grad=grad_tensors is None)
+            try:
                 return orig_backward(listed if not isinstance(tensors, torch.Tensor) else tensors,
                                      grad_tensors, *args, **kwargs)
+            finally:
+                if outer:
+                    tracer._in_backward = False
 
         @functools.wraps(orig_grad)
         def autograd_grad(outputs, *args, **kwargs):
             listed = [outputs] if isinstance(outputs, torch.Tensor) else list(outputs)
-            with tracer._backward_call(listed, "torch.autograd.grad()", unit_grad=False):
+            outer = tracer._enter_backward(listed, "torch.autograd.grad()", unit_grad=False)
+            try:
                 return orig_grad(listed if not isinstance(outputs, torch.Tensor) else outputs, *args, **kwargs)
+            finally:
+                if outer:
+                    tracer._in_backward = False
 
         self._patch(torch.Tensor, "backward", backward)
         self._patch(torch.autograd, "backward", autograd_backward)
         self._patch(torch.autograd, "grad", autograd_grad)
 
-    def _backward_call(self, tensors, what: str, unit_grad: bool):
-        tracer = self
-
-        class _Call:
-            def __enter__(self):
-                self.outer = not tracer._in_backward
-                if self.outer:
-                    tracer._before_backward(tensors, what, unit_grad)
-                    tracer._in_backward = True
-
-            def __exit__(self, *exc):
-                if self.outer:
-                    tracer._in_backward = False
-                return False
-
-        return _Call()
+    def _enter_backward(self, tensors, what: str, unit_grad: bool) -> bool:
+        """Before a backward call: checks it unless one is already running (Tensor.backward calls
+        torch.autograd.backward). True when this call is the outer one."""
+        if self._in_backward:
+            return False
+        self._before_backward(tensors, what, unit_grad)
+        self._in_backward = True
+        return True
 
     def _before_backward(self, tensors, what: str, unit_grad: bool) -> None:
         if what != "torch.autograd.grad()":

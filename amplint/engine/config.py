@@ -9,7 +9,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import Path, PurePath
+from pathlib import Path
 from typing import Callable, Iterable
 
 if sys.version_info >= (3, 11):
@@ -75,7 +75,7 @@ class Config:
         rel = _relative(path, self.root)
         patterns = tuple(self.exclude + self.extend_exclude)
         part_matches = _matcher(patterns)
-        if any(part_matches(part) for part in PurePath(rel).parts):
+        if any(part_matches(part) for part in rel.split("/") if part not in ("", ".")):
             return True
         return _matcher(patterns + tuple(p.rstrip("/") + "/*" for p in patterns))(rel)
 
@@ -91,21 +91,28 @@ def _matcher(patterns: tuple[str, ...]) -> Callable[[str], bool]:
 
 
 @lru_cache(maxsize=4096)
-def _resolved(folder: str) -> Path:
-    return Path(folder).resolve()
+def _relative_folder(folder: str, root: str) -> str | None:
+    """``folder`` relative to ``root`` (``""`` for the root itself), symlinks resolved, as a
+    POSIX path; None when it lies outside."""
+    try:
+        rel = Path(folder).resolve().relative_to(Path(root).resolve()).as_posix()
+    except ValueError:
+        return None
+    return "" if rel == "." else rel
 
 
 def _relative(path: Path, root: Path) -> str:
     """``path`` relative to ``root``, symlinked folders resolved (a file is matched where it
-    appears, its folder once per folder), or as given when it lies outside."""
+    appears, its folder once per folder), or as given when it lies outside. Strings, not
+    paths: discovery asks it of every file."""
     if path.name in ("", ".", ".."):
-        where = path.resolve()
+        folder, name = str(path), ""
     else:
-        where = _resolved(str(path.parent)) / path.name
-    try:
-        return where.relative_to(_resolved(str(root))).as_posix()
-    except ValueError:
+        folder, name = os.path.dirname(path) or ".", path.name
+    rel = _relative_folder(folder, str(root))
+    if rel is None:
         return path.as_posix()
+    return f"{rel}/{name}" if rel and name else rel or name or "."
 
 
 def _matches(code: str, selectors: Iterable[str]) -> bool:

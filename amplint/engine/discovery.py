@@ -36,10 +36,10 @@ def _ignored_by_git(folder: Path, files: list[Path]) -> set[Path]:
         return set()
     if answer.returncode not in (0, 1):  # 1: nothing ignored; 128: not a repository
         return set()
-    ignored = {Path(os.fsdecode(p)) for p in answer.stdout.split(b"\0") if p}
-    if Path(os.path.abspath(folder)) in ignored:
+    ignored = {os.fsdecode(p) for p in answer.stdout.split(b"\0") if p}
+    if not ignored or os.path.abspath(folder) in ignored:
         return set()
-    return {f for f in files if Path(os.path.abspath(f)) in ignored}
+    return {f for f in files if os.path.abspath(f) in ignored}
 
 
 def _exists(path: Path) -> bool:
@@ -61,7 +61,7 @@ def python_files(paths: list[Path], config: Config | Resolver, unreadable: list[
     With a ``Resolver``, what a folder holds is excluded by the configuration of that folder
     (a nested project's own ``exclude``, relative to its own root)."""
     config_of = config.for_folder if isinstance(config, Resolver) else lambda folder: config
-    seen: set[Path] = set()
+    seen: set[str] = set()
     for path in paths:
         if not _exists(path):
             raise PathError(f"{path}: no such file or directory")
@@ -86,7 +86,7 @@ def python_files(paths: list[Path], config: Config | Resolver, unreadable: list[
         else:
             candidates = [path]
         for candidate in candidates:
-            key = Path(os.path.normpath(candidate))
+            key = os.path.normpath(candidate)
             if key not in seen:
                 seen.add(key)
                 yield candidate

@@ -14,6 +14,7 @@ sets merged at every join and capped, so the cost stays linear in the function's
 
 from __future__ import annotations
 
+import ast
 import re
 from bisect import bisect_left, bisect_right
 from collections import Counter
@@ -23,9 +24,11 @@ from typing import Hashable, Iterator
 import libcst as cst
 
 from .context import FileContext
+from .outline import Outline
 from .semantics import (
     CLIP_GRAD,
     GRAD_SCALER,
+    SCALER_PARAMETERS,
     autocast_of_with_item,
     is_backward,
     known_scalers,
@@ -124,6 +127,60 @@ def mentions(key: str, names: frozenset[str]) -> bool:
         if any(".".join(parts[:i]) in names for i in range(1, len(parts) + 1)):
             return True
     return False
+
+
+def events_on_ast(outline: Outline) -> dict[int, set[str]]:
+    """``flows`` on the ast, loosely, for ``may_fire``: by scope (``Outline.scopes``), the kinds
+    of event its calls may make. Scalers are ``scalers``' expressions (and names assigned one),
+    rendered by ``ast.unparse`` on both sides; a clip may be a call of any function of the file
+    that clips (``_helper_clip``)."""
+    cache = outline.__dict__.setdefault("_flow_events", [])
+    if cache:
+        return cache[0]
+    calls = outline.nodes(ast.Call)
+
+    def method(call: ast.Call) -> str | None:
+        return call.func.attr if isinstance(call.func, ast.Attribute) else None
+
+    def scaled(call: ast.Call) -> ast.expr | None:  # S for S.scale(loss).backward()
+        receiver = call.func.value if method(call) == "backward" else None
+        return receiver.func.value if isinstance(receiver, ast.Call) and method(receiver) == "scale" else None
+
+    found = {ast.unparse(t) for a in [*outline.nodes(ast.Assign), *outline.nodes(ast.AnnAssign)]
+             if isinstance(a.value, ast.Call) and not outline.qualified_names(a.value.func).isdisjoint(GRAD_SCALER)
+             for t in (a.targets if isinstance(a, ast.Assign) else [a.target])}
+    found |= {a.arg for a in outline.nodes(ast.arg) if a.arg in SCALER_PARAMETERS}
+    found |= {ast.unparse(r) for c in calls if (r := scaled(c)) is not None}
+    found |= {ast.unparse(c.func.value) for c in calls if method(c) == "unscale_"}
+    for _ in range(2):  # `s = self.scaler`: `s` is one too
+        found |= {t.id for a in outline.nodes(ast.Assign) if ast.unparse(a.value) in found
+                  for t in a.targets if isinstance(t, ast.Name)} if found else set()
+    clipping = {f.name for kind in (ast.FunctionDef, ast.AsyncFunctionDef) for f in outline.nodes(kind)
+                if any(isinstance(n, ast.Call) and not outline.qualified_names(n.func).isdisjoint(CLIP_GRAD)
+                       for n in ast.walk(f))}
+    events: dict[int, set[str]] = {}
+    for call in calls:
+        name = method(call)
+        kind = None
+        if scaled(call) is not None:
+            kind = SCALED_BACKWARD
+        elif name in ("unscale_", "step", "update") and ast.unparse(call.func.value) in found:
+            kind = {"unscale_": UNSCALE, "step": SCALER_STEP, "update": UPDATE}[name]
+        elif name == "step" and not call.args and named_like_optimizer(ast.unparse(call.func.value)):
+            kind = STEP
+        elif not outline.qualified_names(call.func).isdisjoint(CLIP_GRAD) or (
+                (name or getattr(call.func, "id", None)) in clipping):
+            kind = CLIP
+        if kind is not None:
+            events.setdefault(outline.scopes[id(call)], set()).add(kind)
+    cache.append(events)
+    return events
+
+
+def may_have_together(outline: Outline, *kinds: str | tuple[str, ...]) -> bool:
+    """Whether some scope may hold an event of each of ``kinds`` (a tuple: one of those)."""
+    return any(all(not scope.isdisjoint((k,) if isinstance(k, str) else k) for k in kinds)
+               for scope in events_on_ast(outline).values())
 
 
 # -- lowering --------------------------------------------------------------------------------

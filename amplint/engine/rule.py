@@ -124,7 +124,8 @@ class Rule:
     fragments: ClassVar[tuple[str | tuple[str | AnyOf, ...], ...]]
     # Optionally, a cheaper test on Python's `ast` of a file whose fragments match: the file is
     # parsed with libcst for this rule only if it passes. It must hold wherever `check` could
-    # report (the prefilter tests compare findings with and without it).
+    # report with the committed tables (the prefilter tests compare findings with and without
+    # it); with a project's own tables it is not asked of a rule that `uses_policy`.
     may_fire: ClassVar[Callable[["Outline"], bool] | None] = None
     # A fragment (one of the patterns in `fragments`) that a call of one of the project's own
     # autocast wrappers also satisfies (`with amp_ctx():` is a region although the file never

@@ -50,9 +50,14 @@ class Prefilter:
     order. Each pattern is searched on its own (one big alternation defeats the regex
     engine's literal scan and is many times slower) and at most once per text, however many
     rules share it.
+
+    With a project's own tables (``project_tables``), the ``may_fire`` of a rule that reads the
+    tables is not asked: it knows only the committed tables, and the project's may make any of
+    its calls an op they list.
     """
 
-    def __init__(self, rules: Sequence[type[Rule]]):
+    def __init__(self, rules: Sequence[type[Rule]], project_tables: bool = False):
+        self.project_tables = project_tables
         compiled: dict[str, re.Pattern | str] = {}
 
         def searcher(pattern: str) -> re.Pattern | str:
@@ -117,7 +122,8 @@ class Prefilter:
         if outline is not None:
             outline.project = project
         return [rule for rule in candidates
-                if rule.may_fire is None or outline is None or rule.may_fire(outline)], outline
+                if rule.may_fire is None or outline is None or (self.project_tables and rule.uses_policy)
+                or rule.may_fire(outline)], outline
 
     def search(self, text: str) -> bool:
         """Whether the text is worth parsing with libcst for any of the rules."""
@@ -125,8 +131,8 @@ class Prefilter:
 
 
 @lru_cache(maxsize=64)
-def prefilter(rules: tuple[type[Rule], ...]) -> Prefilter:
-    return Prefilter(rules)
+def prefilter(rules: tuple[type[Rule], ...], project_tables: bool = False) -> Prefilter:
+    return Prefilter(rules, project_tables)
 
 
 def _engine_diagnostic(kind, path, message, row=1, col=1, detail=None) -> Diagnostic:
@@ -324,16 +330,17 @@ def lint_source(path: str, source: str, rules: Sequence[type[Rule]], *,
                 use_prefilter: bool = True, apply: FixApplier = apply_fixes) -> FileResult:
     """The findings in ``source`` after as many rounds of fixes as asked (``result.source``:
     the text they point into)."""
+    from .project_index import ProjectHints as Hints  # it reads config, which imports this module
+
     result = FileResult(path)
     text = source
+    project_tables = getattr(policy_loader, "policies", None) is not None
     for _ in range(MAX_FIX_ROUNDS if fix else 1):
         # Rules that cannot fire on this text are not run; a fix can change that, so again
         # each round.
-        from .project_index import ProjectHints  # it reads config, which imports this module
-
-        hints = ProjectHints(path)
-        selected, outline = prefilter(tuple(rules)).select_with_outline(text, hints) if use_prefilter \
-            else (rules, None)
+        hints = Hints(path)
+        selected, outline = prefilter(tuple(rules), project_tables).select_with_outline(text, hints) \
+            if use_prefilter else (rules, None)
         result.dependencies |= hints.read  # what the prefilter's answer depended on
         if not selected:
             result.diagnostics = []  # nothing left to find in this text

@@ -127,11 +127,16 @@ def _may_be_enabled(outline: Outline, call: ast.Call) -> bool:
     return False
 
 
+def enabled_autocast_calls(outline: Outline) -> list[ast.Call]:
+    """The autocast calls that a literal ``enabled=False`` does not turn off."""
+    return [c for c in outline.calls_to(AUTOCAST) if _may_be_enabled(outline, c)]
+
+
 def calls_enabled_autocast(outline: Outline) -> bool:
     """The ``may_fire`` of rules about enabled regions: an autocast call that a literal
     ``enabled=False`` does not turn off. A file whose regions are all disabled (a float32
     island in a model) opens none."""
-    return any(_may_be_enabled(outline, c) for c in outline.calls_to(AUTOCAST))
+    return bool(enabled_autocast_calls(outline))
 
 
 def calls_in_regions(outline: Outline) -> set[int]:
@@ -360,7 +365,7 @@ def statement_of(ctx: FileContext, node: cst.CSTNode) -> cst.CSTNode:
 
 # -- GradScaler ---------------------------------------------------------------------------
 
-_SCALER_PARAMS = frozenset({"scaler", "grad_scaler", "amp_scaler"})
+SCALER_PARAMETERS = frozenset({"scaler", "grad_scaler", "amp_scaler"})
 
 
 def known_scalers(ctx: FileContext) -> set[str]:
@@ -375,7 +380,7 @@ def known_scalers(ctx: FileContext) -> set[str]:
         for node in ctx.nodes(cst.AnnAssign):
             if isinstance(node.value, cst.Call) and ctx.resolves_to(node.value.func, GRAD_SCALER):
                 found.add(ctx.code(node.target))
-        found.update(p.name.value for p in ctx.nodes(cst.Param) if p.name.value in _SCALER_PARAMS)
+        found.update(p.name.value for p in ctx.nodes(cst.Param) if p.name.value in SCALER_PARAMETERS)
         found.update(s for s in map(lambda c: scaled_backward_scaler(ctx, c), calls(ctx)) if s)
         ctx.__dict__["_scalers"] = found
     return ctx.__dict__["_scalers"]

@@ -67,6 +67,8 @@ class ClipGradWithoutUnscale(Rule):
     fixable = True
     # A scaler (a scaled backward, a GradScaler, a parameter named like one) and a clip.
     fragments = (("clip_grad", AnyOf(r"\.scale\(", "scaler", "Scaler", r"\.unscale_\(")),)  # the rarer first
+    # What check() needs: a clip where gradients may be scaled, in one function.
+    may_fire = staticmethod(lambda outline: flow.may_have_together(outline, flow.CLIP, (flow.SCALED_BACKWARD, flow.SCALER_STEP)))
 
     valid = (
         Valid("""

@@ -1141,6 +1141,11 @@ class _AstFlow:
         if (name == "float" and not call.args) or name in _NOT_FLOAT \
                 or (isinstance(func, ast.Name) and func.id in _BUILTINS):
             return False
+        spellings = {n for n in names if n.startswith("torch.")} or (
+            {f"torch.Tensor.{name}"} if isinstance(func, ast.Attribute) and not ast.unparse(func.value).startswith("self")
+            else set())
+        if spellings and all(_float32_everywhere(s) for s in spellings):
+            return False  # float32 under autocast, whatever goes in
         operands = [*call.args, *(k.value for k in call.keywords), *([receiver] if receiver is not None else [])]
         return any(self.may_be_half(o, scope, depth - 1) for o in operands)
 
@@ -1248,6 +1253,14 @@ def _may_be_half_modules(outline: Outline) -> set[str]:
 @lru_cache(maxsize=None)
 def _lower_precision_spellings(table) -> frozenset[str]:
     return frozenset(table.spellings_with("lower_precision_fp"))
+
+
+@lru_cache(maxsize=None)
+def _float32_everywhere(spelling: str) -> bool:
+    """Whether every committed table runs what ``spelling`` reaches in float32 under autocast
+    (and casts nothing back): ``_Flow`` then takes its result for float32 whatever the device."""
+    return all((policies := policies_of(t, spelling)) and policies <= FP32_FAMILY and not casts_back(t, spelling)
+               for t in committed_tables())
 
 
 @lru_cache(maxsize=None)

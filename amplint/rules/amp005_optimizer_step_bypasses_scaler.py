@@ -60,6 +60,7 @@ class OptimizerStepBypassesScaler(Rule):
     summary = "optimizer.step() after a scaled backward, bypassing the GradScaler"
     fixable = True
     fragments = (r"\.scale\(",)
+    may_fire = staticmethod(lambda outline: flow.may_have_together(outline, flow.STEP, flow.SCALED_BACKWARD))
 
     valid = (
         Valid("""

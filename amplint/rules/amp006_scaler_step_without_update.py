@@ -70,6 +70,8 @@ class ScalerStepWithoutUpdate(Rule):
     name = "scaler-step-without-update"
     summary = "GradScaler step without exactly one update after it"
     fragments = (r"\.scale\(",)
+    may_fire = staticmethod(lambda outline: flow.may_have_together(outline, flow.SCALED_BACKWARD,
+                                                                   (flow.SCALER_STEP, flow.UPDATE)))
 
     valid = (
         Valid("""

@@ -10,8 +10,7 @@ from ..engine.crossfile import loss_place
 from ..engine.diagnostics import Fix, Related
 from ..engine.outline import Outline
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
-from ..engine.semantics import (autocast_of_with_item, autocast_region, calls, calls_enabled_autocast, enclosing_function,
-                                method_call, region_table)
+from ..engine.semantics import autocast_of_with_item, autocast_region, calls, method_call, region_table
 from ..policy import PolicyError, committed_tables
 
 _SIGMOID = frozenset({"torch.sigmoid", "torch.nn.functional.sigmoid", "torch.special.expit"})
@@ -107,10 +106,11 @@ def _enabling_site(ctx: FileContext, project, call: cst.Call, spelling_of):
 
 
 def _may_fire(outline: Outline) -> bool:
-    """An enabled region here (every region comes from an autocast call), or a banned spelling
-    called or built here for a region elsewhere in the project."""
+    """A spelling some committed table bans, called, built or handed to a builder here: for a
+    region here or elsewhere in the project (a project's own tables are not known here: with
+    them, the prefilter does not ask)."""
     banned = _banned_anywhere()
-    return calls_enabled_autocast(outline) or bool(outline.calls_to(banned)) or any(
+    return bool(outline.calls_to(banned)) or any(
         not outline.qualified_names(a).isdisjoint(banned) for c in outline.nodes(ast.Call) for a in c.args)
 
 

@@ -2,7 +2,9 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ..engine import flow
 from ..engine.context import FileContext
+from ..engine.outline import Outline
 from ..engine.rule import Invalid, Rule, Valid
 from ..engine.semantics import (
     GRAD_SCALER,
@@ -10,6 +12,7 @@ from ..engine.semantics import (
     autocast_calls,
     calls,
     dtype_of,
+    enabled_autocast_calls,
     enclosing_function,
     literal_str,
     method_call,
@@ -104,6 +107,12 @@ def _row(ctx: FileContext, node: cst.CSTNode) -> int:
     return ctx.location(ctx.offsets(node)[0]).row
 
 
+def _may_fire(outline: Outline) -> bool:
+    """What check() needs: a scaled backward in a function that opens an enabled region."""
+    regions = {outline.scopes[id(c)] for c in enabled_autocast_calls(outline)}
+    return any(flow.SCALED_BACKWARD in kinds and scope in regions for scope, kinds in flow.events_on_ast(outline).items())
+
+
 class ScalerWithBfloat16(Rule):
     """
     ## What it does
@@ -156,6 +165,7 @@ class ScalerWithBfloat16(Rule):
     summary = "GradScaler used with bfloat16 autocast (not needed)"
     uses_policy = True
     fragments = (r"\.scale\(",)
+    may_fire = staticmethod(_may_fire)
 
     valid = (
         Valid("""

@@ -1,26 +1,50 @@
 from __future__ import annotations
 
 import ast
+from functools import lru_cache
 
 from ..engine.context import FileContext
 from ..engine.outline import Outline
 from ..engine.rule import Invalid, Rule, Valid
-from ..engine.semantics import AUTOCAST, autocast_calls, disables_itself, region_table
+from ..engine.semantics import (AUTOCAST, AUTOCAST_DEVICE, DTYPES, autocast_calls, disables_itself,
+                                enabled_autocast_calls, region_table)
+from ..policy import committed_tables
 
-# Every policy table knows these devices, and their default dtypes (the per-device classes')
-# are supported: an autocast call that names no other device and no dtype cannot be reported.
-_ALWAYS_KNOWN = ("cuda", "cpu")
+
+
+@lru_cache(maxsize=None)
+def _accepted() -> tuple[frozenset[str], dict[str, frozenset[str]]]:
+    """What every committed table accepts: the autocast devices, and each device's dtypes."""
+    tables = committed_tables()
+    devices = frozenset.intersection(*(frozenset(t.autocast_devices) for t in tables))
+    dtypes: dict[str, frozenset[str]] = {}
+    for t in tables:
+        dtypes[t.device] = dtypes.get(t.device, frozenset(t.supported_dtypes)) & frozenset(t.supported_dtypes)
+    return devices, dtypes
 
 
 def _may_fire(outline: Outline) -> bool:
-    for call in outline.calls_to(AUTOCAST):
-        if len(call.args) >= 2 or any(isinstance(a, ast.Starred) for a in call.args) \
-                or any(k.arg in (None, "dtype") for k in call.keywords):
-            return True  # a dtype, or arguments that may hold one
-        devices = call.args[:1] + [k.value for k in call.keywords if k.arg == "device_type"]
-        if any(isinstance(d, ast.Constant) and isinstance(d.value, str)
-               and d.value.split(":")[0] not in _ALWAYS_KNOWN for d in devices):
-            return True
+    """An enabled autocast call with a literal device some table may not accept, or a dtype
+    named by torch's name that its device's table may not support: what check() reports, with
+    the tables' answers taken as narrowly as any committed table gives them."""
+    devices, dtypes = _accepted()
+    for call in enabled_autocast_calls(outline):
+        if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+            continue  # autocast_call binds nothing then: no literal device or dtype to judge
+        for name in outline.qualified_names(call.func) & AUTOCAST:
+            per_device = AUTOCAST_DEVICE.get(name)
+            bound = dict(zip(("enabled", "dtype") if per_device else ("device_type", "dtype"), call.args))
+            bound.update((k.arg, k.value) for k in call.keywords)
+            device = per_device or getattr(bound.get("device_type"), "value", None)
+            if not isinstance(device, str):
+                continue  # not a literal: check() does not judge it
+            base = device.split(":")[0]
+            if base not in devices:
+                return True
+            dtype = next((DTYPES[n] for n in outline.qualified_names(bound["dtype"]) if n in DTYPES), None) \
+                if "dtype" in bound else None
+            if dtype is not None and dtype not in dtypes.get(base, frozenset()):
+                return True
     return False
 
 

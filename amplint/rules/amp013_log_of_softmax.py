@@ -14,17 +14,16 @@ _SOFTMAX = frozenset({"torch.softmax", "torch.nn.functional.softmax", "torch.spe
 _LOG = frozenset({"torch.log"})
 
 
-def _softmax_call(expr: ast.expr) -> bool:
-    """A call of something named softmax: what check() may take for one, on the ast."""
-    return isinstance(expr, ast.Call) and (
-        isinstance(expr.func, ast.Attribute) and expr.func.attr == "softmax"
-        or isinstance(expr.func, ast.Name))
-
-
 def _may_fire(outline: Outline) -> bool:
-    """A `log(<softmax call>)` or `<softmax call>.log()` (any log: aliases resolve later)."""
-    return any(isinstance(c.func, (ast.Name, ast.Attribute)) and len(c.args) == 1 and _softmax_call(c.args[0])
-               or isinstance(c.func, ast.Attribute) and c.func.attr == "log" and _softmax_call(c.func.value)
+    """A `log(<softmax call>)` or `<softmax call>.log()`, as check() resolves the names: torch's
+    log through the imports; a softmax through the imports, or any method named so."""
+    def softmax(expr: ast.expr) -> bool:
+        return isinstance(expr, ast.Call) and (
+            (isinstance(expr.func, ast.Attribute) and expr.func.attr == "softmax")
+            or not outline.qualified_names(expr.func).isdisjoint(_SOFTMAX))
+
+    return any((not outline.qualified_names(c.func).isdisjoint(_LOG) and len(c.args) == 1 and softmax(c.args[0]))
+               or (isinstance(c.func, ast.Attribute) and c.func.attr == "log" and not c.args and softmax(c.func.value))
                for c in outline.nodes(ast.Call))
 
 

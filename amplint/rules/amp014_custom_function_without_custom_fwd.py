@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import ast
 import builtins
 
 import libcst as cst
@@ -140,6 +141,12 @@ def _needs_autocast_state(ctx: FileContext, method: cst.FunctionDef, module_name
 
 
 def _may_fire(outline) -> bool:
+    """A class of the file derived from ``torch.autograd.Function`` with a ``forward`` or
+    ``backward``, and autocast, ``custom_bwd`` or ``enable_grad`` in the file."""
+    if not any(any(not outline.qualified_names(b).isdisjoint(_FUNCTION) for b in cls.bases)
+               and any(isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name in _CUSTOM for s in cls.body)
+               for cls in outline.nodes(ast.ClassDef)):
+        return False
     return calls_autocast(outline) or outline.refers_to(_CUSTOM["backward"]) or bool(outline.calls_to(_ENABLE_GRAD))
 
 

@@ -55,6 +55,7 @@ class GradAccumulationScalerUpdate(Rule):
     summary = "scaler.update() outside the gradient-accumulation condition of scaler.step()"
     # A scaler, and `.step` and `.update` calls.
     fragments = ((AnyOf("scaler", "Scaler", r"\.scale\("), r"\.\s*step\b", r"\.\s*update\b"),)
+    may_fire = staticmethod(lambda outline: flow.may_have_together(outline, flow.SCALER_STEP, flow.UPDATE))
 
     valid = (
         Valid("""

@@ -5,6 +5,7 @@ in the same run, on a pinned corpus of real PyTorch projects.
     python benchmarks/lint_speed.py --files 400     # the first 400 files, for a quick look
     python benchmarks/lint_speed.py --verify        # also: same findings with/without prefilter and jobs
     python benchmarks/lint_speed.py --quick         # without the parse floor, flake8 and TorchFix
+    python benchmarks/lint_speed.py --corpus DIR    # another corpus (one never tuned on)
 
 The corpus is installed with `pip install --no-deps --target .corpus/site`; ruff, flake8 and
 TorchFix go into their own virtual environment in .corpus/tools. Prints a markdown table.
@@ -113,6 +114,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--files", type=int, default=None, help="only the first N files")
     parser.add_argument("--verify", action="store_true")
+    parser.add_argument("--corpus", type=Path, help="a folder to check instead of the pinned corpus")
     parser.add_argument("--quick", action="store_true",
                         help="leave out the single runs of the libcst parse floor, flake8 and TorchFix "
                              "(most of a whole-corpus run's half hour) and the target against TorchFix")
@@ -121,7 +123,7 @@ def main() -> None:
     # What an installed amplint runs: its modules byte-compiled (as pip does on install). An
     # editable install under PYTHONDONTWRITEBYTECODE would compile every module on every run.
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "amplint")], check=True)
-    corpus = subset(install_corpus(), args.files)
+    corpus = subset(args.corpus.resolve() if args.corpus else install_corpus(), args.files)
     tools = install_tools()
     files = list(corpus.rglob("*.py"))
     lines = sum(p.read_bytes().count(b"\n") for p in files)

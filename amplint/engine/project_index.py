@@ -140,16 +140,36 @@ def project_root(path: Path) -> Path | None:
     return outermost
 
 
-def _python_files(root: Path):
+@lru_cache(maxsize=32)
+def _python_files(root: Path) -> tuple[Path, ...]:
+    found = []
     for folder, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if _walked(d))
-        for name in sorted(files):
-            if name.endswith(".py"):
-                yield Path(folder) / name
+        found.extend(Path(folder) / name for name in sorted(files) if name.endswith(".py"))
+    return tuple(found)
 
 
-def _sites_in(path: Path, text: str) -> list[AutocastSite]:
-    outline = Outline.parse(text)
+@lru_cache(maxsize=4096)
+def _outline(path: Path) -> Outline | None:
+    """A project file's outline, parsed once per run by every scan that needs it."""
+    data = _read(path)
+    try:
+        return Outline.parse(source_io.decode(data).text) if data is not None else None
+    except source_io.SourceError:
+        return None
+
+
+@lru_cache(maxsize=None)
+def _read(path: Path) -> bytes | None:
+    """A project file's bytes, read once per run by every scan of the project (None: unreadable)."""
+    try:
+        return source_io.read_file(path)
+    except OSError:
+        return None
+
+
+def _sites_in(path: Path) -> list[AutocastSite]:
+    outline = _outline(path)
     if outline is None:
         return []
     models = [(c.lineno, c.end_lineno) for c in outline.nodes(ast.ClassDef)
@@ -203,13 +223,12 @@ def autocast_sites(root: Path) -> tuple[AutocastSite, ...]:
     for count, path in enumerate(_python_files(root)):
         if count >= MAX_PROJECT_FILES:
             break
-        try:
-            data = source_io.read_file(path)
-            if b"autocast" in data or any(name in data for name in _CONSTRUCTED_SETTINGS) \
-                    or (any(name in data for name in _FRAMEWORK_WORDS) and _SETTING.search(data)):
-                found.extend(_sites_in(path, source_io.decode(data).text))
-        except (OSError, source_io.SourceError):
+        data = _read(path)
+        if data is None:
             continue
+        if b"autocast" in data or any(name in data for name in _CONSTRUCTED_SETTINGS) \
+                or (any(name in data for name in _FRAMEWORK_WORDS) and _SETTING.search(data)):
+            found.extend(_sites_in(path))
     return tuple(found)
 
 
@@ -359,21 +378,13 @@ def autocast_wrappers(root: Path) -> tuple[AutocastWrapper, ...]:
     for _ in range(6):
         new: list[AutocastWrapper] = []
         for path in paths:
-            try:
-                data = source_io.read_file(path)
-            except OSError:
-                continue
-            if path not in read and not any(w in data for w in words):
+            data = _read(path)
+            if data is None or (path not in read and not any(w in data for w in words)):
                 continue
             read.add(path)
-            outline = outlines.get(path)
+            outline = outlines.get(path) or _outline(path)
             if outline is None:
-                try:
-                    outline = Outline.parse(source_io.decode(data).text)
-                except source_io.SourceError:
-                    outline = None
-                if outline is None:
-                    continue
+                continue
                 outlines[path] = outline
             new.extend(w for w in _wrappers_in(path, outline, set(found), own) if w.name not in found)
         if not new:
@@ -386,13 +397,8 @@ def autocast_wrappers(root: Path) -> tuple[AutocastWrapper, ...]:
     # Names some function of a file never read (it mentions no autocast) also defines.
     ambiguous = set()
     for path in paths:
-        if path in read:
-            continue
-        try:
-            data = source_io.read_file(path)
-        except OSError:
-            continue
-        if b"def " in data:
+        data = None if path in read else _read(path)
+        if data is not None and b"def " in data:
             ambiguous.update(m.decode() for m in _DEF.findall(data) if m.decode() in found)
     for path, outline in outlines.items():
         defined = {n.name for kind in (ast.FunctionDef, ast.AsyncFunctionDef) for n in outline.nodes(kind)}
@@ -619,6 +625,9 @@ def dependency(kind: str, root: Path) -> Dependency:
 
 def forget() -> None:
     """Read the project's files again when next asked: a new run sees them as they are now."""
+    _python_files.cache_clear()
+    _read.cache_clear()
+    _outline.cache_clear()
     autocast_sites.cache_clear()
     autocast_wrappers.cache_clear()
     star_imports.cache_clear()

@@ -41,7 +41,7 @@ def test_offsets_equal_libcsts_positions(path):
             assert ctx.offsets(node) == want, (path.name, kind.__name__, rng)
             assert ctx.line_start(node) == starts[rng.start.line - 1]
             checked += 1
-    assert checked > 50
+    assert checked > (50 if len(source) > 2000 else 0)  # a package's __init__ may hold only a docstring
     assert "_module_offsets" not in ctx.__dict__, "every statement was placed without the fallback"
 
 

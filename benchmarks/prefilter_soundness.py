@@ -1,0 +1,50 @@
+"""Does the prefilter ever drop a finding? For every rule and every file whose fragments match
+but whose ``may_fire`` test turns the rule away, run the rule's check anyway: any finding it
+makes there is one the prefilter lost. Faster than ``lint_speed.py --verify`` (which parses
+every file with libcst): only the files a test turned away are parsed.
+
+    python benchmarks/prefilter_soundness.py .corpus/site [more folders ...]
+
+Prints each lost finding and, at the end, the files read and the findings lost (0 is the goal).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from amplint.engine import runner
+from amplint.engine.config import Config
+from amplint.engine.project import policy_loader
+from amplint.engine.project_index import ProjectHints
+from amplint.engine.rule import all_rules
+
+
+def main(roots: list[str]) -> int:
+    rules = [r for r in all_rules() if r.on_by_default]
+    load = policy_loader(Config(Path(".").resolve()))
+    alone = {r: runner.prefilter((r,)) for r in rules}
+    files = lost = 0
+    for root in roots:
+        for path in sorted(Path(root).rglob("*.py")):
+            try:
+                text = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+            files += 1
+            turned_away = [r for r in rules if alone[r].matching(text, ProjectHints(str(path)))
+                           and not alone[r].select_with_outline(text, ProjectHints(str(path)))[0]]
+            if not turned_away:
+                continue
+            codes = {r.code for r in turned_away}
+            diagnostics, _ = runner.run_rules(str(path), text, turned_away, load)
+            for d in diagnostics:
+                if d.code in codes:
+                    lost += 1
+                    print(f"lost: {d.code} {path}:{d.location.row}", flush=True)
+    print(f"{files} files read, {lost} findings lost")
+    return 1 if lost else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:] or [".corpus/site"]))

@@ -57,24 +57,26 @@ def trace(steps, output_format, select, ignore, report_file, simulate, model_spe
 
 
 def _rules(select, ignore):
-    """The configured rules with the command line's --select/--ignore; ConfigError when invalid."""
+    """The configuration and its rules with the command line's --select/--ignore; None, with
+    the error said, when either is invalid."""
     from ..engine import config as config_mod
 
-    config = config_mod.load(Path.cwd())
-    return config, config.rules(
-        select=config_mod.validate_codes(_codes(select), "--select") if select is not None else None,
-        ignore=config_mod.validate_codes(_codes(ignore) or [], "--ignore"))
+    try:
+        config = config_mod.load(Path.cwd())
+        return config, config.rules(
+            select=config_mod.validate_codes(_codes(select), "--select") if select is not None else None,
+            ignore=config_mod.validate_codes(_codes(ignore) or [], "--ignore"))
+    except config_mod.ConfigError as exc:
+        click.echo(f"amplint: error: {exc}", err=True)
+        return None
 
 
 def run_simulation(model_spec, input_specs, dtype="float16", output_format="text", select=None, ignore=None,
                    report_file=None) -> int:
-    from ..engine import config as config_mod
-
-    try:
-        config, rules = _rules(select, ignore)
-    except config_mod.ConfigError as exc:
-        click.echo(f"amplint: error: {exc}", err=True)
+    configured = _rules(select, ignore)
+    if configured is None:
         return 2
+    config, rules = configured
     try:
         import torch
 
@@ -116,15 +118,12 @@ def _write_report(report_file: Path, result, as_json) -> bool:
 
 
 def run_command(command, steps=3, output_format="text", select=None, ignore=None, report_file=None) -> int:
-    from ..engine import config as config_mod
-
     if command and command[0] == "--":
         command = command[1:]
-    try:
-        config, rules = _rules(select, ignore)
-    except config_mod.ConfigError as exc:
-        click.echo(f"amplint: error: {exc}", err=True)
+    configured = _rules(select, ignore)
+    if configured is None:
         return 2
+    config, rules = configured
     try:
         from .tracer import Tracer  # imports torch (quietly about numpy's absence)
     except ImportError:

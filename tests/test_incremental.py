@@ -99,3 +99,50 @@ def test_editing_one_file_checks_again_only_the_files_that_read_it(tmp_path, mon
     [(code, fixable, message)] = findings["demo/legacy.py"]
     assert (code, fixable) == ("AMP004", False)
     assert "the project declares `torch>=2.1` (pyproject.toml)" in message
+
+
+def _write(root, files):
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
+def test_a_warm_run_reads_the_project_summaries_instead_of_parsing_the_modules(tmp_path, monkeypatch):
+    """The modules' summaries are kept by content beside the results: with every file answered
+    from the cache, confirming that the other files' summaries still hold parses nothing; a
+    summary entry that does not load is made again, never trusted."""
+    from amplint.engine import project_index
+
+    _write(tmp_path, FILES)
+    monkeypatch.chdir(tmp_path)
+    checked, cached, cold = _check(tmp_path)
+    entries = sorted((tmp_path / ".amplint_cache").rglob("index/*/*.json"))
+    assert len(entries) == 2  # utils.py (it calls autocast) and trainer.py (it calls utils' wrapper)
+
+    def no_parse(source):
+        raise AssertionError("a warm run parsed a project module")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(project_index.Outline, "parse", staticmethod(no_parse))
+        assert _check(tmp_path) == (0, 6, cold)
+    entries[0].write_text("{not json")
+    assert _check(tmp_path) == (0, 6, cold)
+    assert set(json.loads(entries[0].read_text())["summary"]) == {"sites", "defs", "functions", "classes", "aliases"}
+
+
+def test_processes_share_one_reading_of_the_project_and_find_the_same(tmp_path, monkeypatch):
+    """Enough files for the process pool: the project is read once, ahead of the workers, and
+    the cross-file findings (a wrapper in utils.py opening the regions, a loss run under them)
+    are those of a run in one process, in the same order."""
+    files = dict(FILES)
+    files.update({f"demo/steps/step{i:02d}.py": f"from ..utils import amp_context\n\n\n"
+                  f"def step{i}(model, x):\n    with amp_context():\n        model(x).sum().backward()\n"
+                  for i in range(70)})
+    files["demo/steps/__init__.py"] = ""
+    _write(tmp_path, files)
+    monkeypatch.chdir(tmp_path)
+    runs = [CliRunner().invoke(main, ["check", "--no-cache", "--output-format", "concise", "--jobs", jobs, "demo"])
+            for jobs in ("1", "2")]
+    assert runs[0].exit_code == runs[1].exit_code == 1
+    assert runs[0].stdout == runs[1].stdout
+    assert runs[0].stdout.count("AMP001") == 70 and "demo/losses.py:5:" in runs[0].stdout

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from amplint.cli import main
-from amplint.engine.project_index import autocast_sites, project_root
+from amplint.engine.project_index import forget, project_root
 
 LOSSES = """\
 import torch
@@ -73,9 +73,9 @@ def _findings(tmp_path, monkeypatch, *paths, extra=()):
 
 @pytest.fixture(autouse=True)
 def _fresh_index():
-    autocast_sites.cache_clear()
+    forget()
     yield
-    autocast_sites.cache_clear()
+    forget()
 
 
 def test_loss_run_by_a_cuda_autocast_in_another_file(tmp_path, monkeypatch):
@@ -141,7 +141,7 @@ def test_an_installed_package_is_its_own_project(tmp_path, monkeypatch):
     (package / "engine").mkdir()
     (package / "engine" / "__init__.py").write_text("")
     (package / "engine" / "loop.py").write_text(TRAINER.format(device='"cuda"'))
-    autocast_sites.cache_clear()
+    forget()
     found = _findings(tmp_path, monkeypatch, ".deps/site/demo/losses.py")
     assert [code for _, _, code, _ in found] == ["AMP008", "AMP008"]
     assert "(engine/loop.py:12)" in found[0][3]

@@ -10,13 +10,13 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
 from .. import __version__
 from .diagnostics import Diagnostic, Edit, Fix, Location, Related
 from .project_index import Dependency, dependency
+from .source import write_entry
 
 DIRNAME = ".amplint_cache"
 
@@ -45,8 +45,9 @@ def _linter_digest() -> str:
 class Cache:
     def __init__(self, root: Path, rule_codes: list[str], settings: dict):
         self.folder = root / DIRNAME / __version__
+        self.linter = _linter_digest()
         salt = json.dumps({"rules": sorted(rule_codes), "settings": settings,
-                           "tables": _tables_digest(), "linter": _linter_digest()}, sort_keys=True)
+                           "tables": _tables_digest(), "linter": self.linter}, sort_keys=True)
         self.salt = hashlib.sha256(salt.encode()).hexdigest()
 
     def _path(self, data: bytes, rule_codes: list[str]) -> Path:
@@ -67,21 +68,17 @@ class Cache:
 
     def put(self, data: bytes, rule_codes: list[str], diagnostics: list[Diagnostic],
             dependencies: set[Dependency]) -> None:
-        path = self._path(data, rule_codes)
+        # Like .ruff_cache: the folder keeps itself out of version control.
+        ignore = self.folder.parent / ".gitignore"
         try:
-            if not path.parent.is_dir():
-                path.parent.mkdir(parents=True, exist_ok=True)
-                # Like .ruff_cache: the folder keeps itself out of version control.
-                ignore = self.folder.parent / ".gitignore"
-                if not ignore.exists():
-                    ignore.write_text("*\n", encoding="utf-8")
-            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump({"diagnostics": [_dump(d) for d in diagnostics],
-                           "dependencies": [[d.kind, d.root, d.digest] for d in sorted(dependencies)]}, handle)
-            os.replace(tmp, path)
+            if not ignore.exists():
+                ignore.parent.mkdir(parents=True, exist_ok=True)
+                ignore.write_text("*\n", encoding="utf-8")
         except OSError:
             pass  # a cache that cannot be written only costs speed
+        write_entry(self._path(data, rule_codes),
+                    {"diagnostics": [_dump(d) for d in diagnostics],
+                     "dependencies": [[d.kind, d.root, d.digest] for d in sorted(dependencies)]})
 
 
 def _dump(d: Diagnostic) -> dict:

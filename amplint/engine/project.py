@@ -101,6 +101,7 @@ def _profile(config: Config, rules: list[type[Rule]], options: Options) -> _Prof
         if config.policies is not None:  # the project's own tables: what they hold
             settings["policies"] = user_tables_digest(config.policies)
         cache = Cache(config.root, [r.code for r in rules], settings)
+        project_index.keep_summaries(cache.folder / "index", cache.linter)
     return _Profile(config, rules, cache)
 
 
@@ -220,13 +221,16 @@ def _unified_diff(before: str, after: str, display: str) -> str:
 
 
 def _in_pool(tasks, options: Options, profiles: list[_Profile]) -> Iterator[FileResult]:
-    """Files spread over processes in chunks; results come back in the order of ``tasks``."""
-    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    """Files spread over processes in chunks; results come back in the order of ``tasks``.
+    What the files' checks read of their projects is read first (``project_index.prepare``,
+    itself spread over processes), once for all the processes that check them."""
+    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+    with ProcessPoolExecutor(options.jobs, mp_context=context) as pool:
+        project_index.prepare([path for path, _, _ in tasks], pool.map)
     chunk = max(1, len(tasks) // (options.jobs * 32))
     worker_options = Options(**{**options.__dict__, "progress": None})  # a callback stays here
     shared = [(p.config, p.cache) for p in profiles]
-    with ProcessPoolExecutor(options.jobs, mp_context=multiprocessing.get_context(method),
-                             initializer=_init_worker, initargs=(shared,)) as pool:
+    with ProcessPoolExecutor(options.jobs, mp_context=context, initializer=_init_worker, initargs=(shared,)) as pool:
         yield from pool.map(_check_in_worker, tasks, [worker_options] * len(tasks), chunksize=chunk)
 
 

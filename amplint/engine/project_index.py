@@ -4,15 +4,18 @@
 loss module is called by a trainer, elsewhere, under autocast. For a file, the project is the
 folder of the nearest ``pyproject.toml``, ``setup.py``, ``setup.cfg`` or ``.git`` above it,
 else the outermost package (folders with ``__init__.py``) that holds it. Its facts are read
-once per run (``forget`` starts a new one) and only when a rule asks: the torch it declares
-(``torch_requirement``), and a literal scan of the project's ``.py`` files for
-``autocast`` (and the words of the framework settings that turn it on: Lightning's
-``precision="16-mixed"``, accelerate's ``mixed_precision="fp16"``, transformers'
-``TrainingArguments(fp16=True)``), then Python's ``ast`` of those that mention one (never
-libcst: a project is thousands of files). Folders the default configuration excludes (virtual environments, build
-output, hidden folders) are not read; neither is anything outside the project. What a file's
-findings read of these facts is recorded as a ``Dependency`` (a digest of the summary), which
-the result cache checks before it answers for the file.
+once per run (``forget`` starts a new one), when a rule asks or, before files are spread over
+processes, ahead of them all (``prepare``): the torch it declares (``torch_requirement``),
+and a literal scan of the project's ``.py`` files for ``autocast`` (and the words of the
+framework settings that turn it on: Lightning's ``precision="16-mixed"``, accelerate's
+``mixed_precision="fp16"``, transformers' ``TrainingArguments(fp16=True)``). Each module that
+mentions one is summarized from Python's ``ast`` (never libcst: a project is thousands of
+files), by its content alone (``_summary``), and a run with a result cache keeps the summaries
+there, so that a later run parses only the modules that changed. Folders the default
+configuration excludes (virtual environments, build output, hidden folders) are not read;
+neither is anything outside the project. What a file's findings read of these facts is
+recorded as a ``Dependency`` (a digest of the summary), which the result cache checks before
+it answers for the file.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Callable, Iterable
 
 from . import source as source_io
 from .config import DEFAULT_EXCLUDE
@@ -126,18 +130,42 @@ def project_root(path: Path) -> Path | None:
     in no package and under no project marker. A marker folder whose walk would not reach the
     file (it lies in a hidden, virtual-environment or site-packages folder below it) is not
     the file's project: an installed package is its own."""
-    folder = path.resolve().parent
-    for candidate in (folder, *folder.parents):
-        if any((candidate / marker).exists() for marker in _PROJECT_MARKERS):
-            if all(_walked(part) for part in folder.relative_to(candidate).parts):
-                return candidate
-            break
+    return _folder_root(path.resolve().parent)
+
+
+@lru_cache(maxsize=None)
+def _folder_root(folder: Path) -> Path | None:
+    """``project_root`` of the files of one folder."""
+    marked = next((c for c in (folder, *folder.parents) if _marked(c)), None)
+    if marked is not None and all(_walked(part) for part in folder.relative_to(marked).parts):
+        return marked
     outermost = None
     for candidate in (folder, *folder.parents):
         if not (candidate / "__init__.py").exists():
             break
         outermost = candidate
     return outermost
+
+
+@lru_cache(maxsize=None)
+def _marked(folder: Path) -> bool:
+    return any((folder / marker).exists() for marker in _PROJECT_MARKERS)
+
+
+# This run's answers about projects, by (question, project root): filled as rules ask, or ahead
+# of the checks by ``prepare``, in the process that forks those that check.
+_FACTS: dict[tuple[str, Path], object] = {}
+
+
+def _per_project(question: Callable[[Path], object]) -> Callable:
+    """``question(root)``, asked once per project and run."""
+    def answer(root: Path):
+        key = (question.__name__, root)
+        if key not in _FACTS:
+            _FACTS[key] = question(root)
+        return _FACTS[key]
+    answer.__name__, answer.__doc__ = question.__name__, question.__doc__
+    return answer
 
 
 @lru_cache(maxsize=32)
@@ -149,14 +177,55 @@ def _python_files(root: Path) -> tuple[Path, ...]:
     return tuple(found)
 
 
-@lru_cache(maxsize=4096)
-def _outline(path: Path) -> Outline | None:
-    """A project file's outline, parsed once per run by every scan that needs it."""
+# Where the summaries of a run with a result cache are kept: (folder, the linter's digest).
+_STORE: list[tuple[Path, str]] = []
+
+
+def keep_summaries(folder: Path, linter: str) -> None:
+    """Keep the modules' summaries (``_summary``) in ``folder``, by content and ``linter`` (the
+    digest of the code that made them): a later run reads them instead of parsing the modules.
+    The first result cache of a run keeps them for every project it reads (summaries depend
+    on nothing a configuration sets)."""
+    if not _STORE:
+        _STORE.append((folder, linter))
+
+
+_SUMMARIES: dict[Path, dict | None] = {}  # this run's, by path
+
+
+def _summary(path: Path) -> dict | None:
+    """What the project's scans need of one module, from its content alone: its autocast sites
+    (``_sites_of``), the names of the functions it defines, and what may be an autocast wrapper
+    (``_candidates_of``). None for a module that cannot be read or parsed."""
+    if path not in _SUMMARIES:
+        _SUMMARIES[path] = _summarize(path)
+    return _SUMMARIES[path]
+
+
+def _summarize(path: Path) -> dict | None:
     data = _read(path)
-    try:
-        return Outline.parse(source_io.decode(data).text) if data is not None else None
-    except source_io.SourceError:
+    if data is None:
         return None
+    entry = None
+    if _STORE:
+        folder, linter = _STORE[0]
+        key = hashlib.sha256(linter.encode() + b"\0" + data).hexdigest()
+        entry = folder / key[:2] / f"{key}.json"
+        try:
+            return json.loads(entry.read_text(encoding="utf-8"))["summary"]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    try:
+        outline = Outline.parse(source_io.decode(data).text)
+    except source_io.SourceError:
+        outline = None
+    summary = None if outline is None else {
+        "sites": _sites_of(outline),
+        "defs": sorted({n.name for kind in (ast.FunctionDef, ast.AsyncFunctionDef) for n in outline.nodes(kind)}),
+        **_candidates_of(outline)}
+    if entry is not None:
+        source_io.write_entry(entry, {"summary": summary})
+    return summary
 
 
 @lru_cache(maxsize=None)
@@ -168,10 +237,8 @@ def _read(path: Path) -> bytes | None:
         return None
 
 
-def _sites_in(path: Path) -> list[AutocastSite]:
-    outline = _outline(path)
-    if outline is None:
-        return []
+def _sites_of(outline: Outline) -> list[list]:
+    """A module's autocast sites (``AutocastSite`` without its path): [row, device, setting, dtype]."""
     models = [(c.lineno, c.end_lineno) for c in outline.nodes(ast.ClassDef)
               if any(isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name == "forward" for s in c.body)
               or any(getattr(b, "attr", getattr(b, "id", "")).endswith("Module") for b in c.bases)]
@@ -182,20 +249,18 @@ def _sites_in(path: Path) -> list[AutocastSite]:
         enabled = next((k.value for k in call.keywords if k.arg == "enabled"), None)
         if isinstance(enabled, ast.Constant) and enabled.value is False:
             continue
-        device = _autocast_device(outline, call)
-        found.append(AutocastSite(path, call.lineno, device, dtype=_literal_dtype(outline, call)))
+        found.append([call.lineno, _autocast_device(outline, call), None, _literal_dtype(outline, call)])
     for call in outline.calls_to(_FRAMEWORK_CLASSES):
         names = outline.qualified_names(call.func)
         for classes, keyword, values in _FRAMEWORK_SETTINGS:
             if names.isdisjoint(classes):
                 continue
             if keyword is None:
-                found.append(AutocastSite(path, call.lineno, None, f"{_dotted_name(call.func)}(...)", "float16"))
+                found.append([call.lineno, None, f"{_dotted_name(call.func)}(...)", "float16"])
                 continue
             value = next((k.value for k in call.keywords if k.arg == keyword), None)
             if isinstance(value, ast.Constant) and value.value in values and type(value.value) in (str, int, bool):
-                found.append(AutocastSite(path, call.lineno, None, f"{keyword}={value.value!r}",
-                                          _setting_dtype(keyword, value.value)))
+                found.append([call.lineno, None, f"{keyword}={value.value!r}", _setting_dtype(keyword, value.value)])
     return found
 
 
@@ -215,7 +280,7 @@ def _autocast_device(outline: Outline, call: ast.Call) -> str | None:
     return given.value if isinstance(given, ast.Constant) and isinstance(given.value, str) else None
 
 
-@lru_cache(maxsize=32)
+@_per_project
 def autocast_sites(root: Path) -> tuple[AutocastSite, ...]:
     """Every autocast call of the project that is not disabled by a literal ``enabled=False``,
     in path order."""
@@ -226,10 +291,15 @@ def autocast_sites(root: Path) -> tuple[AutocastSite, ...]:
         data = _read(path)
         if data is None:
             continue
-        if b"autocast" in data or any(name in data for name in _CONSTRUCTED_SETTINGS) \
-                or (any(name in data for name in _FRAMEWORK_WORDS) and _SETTING.search(data)):
-            found.extend(_sites_in(path))
+        if _may_hold_sites(data):
+            summary = _summary(path)
+            found.extend(AutocastSite(path, *site) for site in (summary["sites"] if summary else ()))
     return tuple(found)
+
+
+def _may_hold_sites(data: bytes) -> bool:
+    return b"autocast" in data or any(name in data for name in _CONSTRUCTED_SETTINGS) \
+        or (any(name in data for name in _FRAMEWORK_WORDS) and _SETTING.search(data) is not None)
 
 
 @dataclass(frozen=True)
@@ -284,67 +354,84 @@ def _project_name(names: set[str], own: frozenset[str]) -> str | None:
     return next((n.rsplit(".", 1)[-1] for n in names if "." in n and n.split(".", 1)[0] in own), None)
 
 
-def _opens_autocast(outline: Outline, expr: ast.expr | None, known: set[str],
-                    own: frozenset[str] = frozenset()) -> ast.Call | bool:
-    """Whether ``expr`` makes an autocast context that may be enabled: torch's autocast, a
-    framework's ``X.autocast()``, or a call of a wrapper already known; either branch of a
-    conditional (``autocast(...) if amp else nullcontext()``). The torch call when there is
-    one (for its device), else True."""
+# What a module's code may make of autocast, before the project's wrappers are known: each
+# "opener" is a list of alternatives, any of which opens a region (the branches of
+# `autocast(...) if amp else nullcontext()`), tried in order. An alternative is
+# ["torch", device] (torch's own autocast), ["always"] (a framework's `x.autocast()`),
+# ["qualified", names] (a call of an imported name: a wrapper if one of the project's own
+# modules defines it) or ["name", name] (a wrapper if the project has one by that name).
+# Resolving them against the wrappers known so far (``_opens``) needs no parse.
+
+
+def _alternatives(outline: Outline, expr: ast.expr | None) -> list[list]:
+    """The alternatives by which ``expr`` may make an enabled autocast context."""
     if isinstance(expr, ast.IfExp):
-        return _opens_autocast(outline, expr.body, known, own) or _opens_autocast(outline, expr.orelse, known, own)
+        return _alternatives(outline, expr.body) + _alternatives(outline, expr.orelse)
     if not isinstance(expr, ast.Call):
-        return False
+        return []
     if any(k.arg == "enabled" and isinstance(k.value, ast.Constant) and k.value.value is False
            for k in expr.keywords):
-        return False  # a float32 island, not a region
+        return []  # a float32 island, not a region
     names = outline.qualified_names(expr.func)
     if not names.isdisjoint(AUTOCAST):
-        return expr
+        return [["torch", _autocast_device(outline, expr)]]
     if names:  # another library's function, or one of the project's own modules'
-        return _project_name(names, own) in known
+        return [["qualified", sorted(names)]]
     func = expr.func
-    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
-    return name == "autocast" and isinstance(func, ast.Attribute) or name in known
+    if isinstance(func, ast.Attribute):
+        return [["always"]] if func.attr == "autocast" else [["name", func.attr]]
+    return [["name", func.id]] if isinstance(func, ast.Name) else []
 
 
-def _refers_to_autocast(outline: Outline, expr: ast.expr, known: set[str], own: frozenset[str]) -> bool:
+def _reference(outline: Outline, expr: ast.expr) -> list[list]:
+    """The alternative by which ``expr`` (a base class, an aliased or partial callable) may
+    name an autocast: as ``_alternatives``, for a name instead of a call."""
     names = outline.qualified_names(expr)
     if not names.isdisjoint(AUTOCAST):
-        return True
+        return [["torch", None]]
     if names:
-        return _project_name(names, own) in known
-    return isinstance(expr, ast.Name) and expr.id in known
+        return [["qualified", sorted(names)]]
+    return [["name", expr.id]] if isinstance(expr, ast.Name) else []
 
 
-def _wrappers_in(path: Path, outline: Outline, known: set[str],
-                 own: frozenset[str] = frozenset()) -> list[AutocastWrapper]:
-    """The autocast wrappers a module defines, given the names of those already known."""
-    found = []
+def _opens(alternatives: list[list], known: set[str], own: frozenset[str]) -> tuple[bool, str | None]:
+    """Whether one of ``alternatives`` opens a region, given the wrappers ``known``; the
+    device of the first that does, when torch's autocast names it."""
+    for alternative in alternatives:
+        kind = alternative[0]
+        if kind == "torch":
+            return True, alternative[1]
+        if kind == "always" or (kind == "name" and alternative[1] in known) \
+                or (kind == "qualified" and _project_name(set(alternative[1]), own) in known):
+            return True, None
+    return False, None
 
-    def device(call) -> str | None:
-        return _autocast_device(outline, call) if isinstance(call, ast.Call) else None
 
+def _candidates_of(outline: Outline) -> dict[str, list]:
+    """What in a module may be an autocast wrapper, as ``_wrappers_of`` resolves it:
+    functions with the openers of their `return`s (and, for a ``@contextmanager``, of the
+    `with` items around a `yield`), in the order of ``ast.walk`` over their bodies; classes
+    with their bases; names assigned an alias or a ``functools.partial``."""
+    functions = []
+    returns = [r for r in outline.nodes(ast.Return) if _alternatives(outline, r.value)]
     for node in [*outline.nodes(ast.FunctionDef), *outline.nodes(ast.AsyncFunctionDef)]:
-        if node.name.startswith("__") or node.name in known:
+        if node.name.startswith("__"):
+            continue
+        managed = any(outline.qualified_names(d.func if isinstance(d, ast.Call) else d) & _CONTEXT_MANAGERS
+                      for d in node.decorator_list)
+        if not managed and not any(_inside(r, node) for r in returns):
             continue
         body_nodes = [n for stmt in node.body for n in ast.walk(stmt)]
-        opened = next((o for r in body_nodes if isinstance(r, ast.Return)
-                       for o in [_opens_autocast(outline, r.value, known, own)] if o), None)
-        if opened is None and any(outline.qualified_names(d.func if isinstance(d, ast.Call) else d) & _CONTEXT_MANAGERS
-                                  for d in node.decorator_list):
-            for w in body_nodes:
-                if isinstance(w, (ast.With, ast.AsyncWith)) and any(
-                        isinstance(n, (ast.Yield, ast.YieldFrom)) for s in w.body for n in ast.walk(s)):
-                    opened = next((o for item in w.items
-                                   for o in [_opens_autocast(outline, item.context_expr, known, own)] if o),
-                                  None)
-                    if opened is not None:
-                        break
-        if opened is not None:
-            found.append(AutocastWrapper(path, node.lineno, node.name, device(opened)))
-    for node in outline.nodes(ast.ClassDef):
-        if node.name not in known and any(_refers_to_autocast(outline, b, known, own) for b in node.bases):
-            found.append(AutocastWrapper(path, node.lineno, node.name))
+        openers = [o for r in body_nodes if isinstance(r, ast.Return) for o in [_alternatives(outline, r.value)] if o]
+        withs = [[_alternatives(outline, item.context_expr) for item in w.items] for w in body_nodes
+                 if isinstance(w, (ast.With, ast.AsyncWith))
+                 and any(isinstance(n, (ast.Yield, ast.YieldFrom)) for s in w.body for n in ast.walk(s))] \
+            if managed else []
+        if openers or any(any(item) for w in withs for item in w):
+            functions.append([node.name, node.lineno, openers, withs])
+    classes = [[node.name, node.lineno, [a for b in node.bases for a in _reference(outline, b)]]
+               for node in outline.nodes(ast.ClassDef)]
+    aliases = []
     for node in outline.nodes(ast.Assign):
         value = node.value
         if isinstance(value, ast.Call) and not outline.qualified_names(value.func).isdisjoint(_PARTIAL) \
@@ -352,17 +439,43 @@ def _wrappers_in(path: Path, outline: Outline, known: set[str],
             value = value.args[0]
         elif not isinstance(value, (ast.Name, ast.Attribute)):
             continue
-        if _refers_to_autocast(outline, value, known, own):
-            for target in node.targets:
-                if isinstance(target, ast.Name) and target.id not in known:
-                    found.append(AutocastWrapper(path, node.lineno, target.id))
+        targets = [t.id for t in node.targets if isinstance(t, ast.Name)]
+        reference = _reference(outline, value)
+        if targets and reference:
+            aliases.append([targets, node.lineno, reference])
+    return {"functions": functions, "classes": [c for c in classes if c[2]], "aliases": aliases}
+
+
+def _inside(node: ast.AST, outer: ast.AST) -> bool:
+    return (outer.lineno, outer.col_offset) <= (node.lineno, node.col_offset) \
+        and (node.end_lineno, node.end_col_offset) <= (outer.end_lineno, outer.end_col_offset)
+
+
+def _wrappers_of(path: Path, summary: dict, known: set[str], own: frozenset[str]) -> list[AutocastWrapper]:
+    """The autocast wrappers a module defines, given the names of those already known."""
+    found = []
+    for name, row, openers, withs in summary["functions"]:
+        if name in known:
+            continue
+        opened = next((device for o in openers for hit, device in [_opens(o, known, own)] if hit), False)
+        if opened is False:
+            opened = next((device for w in withs for item in w for hit, device in [_opens(item, known, own)] if hit),
+                          False)
+        if opened is not False:
+            found.append(AutocastWrapper(path, row, name, opened))
+    for name, row, bases in summary["classes"]:
+        if name not in known and _opens(bases, known, own)[0]:
+            found.append(AutocastWrapper(path, row, name))
+    for targets, row, reference in summary["aliases"]:
+        if _opens(reference, known, own)[0]:
+            found.extend(AutocastWrapper(path, row, t) for t in targets if t not in known)
     return found
 
 
 _DEF = re.compile(rb"\bdef\s+(\w+)\s*\(")
 
 
-@lru_cache(maxsize=32)
+@_per_project
 def autocast_wrappers(root: Path) -> tuple[AutocastWrapper, ...]:
     """The project's own autocast wrappers (``AutocastWrapper``), in path order. Files that
     mention ``autocast`` are read first, then those that mention a wrapper found, until no new
@@ -371,22 +484,20 @@ def autocast_wrappers(root: Path) -> tuple[AutocastWrapper, ...]:
     something else in another does not make every ``x.context()`` a region."""
     paths = list(_python_files(root))[:MAX_PROJECT_FILES]
     found: dict[str, list[AutocastWrapper]] = {}
-    read: set[Path] = set()
+    read: dict[Path, dict] = {}
     words: list[bytes] = [b"autocast"]
-    outlines: dict[Path, Outline] = {}
     own = _top_level_names(root)
     for _ in range(6):
         new: list[AutocastWrapper] = []
         for path in paths:
-            data = _read(path)
-            if data is None or (path not in read and not any(w in data for w in words)):
+            if path not in read:
+                data = _read(path)
+                if data is None or not any(w in data for w in words):
+                    continue
+            summary = read[path] = read.get(path) or _summary(path)
+            if summary is None:
                 continue
-            read.add(path)
-            outline = outlines.get(path) or _outline(path)
-            if outline is None:
-                continue
-                outlines[path] = outline
-            new.extend(w for w in _wrappers_in(path, outline, set(found), own) if w.name not in found)
+            new.extend(w for w in _wrappers_of(path, summary, set(found), own) if w.name not in found)
         if not new:
             break
         for w in new:
@@ -400,10 +511,11 @@ def autocast_wrappers(root: Path) -> tuple[AutocastWrapper, ...]:
         data = None if path in read else _read(path)
         if data is not None and b"def " in data:
             ambiguous.update(m.decode() for m in _DEF.findall(data) if m.decode() in found)
-    for path, outline in outlines.items():
-        defined = {n.name for kind in (ast.FunctionDef, ast.AsyncFunctionDef) for n in outline.nodes(kind)}
+    for path, summary in read.items():
+        if summary is None:
+            continue
         wrapped = {w.name for ws in found.values() for w in ws if w.path == path}
-        ambiguous |= (defined & set(found)) - wrapped
+        ambiguous |= (set(summary["defs"]) & set(found)) - wrapped
     return tuple(sorted((w for name, ws in found.items() if name not in ambiguous for w in ws),
                         key=lambda w: (w.path, w.row)))
 
@@ -613,24 +725,45 @@ def _star_summary(root: Path, shown: str) -> object:
     return sorted((k, sorted(v)) for k, v in star_imports(root, path).items())
 
 
-@lru_cache(maxsize=4096)
 def dependency(kind: str, root: Path) -> Dependency:
     """The summary ``kind`` of the project at ``root`` as it is now."""
-    if kind.startswith("star-imports:"):
-        text = json.dumps(_star_summary(root, kind.split(":", 1)[1]))
-    else:
-        text = json.dumps(SUMMARIES[kind](root))
-    return Dependency(kind, str(root), hashlib.sha256(text.encode()).hexdigest())
+    key = (f"dependency:{kind}", root)
+    if key not in _FACTS:
+        if kind.startswith("star-imports:"):
+            text = json.dumps(_star_summary(root, kind.split(":", 1)[1]))
+        else:
+            text = json.dumps(SUMMARIES[kind](root))
+        _FACTS[key] = Dependency(kind, str(root), hashlib.sha256(text.encode()).hexdigest())
+    return _FACTS[key]
+
+
+def prepare(paths: Iterable[str | Path], scan: Callable = map) -> None:
+    """Answer ahead what the checks of ``paths`` will ask of their projects, so that processes
+    forked afterwards share one reading instead of each making its own. ``scan``: a ``map``
+    that may spread the projects over processes (the largest first)."""
+    folders = {os.path.dirname(os.path.abspath(p)) for p in paths}
+    roots = {_folder_root(Path(os.path.realpath(f))) for f in folders} - {None}
+    ordered = sorted(roots, key=lambda r: -len(_python_files(r)))
+    for facts in scan(_project_facts, ordered):
+        _FACTS.update(facts)
+
+
+def _project_facts(root: Path) -> dict[tuple[str, Path], object]:
+    """Every answer ``prepare`` reads ahead for one project."""
+    for kind in SUMMARIES:
+        dependency(kind, root)
+    return {key: value for key, value in _FACTS.items() if key[1] == root}
 
 
 def forget() -> None:
     """Read the project's files again when next asked: a new run sees them as they are now."""
     _python_files.cache_clear()
     _read.cache_clear()
-    _outline.cache_clear()
-    autocast_sites.cache_clear()
-    autocast_wrappers.cache_clear()
+    _SUMMARIES.clear()
+    _STORE.clear()
+    _FACTS.clear()
+    _folder_root.cache_clear()
+    _marked.cache_clear()
     star_imports.cache_clear()
     _STAR_DONE.clear()
     declared_torch.cache_clear()
-    dependency.cache_clear()

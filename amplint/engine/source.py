@@ -6,6 +6,7 @@ import codecs
 import contextlib
 import errno
 import io
+import json
 import os
 import re
 import stat
@@ -88,6 +89,20 @@ def decode(data: bytes) -> SourceText:
 
 class ChangedOnDisk(OSError):
     """The file no longer holds what was checked: someone else wrote it meanwhile."""
+
+
+def write_entry(path: Path, value: object) -> None:
+    """A cache entry: ``value`` as JSON, written atomically (a reader sees the old entry, the new
+    one or none; concurrent runs may write the same entry), its folder made if need be. An entry
+    that cannot be written only costs speed: nothing is raised."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(value, handle)
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 def write_atomically(path: Path, data: bytes, expected: bytes | None = None) -> None:

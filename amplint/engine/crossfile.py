@@ -6,6 +6,7 @@ AMP008, AMP018), so that they agree on what counts."""
 from __future__ import annotations
 
 import ast
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -37,6 +38,17 @@ def loss_place(ctx: FileContext, node: cst.CSTNode) -> str | None:
     if cls is not None and "loss" in cls.name.value.lower():
         return f"`{cls.name.value}.{name}`"
     return None
+
+
+def named_loss_place(ctx: FileContext, node: cst.CSTNode) -> str | None:
+    """``loss_place``, where the loss is one by its name or its module's
+    (``losses/distillation.py``): a module's ``forward`` elsewhere may well run on raw
+    float32 data (a feature extractor's spectrum) or end in an op autocast runs in float32."""
+    place = loss_place(ctx, node)
+    if place is None or ("loss" not in place.lower()
+                         and not any("loss" in part.lower() for part in Path(ctx.path).parts[-2:])):
+        return None
+    return place
 
 
 def loss_places_on_ast(outline: Outline) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:

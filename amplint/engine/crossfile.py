@@ -82,3 +82,41 @@ def enabling_site(ctx: FileContext, float16: bool = False) -> tuple[AutocastSite
     related = Related(site.shown_path(), site.row, f"autocast on ({site.setting})" if site.setting
                       else "autocast entered here")
     return site, site.where(root) + (f" and {more} more" if more else ""), related
+
+
+def project_function(ctx: FileContext, call: cst.Call) -> tuple[Path, ast.FunctionDef | ast.AsyncFunctionDef] | None:
+    """The module-level function of another file of the project that ``call`` runs, by the
+    name the file imports it under (``training_util.enable_clipping`` for ``from pkg.training
+    import util as training_util``), with that file; None for a call of anything else. The
+    file's findings then depend on that function's code."""
+    from .project_index import function_dependency
+    from .project_index import project_function as lookup
+
+    root = ctx._project_root
+    if root is None:
+        return None
+    for name in sorted(ctx.qualified_names(call.func)):
+        found = lookup(root, Path(ctx.path), name)
+        if found is None:
+            continue
+        path, function = found
+        ctx.dependencies.add(function_dependency(root, path, name.rpartition(".")[2]))
+        if function is not None and path.resolve() != Path(ctx.path).resolve():
+            return path, function
+    return None
+
+
+def located(ctx: FileContext, path: Path, row: int, message: str) -> tuple[str, Related]:
+    """How a finding names a line of another file of the project: ``pkg/utils.py:12`` (from
+    the project's root) in its message, and as a related location (``message`` says what is
+    there)."""
+    root = ctx._project_root
+    try:
+        where = path.resolve().relative_to(root.resolve()).as_posix() if root is not None else path.as_posix()
+    except ValueError:
+        where = path.as_posix()
+    try:
+        shown = path.resolve().relative_to(Path.cwd()).as_posix()
+    except ValueError:
+        shown = path.as_posix()
+    return f"{where}:{row}", Related(shown, row, message)

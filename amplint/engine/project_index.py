@@ -516,6 +516,39 @@ def star_imports(root: Path, path: Path) -> dict[str, frozenset[str]]:
     return {name: frozenset(q) for name, q in found.items()}
 
 
+def project_function(root: Path, importer: Path, qualified: str
+                     ) -> tuple[Path, ast.FunctionDef | ast.AsyncFunctionDef | None] | None:
+    """The project's module that an import names by ``qualified`` (``pkg.utils.helper``, as
+    ``importer`` resolves it) and its module-level function of that name (None: it defines
+    none, it re-exports the name from elsewhere); None for another library's name."""
+    module, _, name = qualified.rpartition(".")
+    path = _module_file(root, importer, module, 0) if module else None
+    if path is None:
+        return None
+    return path, _function(path, name)
+
+
+def _function(path: Path, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    outline = _outline(path)
+    return next((s for s in outline.tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and s.name == name), None) if outline is not None else None
+
+
+def function_dependency(root: Path, path: Path, name: str) -> Dependency:
+    """A module-level function of the project (``project_function``) as a summary a file's
+    result depends on: its code and place (or that the module defines none)."""
+    try:
+        shown = path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        shown = path.as_posix()
+    return dependency(f"function:{shown}:{name}", root)
+
+
+def _function_summary(root: Path, shown: str, name: str) -> object:
+    found = _function(root.resolve() / shown, name)
+    return ast.dump(found, include_attributes=True) if found is not None else None
+
+
 class ProjectHints:
     """What the prefilter may ask of the project a checked file belongs to, asked lazily: the
     names of the project's autocast wrappers (a backward inside ``with amp_ctx():`` is inside
@@ -618,6 +651,8 @@ def dependency(kind: str, root: Path) -> Dependency:
     """The summary ``kind`` of the project at ``root`` as it is now."""
     if kind.startswith("star-imports:"):
         text = json.dumps(_star_summary(root, kind.split(":", 1)[1]))
+    elif kind.startswith("function:"):
+        text = json.dumps(_function_summary(root, *kind.split(":", 1)[1].rsplit(":", 1)))
     else:
         text = json.dumps(SUMMARIES[kind](root))
     return Dependency(kind, str(root), hashlib.sha256(text.encode()).hexdigest())

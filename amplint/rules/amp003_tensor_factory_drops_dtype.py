@@ -442,7 +442,12 @@ class _Flow:
         inputs = [self.value(a.value, depth - 1) for a in call.args]
         if any(v.kind in (HALF, ACTIVATION) for v in inputs):
             return _Value(ACTIVATION)
-        if any(v.kind == PROJECT_HALF for v in inputs) or (_model_call(ctx, call) and self.project_region()):
+        if any(v.kind == PROJECT_HALF for v in inputs):
+            return _Value(PROJECT_HALF)
+        # A loss's model, given nothing known to be a float (tokens, strings): half under
+        # the project's autocast. Given float32 values, it computes in float32 (an
+        # activation function on logits made float32).
+        if all(v.kind is None for v in inputs) and _model_call(ctx, call) and self.project_region():
             return _Value(PROJECT_HALF)
         return _UNKNOWN
 

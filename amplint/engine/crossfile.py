@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from .diagnostics import Related
+from .names import dotted
 from .semantics import enclosing_function
 
 if TYPE_CHECKING:
@@ -95,15 +96,38 @@ def project_function(ctx: FileContext, call: cst.Call) -> tuple[Path, ast.Functi
     root = ctx._project_root
     if root is None:
         return None
-    for name in sorted(ctx.qualified_names(call.func)):
-        found = lookup(root, Path(ctx.path), name)
+    for module, level, name in _imported_as(ctx, call.func):
+        found = lookup(root, Path(ctx.path), module, level, name)
         if found is None:
             continue
         path, function = found
-        ctx.dependencies.add(function_dependency(root, path, name.rpartition(".")[2]))
+        ctx.dependencies.add(function_dependency(root, path, name))
         if function is not None and path.resolve() != Path(ctx.path).resolve():
             return path, function
     return None
+
+
+def _imported_as(ctx: FileContext, func: cst.BaseExpression) -> list[tuple[str | None, int, str]]:
+    """Where ``func`` may be imported from, as (module, level of its relative import, name):
+    by the file's absolute imports (``ctx.qualified_names``), else by its relative ones
+    (``from .utils import helper``: ``helper``; ``from . import utils``: ``utils.helper``)."""
+    found = [(q.rpartition(".")[0], 0, q.rpartition(".")[2]) for q in sorted(ctx.qualified_names(func))
+             if "." in q]
+    parts = dotted(func)
+    if found or parts is None or len(parts) > 2:
+        return found
+    for stmt in ctx.nodes(cst.ImportFrom):
+        if not stmt.relative or isinstance(stmt.names, cst.ImportStar):
+            continue
+        module = ".".join(dotted(stmt.module) or ()) if stmt.module is not None else None
+        for alias in stmt.names:
+            local = alias.evaluated_alias or alias.evaluated_name
+            if parts == [local]:
+                found.append((module, len(stmt.relative), alias.evaluated_name))
+            elif len(parts) == 2 and parts[0] == local:
+                found.append((f"{module}.{alias.evaluated_name}" if module else alias.evaluated_name,
+                              len(stmt.relative), parts[1]))
+    return found
 
 
 def located(ctx: FileContext, path: Path, row: int, message: str) -> tuple[str, Related]:

@@ -516,13 +516,12 @@ def star_imports(root: Path, path: Path) -> dict[str, frozenset[str]]:
     return {name: frozenset(q) for name, q in found.items()}
 
 
-def project_function(root: Path, importer: Path, qualified: str
+def project_function(root: Path, importer: Path, module: str | None, level: int, name: str
                      ) -> tuple[Path, ast.FunctionDef | ast.AsyncFunctionDef | None] | None:
-    """The project's module that an import names by ``qualified`` (``pkg.utils.helper``, as
-    ``importer`` resolves it) and its module-level function of that name (None: it defines
-    none, it re-exports the name from elsewhere); None for another library's name."""
-    module, _, name = qualified.rpartition(".")
-    path = _module_file(root, importer, module, 0) if module else None
+    """The project's module that ``importer`` imports as ``from <level dots><module> import
+    name`` and its module-level function ``name`` (None: it defines none, it re-exports the
+    name from elsewhere); None for another library's module."""
+    path = _module_file(root, importer, module, level) if module or level else None
     if path is None:
         return None
     return path, _function(path, name)

@@ -1533,6 +1533,24 @@ def train_step(loss_fn, optimizer, batch):
     loss.backward()
     optimizer.step()
 """),)),
+        # ... and in a project that does, scores upcast before an activation function: the
+        # activation gets float32 and gives float32.
+        Valid("""
+import torch
+from torch import nn
+class ListwiseLoss(nn.Module):
+    def forward(self, pairs: list[tuple[str, str]], batch_size, max_docs, row_idx, col_idx):
+        logits = torch.cat([self.model(self.model.tokenize(p))["scores"] for p in pairs]).float()
+        logits = self.activation_fn(logits)
+        matrix = torch.full((batch_size, max_docs), -1e4, device=self.model.device)
+        matrix[row_idx, col_idx] = logits
+        return matrix.log_softmax(dim=1)
+""", project=(("trainer.py", """
+import torch
+def train_step(loss_fn, batch):
+    with torch.autocast("cuda"):
+        return loss_fn(*batch)
+"""),)),
     )
     invalid = (
         # The same loss in a project whose trainer (another file) runs it under float16

@@ -424,6 +424,34 @@ class Trainer:
             p.register_hook(lambda grad: grad.clamp(-clip, clip))
 """, at=((8, 13, "gradient hooks registered here clamp the gradients (`grad.clamp` on line 8) during the "
                  "backward pass, while the GradScaler (`self.scaler`, line 6) still scales them"),)),
+        # Registered by a method of a class that creates a GradScaler: reported once, there.
+        Invalid("""
+import torch
+class Trainer:
+    def __init__(self, model):
+        self.model = model
+        self.scaler = torch.amp.GradScaler("cuda")
+        self._hook_gradients(1.0)
+
+    def _hook_gradients(self, bound):
+        for p in self.model.parameters():
+            p.register_hook(lambda grad: torch.clamp(grad, -bound, bound))
+""", at=((11, 13, "gradient hooks registered here clamp the gradients (`torch.clamp` on line 11)"),)),
+        # ... also registered by a method of the class, whose hook is a function.
+        Invalid("""
+import torch
+class Trainer:
+    def __init__(self, model, scaler):
+        self.model, self.scaler = model, scaler
+        self._hook_gradients(1.0)
+
+    def _hook_gradients(self, bound):
+        def clamp(grad):
+            return grad.clamp_(-bound, bound)
+        for p in self.model.parameters():
+            p.register_post_accumulate_grad_hook(clamp)
+""", at=((6, 9, "`self._hook_gradients` registers gradient hooks that clamp the gradients (`grad.clamp_` on "
+                "line 10) during the backward pass, while the GradScaler (`scaler`, line 4)"),)),
         # ... also registered by a helper in another file of the project.
         Invalid("""
 import torch
@@ -456,38 +484,46 @@ def enable_gradient_clamping(model, bound):
         """Gradient hooks that clamp, registered here or by a helper this code calls (of this
         file, or of another file of the project named like a clip or clamp), in code that
         trains with a GradScaler: they run inside the scaled backward, before any unscale_."""
+        registered = {id(call): clamp for call in ctx.nodes(cst.Call)
+                      if (mc := method_call(call)) is not None and mc[1] in _HOOKS
+                      and (clamp := _hook_clamp(ctx, call)) is not None}
+        # Where they are registered, if a GradScaler trains there; else where a helper that
+        # registers them is called (one finding for one mistake).
+        reported = set()
         for call in ctx.nodes(cst.Call):
-            mc = method_call(call)
-            if mc is not None and mc[1] in _HOOKS:
-                clamp = _hook_clamp(ctx, call)
-                if clamp is None:
-                    continue
-                how = f"gradient hooks registered here clamp the gradients (`{ctx.code(clamp.func)}` on line " \
-                      f"{line_of(ctx, clamp)})"
-                related = ()
-            else:
-                found = self._helper_hooks(ctx, call)
-                if found is None:
-                    continue
-                how, related = found
-            scaler = _scaler_here(ctx, call)
-            if scaler is None:
-                continue
-            text, line = scaler
-            ctx.report(call, f"{how} during the backward pass, while the GradScaler (`{text}`, line {line}) still "
-                             "scales them: the bound applies to scale × gradient, and an overflow clamped to a finite "
-                             f"value hides it from the scaler; clip after `{text}.unscale_(optimizer)` instead",
-                       related=related)
+            if id(call) in registered:
+                clamp = registered[id(call)]
+                if self._report_hooks(ctx, call, f"gradient hooks registered here clamp the gradients "
+                                                  f"(`{ctx.code(clamp.func)}` on line {line_of(ctx, clamp)})", ()):
+                    reported.add(id(call))
+        unreported = {k: v for k, v in registered.items() if k not in reported}
+        for call in ctx.nodes(cst.Call):
+            if id(call) not in registered:
+                found = self._helper_hooks(ctx, call, unreported)
+                if found is not None:
+                    self._report_hooks(ctx, call, *found)
 
-    def _helper_hooks(self, ctx: FileContext, call: cst.Call) -> tuple[str, tuple] | None:
-        """For a call of a helper that registers clamping hooks: how the message says so, and
-        the other file's line it names."""
-        own = flow.helper(ctx, call)
+    def _report_hooks(self, ctx: FileContext, call: cst.Call, how: str, related: tuple) -> bool:
+        scaler = _scaler_here(ctx, call)
+        if scaler is None:
+            return False
+        text, line = scaler
+        ctx.report(call, f"{how} during the backward pass, while the GradScaler (`{text}`, line {line}) still "
+                         "scales them: the bound applies to scale × gradient, and an overflow clamped to a finite "
+                         f"value hides it from the scaler; clip after `{text}.unscale_(optimizer)` instead",
+                   related=related)
+        return True
+
+    def _helper_hooks(self, ctx: FileContext, call: cst.Call, registered: dict[int, cst.Call]
+                      ) -> tuple[str, tuple] | None:
+        """For a call of a helper that registers clamping hooks (of this file: ``registered``,
+        the clamp of each registration by its id): how the message says so, and the other
+        file's line it names."""
+        own = flow.helper(ctx, call) if registered else None
         if own is not None:
             for inner in ctx.nodes(cst.Call):
-                mc = method_call(inner)
-                if mc is not None and mc[1] in _HOOKS and ctx.contains(own, inner) \
-                        and (clamp := _hook_clamp(ctx, inner)) is not None:
+                if id(inner) in registered and ctx.contains(own, inner):
+                    clamp = registered[id(inner)]
                     return (f"`{ctx.code(call.func)}` registers gradient hooks that clamp the gradients "
                             f"(`{ctx.code(clamp.func)}` on line {line_of(ctx, clamp)})"), ()
             return None

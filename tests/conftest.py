@@ -17,3 +17,25 @@ def run_amplint():
         return subprocess.run([sys.executable, "-m", "amplint", *map(str, args)], cwd=cwd,
                               env=full_env, capture_output=True, text=True, input=input)
     return run
+
+
+@pytest.fixture(scope="session")
+def example_path(tmp_path_factory):
+    """Where a rule's example is checked: ``example.py``, or, for an example with a
+    ``project``, that file at the root of a folder (marked by an empty ``pyproject.toml``)
+    holding the project's other files."""
+    written = {}
+
+    def path(example) -> str:
+        if not example.project:
+            return "example.py"
+        if example not in written:
+            root = tmp_path_factory.mktemp("project")
+            (root / "pyproject.toml").write_text("")
+            for name, text in example.project:
+                (root / name).parent.mkdir(parents=True, exist_ok=True)
+                (root / name).write_text(text)
+            (root / "example.py").write_text(example.code)
+            written[example] = str(root / "example.py")
+        return written[example]
+    return path

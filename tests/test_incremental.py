@@ -146,3 +146,49 @@ def test_processes_share_one_reading_of_the_project_and_find_the_same(tmp_path, 
     assert runs[0].exit_code == runs[1].exit_code == 1
     assert runs[0].stdout == runs[1].stdout
     assert runs[0].stdout.count("AMP001") == 70 and "demo/losses.py:5:" in runs[0].stdout
+
+
+HOOKS = """\
+def enable_grad_clamping(model, bound):
+    for p in model.parameters():
+        p.register_hook(lambda grad: grad.clamp(-bound, bound))
+"""
+
+
+def test_a_helper_read_from_another_file_is_a_dependency_of_its_callers(tmp_path, monkeypatch):
+    """AMP002 reads the helper a trainer calls in utils.py: editing that helper checks the
+    trainer again; editing the rest of utils.py does not."""
+    files = {
+        "pyproject.toml": '[project]\nname = "demo"\n',
+        "demo/__init__.py": "",
+        "demo/utils.py": HOOKS,
+        "demo/trainer.py": """\
+import torch
+from .utils import enable_grad_clamping
+
+
+def train(model, optimizer, loss, bound):
+    scaler = torch.amp.GradScaler("cuda")
+    enable_grad_clamping(model, bound)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""",
+        "demo/legacy.py": "import torch\nscaler = torch.cuda.amp.GradScaler()\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(text)
+    monkeypatch.chdir(tmp_path)
+    checked, cached, cold = _check(tmp_path)
+    assert (checked, cached) == (4, 0)
+    [(code, _, message)] = cold["demo/trainer.py"]
+    assert code == "AMP002" and "(`grad.clamp`, demo/utils.py:3)" in message
+
+    (tmp_path / "demo/utils.py").write_text(HOOKS + "\n\ndef unused():\n    return None\n")
+    assert _check(tmp_path) == (1, 3, cold)
+
+    (tmp_path / "demo/utils.py").write_text(HOOKS.replace("grad.clamp(-bound, bound)", "grad.mul(bound)"))
+    checked, cached, findings = _check(tmp_path)
+    assert (checked, cached) == (2, 2)
+    assert "demo/trainer.py" not in findings

@@ -83,28 +83,29 @@ def _variants(code: str) -> dict[str, str]:
             "imports aliased": module.visit(_ImportsAliased(module)).code}
 
 
-CASES = [pytest.param(rule, i, name, variant, id=f"{rule.code}-{i}-{name.replace(' ', '-')}")
+CASES = [pytest.param(rule, example, name, variant, id=f"{rule.code}-{i}-{name.replace(' ', '-')}")
          for rule in all_rules()
          for i, example in enumerate(rule.invalid)
          for name, variant in _variants(example.code).items()]
 
 
-@pytest.mark.parametrize("rule,index,name,variant", CASES)
-def test_prefilter_keeps_findings_of_spelling_variants(rule, index, name, variant):
+@pytest.mark.parametrize("rule,example,name,variant", CASES)
+def test_prefilter_keeps_findings_of_spelling_variants(rule, example, name, variant, example_path):
     compile(variant, "variant.py", "exec")  # the variant is Python
-    with_filter = lint_source("example.py", variant, [rule], policy_loader=_cuda_tables)
-    without = lint_source("example.py", variant, [rule], policy_loader=_cuda_tables, use_prefilter=False)
+    path = example_path(example)
+    with_filter = lint_source(path, variant, [rule], policy_loader=_cuda_tables)
+    without = lint_source(path, variant, [rule], policy_loader=_cuda_tables, use_prefilter=False)
     assert [(d.code, d.location) for d in with_filter.diagnostics] == \
         [(d.code, d.location) for d in without.diagnostics], variant
 
 
 @pytest.mark.parametrize("rule", [r for r in all_rules() if r.invalid])
-def test_spacing_variants_still_report(rule):
+def test_spacing_variants_still_report(rule, example_path):
     """The variants are not vacuous: spacing never changes what `check` reads."""
     for example in rule.invalid:
         for name, variant in _variants(example.code).items():
             if name == "imports aliased":
                 continue
-            found = lint_source("example.py", variant, [rule], policy_loader=_cuda_tables,
+            found = lint_source(example_path(example), variant, [rule], policy_loader=_cuda_tables,
                                 use_prefilter=False).diagnostics
             assert [d for d in found if d.code == rule.code], (name, variant)

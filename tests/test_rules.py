@@ -5,6 +5,7 @@ import json
 import libcst as cst
 import pytest
 
+from amplint.engine.project_index import ProjectHints
 from amplint.engine.rule import all_rules
 from amplint.engine.runner import Prefilter, lint_source
 from amplint.policy import loader
@@ -15,8 +16,8 @@ CASES = [pytest.param(rule, kind, i, example, id=f"{rule.code}-{kind}-{i}")
          for i, example in enumerate(examples)]
 
 
-def _lint(rule, code, **kw):
-    return lint_source("example.py", code, [rule], policy_loader=_cuda_tables, **kw)
+def _lint(rule, code, path="example.py", **kw):
+    return lint_source(path, code, [rule], policy_loader=_cuda_tables, **kw)
 
 
 _cuda_tables = loader("cuda")
@@ -33,8 +34,9 @@ def test_every_rule_has_examples_and_docs():
 
 
 @pytest.mark.parametrize("rule,kind,index,example", CASES)
-def test_rule_example(rule, kind, index, example):
-    result = _lint(rule, example.code)
+def test_rule_example(rule, kind, index, example, example_path):
+    path = example_path(example)
+    result = _lint(rule, example.code, path)
     own = [d for d in result.diagnostics if d.code == rule.code]
     assert all(d.code == rule.code for d in result.diagnostics), result.diagnostics
     if kind == "valid":
@@ -44,14 +46,14 @@ def test_rule_example(rule, kind, index, example):
     assert [(d.location.row, d.location.column) for d in own] == [(r, c) for r, c, _ in example.at], own
     for d, (_, _, part) in zip(own, example.at):
         assert part in d.message, (part, d.message)
-    fixed = _lint(rule, example.code, fix=True, unsafe=True)
+    fixed = _lint(rule, example.code, path, fix=True, unsafe=True)
     if example.fixed is None:
         assert all(d.fix is None for d in own)
         assert fixed.source == example.code
         return
     assert fixed.source == example.fixed
     cst.parse_module(fixed.source)
-    again = _lint(rule, fixed.source, fix=True, unsafe=True)
+    again = _lint(rule, fixed.source, path, fix=True, unsafe=True)
     assert again.source == fixed.source, "a second --fix changed the file again"
 
 
@@ -63,20 +65,22 @@ def test_readme_lists_every_rule():
 
 
 @pytest.mark.parametrize("rule,kind,index,example", CASES)
-def test_prefilter_never_drops_a_finding(rule, kind, index, example):
+def test_prefilter_never_drops_a_finding(rule, kind, index, example, example_path):
     every_rule = list(all_rules())
-    with_filter = lint_source("example.py", example.code, every_rule, policy_loader=_cuda_tables)
-    without = lint_source("example.py", example.code, every_rule, policy_loader=_cuda_tables,
+    path = example_path(example)
+    with_filter = lint_source(path, example.code, every_rule, policy_loader=_cuda_tables)
+    without = lint_source(path, example.code, every_rule, policy_loader=_cuda_tables,
                           use_prefilter=False)
     assert [(d.code, d.location) for d in with_filter.diagnostics] == \
         [(d.code, d.location) for d in without.diagnostics]
 
 
 @pytest.mark.parametrize("rule,kind,index,example", [c for c in CASES if c.values[1] == "invalid"])
-def test_own_prefilter_lets_every_invalid_example_through(rule, kind, index, example):
+def test_own_prefilter_lets_every_invalid_example_through(rule, kind, index, example, example_path):
     prefilter = Prefilter([rule])
-    assert prefilter.matching(example.code), f"{rule.code}'s fragments miss its own example"
-    assert prefilter.search(example.code), f"{rule.code}'s may_fire misses its own example"
+    hints = ProjectHints(example_path(example))
+    assert prefilter.matching(example.code, hints), f"{rule.code}'s fragments miss its own example"
+    assert prefilter.select_with_outline(example.code, hints)[0], f"{rule.code}'s may_fire misses its own example"
 
 
 def test_banned_op_fragment_covers_every_table():

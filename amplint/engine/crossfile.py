@@ -6,11 +6,13 @@ AMP008, AMP018), so that they agree on what counts."""
 from __future__ import annotations
 
 import ast
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import libcst as cst
 
 from .diagnostics import Related
+from .names import dotted
 from .semantics import enclosing_function
 
 if TYPE_CHECKING:
@@ -37,6 +39,17 @@ def loss_place(ctx: FileContext, node: cst.CSTNode) -> str | None:
     if cls is not None and "loss" in cls.name.value.lower():
         return f"`{cls.name.value}.{name}`"
     return None
+
+
+def named_loss_place(ctx: FileContext, node: cst.CSTNode) -> str | None:
+    """``loss_place``, where the loss is one by its name or its module's
+    (``losses/distillation.py``): a module's ``forward`` elsewhere may well run on raw
+    float32 data (a feature extractor's spectrum) or end in an op autocast runs in float32."""
+    place = loss_place(ctx, node)
+    if place is None or ("loss" not in place.lower()
+                         and not any("loss" in part.lower() for part in Path(ctx.path).parts[-2:])):
+        return None
+    return place
 
 
 def loss_places_on_ast(outline: Outline) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
@@ -70,3 +83,64 @@ def enabling_site(ctx: FileContext, float16: bool = False) -> tuple[AutocastSite
     related = Related(site.shown_path(), site.row, f"autocast on ({site.setting})" if site.setting
                       else "autocast entered here")
     return site, site.where(root) + (f" and {more} more" if more else ""), related
+
+
+def project_function(ctx: FileContext, call: cst.Call) -> tuple[Path, ast.FunctionDef | ast.AsyncFunctionDef] | None:
+    """The module-level function of another file of the project that ``call`` runs, by the
+    name the file imports it under (``training_util.enable_clipping`` for ``from pkg.training
+    import util as training_util``), with that file; None for a call of anything else. The
+    file's findings then depend on that function's code."""
+    from .project_index import function_dependency
+    from .project_index import project_function as lookup
+
+    root = ctx._project_root
+    if root is None:
+        return None
+    for module, level, name in _imported_as(ctx, call.func):
+        found = lookup(root, Path(ctx.path), module, level, name)
+        if found is None:
+            continue
+        path, function = found
+        ctx.dependencies.add(function_dependency(root, path, name))
+        if function is not None and path.resolve() != Path(ctx.path).resolve():
+            return path, function
+    return None
+
+
+def _imported_as(ctx: FileContext, func: cst.BaseExpression) -> list[tuple[str | None, int, str]]:
+    """Where ``func`` may be imported from, as (module, level of its relative import, name):
+    by the file's absolute imports (``ctx.qualified_names``), else by its relative ones
+    (``from .utils import helper``: ``helper``; ``from . import utils``: ``utils.helper``)."""
+    found = [(q.rpartition(".")[0], 0, q.rpartition(".")[2]) for q in sorted(ctx.qualified_names(func))
+             if "." in q]
+    parts = dotted(func)
+    if found or parts is None or len(parts) > 2:
+        return found
+    for stmt in ctx.nodes(cst.ImportFrom):
+        if not stmt.relative or isinstance(stmt.names, cst.ImportStar):
+            continue
+        module = ".".join(dotted(stmt.module) or ()) if stmt.module is not None else None
+        for alias in stmt.names:
+            local = alias.evaluated_alias or alias.evaluated_name
+            if parts == [local]:
+                found.append((module, len(stmt.relative), alias.evaluated_name))
+            elif len(parts) == 2 and parts[0] == local:
+                found.append((f"{module}.{alias.evaluated_name}" if module else alias.evaluated_name,
+                              len(stmt.relative), parts[1]))
+    return found
+
+
+def located(ctx: FileContext, path: Path, row: int, message: str) -> tuple[str, Related]:
+    """How a finding names a line of another file of the project: ``pkg/utils.py:12`` (from
+    the project's root) in its message, and as a related location (``message`` says what is
+    there)."""
+    root = ctx._project_root
+    try:
+        where = path.resolve().relative_to(root.resolve()).as_posix() if root is not None else path.as_posix()
+    except ValueError:
+        where = path.as_posix()
+    try:
+        shown = path.resolve().relative_to(Path.cwd()).as_posix()
+    except ValueError:
+        shown = path.as_posix()
+    return f"{where}:{row}", Related(shown, row, message)

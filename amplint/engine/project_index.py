@@ -628,6 +628,42 @@ def star_imports(root: Path, path: Path) -> dict[str, frozenset[str]]:
     return {name: frozenset(q) for name, q in found.items()}
 
 
+def project_function(root: Path, importer: Path, module: str | None, level: int, name: str
+                     ) -> tuple[Path, ast.FunctionDef | ast.AsyncFunctionDef | None] | None:
+    """The project's module that ``importer`` imports as ``from <level dots><module> import
+    name`` and its module-level function ``name`` (None: it defines none, it re-exports the
+    name from elsewhere); None for another library's module."""
+    path = _module_file(root, importer, module, level) if module or level else None
+    if path is None:
+        return None
+    return path, _function(path, name)
+
+
+def _function(path: Path, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    data = _read(path)
+    try:
+        outline = Outline.parse(source_io.decode(data).text) if data is not None else None
+    except source_io.SourceError:
+        outline = None
+    return next((s for s in outline.tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and s.name == name), None) if outline is not None else None
+
+
+def function_dependency(root: Path, path: Path, name: str) -> Dependency:
+    """A module-level function of the project (``project_function``) as a summary a file's
+    result depends on: its code and place (or that the module defines none)."""
+    try:
+        shown = path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        shown = path.as_posix()
+    return dependency(f"function:{shown}:{name}", root)
+
+
+def _function_summary(root: Path, shown: str, name: str) -> object:
+    found = _function(root.resolve() / shown, name)
+    return ast.dump(found, include_attributes=True) if found is not None else None
+
+
 class ProjectHints:
     """What the prefilter may ask of the project a checked file belongs to, asked lazily: the
     names of the project's autocast wrappers (a backward inside ``with amp_ctx():`` is inside
@@ -731,6 +767,8 @@ def dependency(kind: str, root: Path) -> Dependency:
     if key not in _FACTS:
         if kind.startswith("star-imports:"):
             text = json.dumps(_star_summary(root, kind.split(":", 1)[1]))
+        elif kind.startswith("function:"):
+            text = json.dumps(_function_summary(root, *kind.split(":", 1)[1].rsplit(":", 1)))
         else:
             text = json.dumps(SUMMARIES[kind](root))
         _FACTS[key] = Dependency(kind, str(root), hashlib.sha256(text.encode()).hexdigest())

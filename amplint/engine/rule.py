@@ -86,9 +86,12 @@ class AnyOf:
 
 @dataclass(frozen=True)
 class Valid:
-    """Code on which the rule must stay silent."""
+    """Code on which the rule must stay silent. ``project``: the other files of the project
+    the example belongs to, as (path, text) pairs (the example is ``example.py`` at its root):
+    what a rule reads of other files (``project_index``)."""
 
     code: str
+    project: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -97,12 +100,14 @@ class Invalid:
 
     ``at`` lists every finding the rule makes here, in order: its row and column (1-based)
     and a part of its message. ``fixed`` is the expected source after applying this rule's
-    fixes (unsafe ones included); None means the rule offers no fix here.
+    fixes (unsafe ones included); None means the rule offers no fix here. ``project``: as
+    ``Valid``'s.
     """
 
     code: str
     fixed: str | None = None
     at: tuple[tuple[int, int, str], ...] = ()
+    project: tuple[tuple[str, str], ...] = ()
 
 
 class Rule:

@@ -1,16 +1,96 @@
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, replace
 
 import libcst as cst
 
 from ..engine import flow
 from ..engine.context import FileContext
+from ..engine.crossfile import located, project_function
 from ..engine.diagnostics import Fix
 from ..engine.edits import edit_from_tree
 from ..engine.flow import Event, Flow, line_of
+from ..engine.outline import Outline
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
-from ..engine.semantics import Block, statement_of
+from ..engine.semantics import (
+    GRAD_SCALER,
+    SCALER_PARAMETERS,
+    Block,
+    enclosing_function,
+    method_call,
+    scaled_backward_scaler,
+    statement_of,
+)
+
+# Hooks autograd runs during the backward pass, on the gradients it computes.
+_HOOKS = frozenset({"register_hook", "register_post_accumulate_grad_hook", "register_full_backward_hook",
+                    "register_backward_hook"})
+# Tensor methods and torch functions that clamp: a helper named like one of them is not a
+# helper that registers clamping hooks.
+_TENSOR_CLAMPS = frozenset({"clamp", "clamp_", "clip", "clip_", "clamp_min", "clamp_max", "clamp_min_",
+                            "clamp_max_"})
+
+
+_CLAMP_WORDS = ("clip", "clamp", "Clip", "Clamp")
+
+
+def _clamping(name: str | None) -> bool:
+    """Named like a clamp or clip (the words the rule's fragment looks for)."""
+    return name is not None and any(w in name for w in _CLAMP_WORDS)
+
+
+def _ast_name(call: ast.Call) -> str | None:
+    func = call.func
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+
+
+def _cst_name(call: cst.Call) -> str | None:
+    func = call.func
+    return func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
+
+
+def _unscaling(name: str) -> bool:
+    """A name that reads the loss scale (`scaler.get_scale()`, `self.scaler`): a hook that
+    reads it may unscale what it clamps."""
+    return "scale" in name.lower()
+
+
+def _ast_hook_clamp(function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[ast.Call, ast.Call] | None:
+    """In a function of another file: a hook registration (``p.register_hook(h)``) whose hook,
+    a lambda or a function defined in ``function``, clamps what it is given and reads no loss
+    scale; with the clamping call."""
+    defined = {f.name: f for f in ast.walk(function) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    for call in ast.walk(function):
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr in _HOOKS
+                and call.args):
+            continue
+        hook = call.args[0]
+        body = hook.body if isinstance(hook, ast.Lambda) else defined.get(hook.id) if isinstance(hook, ast.Name) \
+            else None
+        if body is None:
+            continue
+        nodes = list(ast.walk(body))
+        if any(isinstance(n, ast.Name) and _unscaling(n.id) or isinstance(n, ast.Attribute) and _unscaling(n.attr)
+               for n in nodes):
+            continue
+        clamp = next((n for n in nodes if isinstance(n, ast.Call) and _clamping(_ast_name(n))), None)
+        if clamp is not None:
+            return call, clamp
+    return None
+
+
+def _may_clamp_scaled_gradients(outline: Outline) -> bool:
+    """What ``_check_hooks`` needs, loosely: a GradScaler (created, scaling a backward, or a
+    parameter named like one) and a hook registered or a helper named like a clip or clamp
+    called."""
+    calls = outline.nodes(ast.Call)
+    scaler = any(not outline.qualified_names(c.func).isdisjoint(GRAD_SCALER) or (
+        _ast_name(c) == "backward" and isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Call)
+        and _ast_name(c.func.value) == "scale") for c in calls) \
+        or any(a.arg in SCALER_PARAMETERS for a in outline.nodes(ast.arg))
+    return scaler and any(_ast_name(c) in _HOOKS or (_clamping(_ast_name(c)) and _ast_name(c) not in _TENSOR_CLAMPS)
+                          for c in calls)
 
 
 class ClipGradWithoutUnscale(Rule):
@@ -25,6 +105,14 @@ class ClipGradWithoutUnscale(Rule):
 
     A function that computes no gradients itself (the backward is its caller's) and clips
     before `S.step(optimizer)` with no `S.unscale_` on the way is reported too.
+
+    So are gradient hooks that clamp (`p.register_hook(lambda g: g.clamp(-c, c))`, also
+    `register_post_accumulate_grad_hook` and module backward hooks; a hook that calls anything
+    named like a clamp or clip and reads no loss scale) registered in code that trains with a
+    GradScaler (its class, else its module, creates one or scales a backward with one, or its
+    function takes a `scaler`): where they are registered, or where a helper that registers
+    them is called (a function of the file, or a module-level function of another file of the
+    project named like a clip or clamp, whose file and line the message names).
 
     ## Why is this bad?
     After `S.scale(loss).backward()` the gradients are multiplied by the loss scale (65536 at
@@ -47,16 +135,22 @@ class ClipGradWithoutUnscale(Rule):
     scaler.step(optimizer)
     ```
 
+    Hooks run inside the backward pass, before any `unscale_` can: they clamp scale ×
+    gradient, and an overflow clamped to a finite value hides the inf the scaler looks for.
+
     ## Fix safety
     Safe: `scaler.step` skips unscaling an optimizer that was already unscaled, so the step
-    is unchanged and the clip sees true gradients. The optimizer is the one argument of the
+    is unchanged and the clip sees true gradients. Clamping hooks get no fix: the clip must
+    move after `unscale_`. The optimizer is the one argument of the
     `S.step(...)` that follows the clip; when several optimizers are stepped (which ones does
     the clip cover?) or there is no such step, there is no fix. Nor is there when another path
     reaches the clip already unscaled: a second `unscale_` there would raise.
 
     ## False positives
-    A helper in another file, or one reached through another object, is not seen (a miss, not
-    a false alarm). Library wrappers that unscale for you (`accelerator.clip_grad_norm_`,
+    A clipping helper in another file, or one reached through another object, is not seen (a
+    miss, not a false alarm); of hooks registered in another file, only a module-level
+    function named like a clip or clamp (`enable_gradient_clipping`) is read, not what it
+    calls in turn. A GradScaler created with `enabled=False` still counts. Library wrappers that unscale for you (`accelerator.clip_grad_norm_`,
     Lightning) are not the torch functions and are not reported. A function that clips and
     steps gradients whose caller already unscaled them would be reported.
     """
@@ -66,9 +160,11 @@ class ClipGradWithoutUnscale(Rule):
     summary = "Gradient clipping on scaled gradients (no scaler.unscale_ first)"
     fixable = True
     # A scaler (a scaled backward, a GradScaler, a parameter named like one) and a clip.
-    fragments = (("clip_grad", AnyOf(r"\.scale\(", "scaler", "Scaler", r"\.unscale_\(")),)  # the rarer first
-    # What check() needs: a clip where gradients may be scaled, in one function.
-    may_fire = staticmethod(lambda outline: flow.may_have_together(outline, flow.CLIP, (flow.SCALED_BACKWARD, flow.SCALER_STEP)))
+    fragments = ((AnyOf(*_CLAMP_WORDS), AnyOf(r"\.scale\(", "scaler", "Scaler", r"\.unscale_\(")),)  # the rarer first
+    # What check() needs: a clip where gradients may be scaled, in one function; or a
+    # GradScaler and gradient hooks that may clamp.
+    may_fire = staticmethod(lambda outline: flow.may_have_together(outline, flow.CLIP, (flow.SCALED_BACKWARD, flow.SCALER_STEP))
+                            or _may_clamp_scaled_gradients(outline))
 
     valid = (
         Valid("""
@@ -183,6 +279,30 @@ class Trainer:
         scaler.step(optimizer)
         scaler.update()
 """),
+        # Gradient hooks that only record, beside a GradScaler; hooks that clamp, in a project
+        # whose training has no GradScaler.
+        Valid("""
+import torch
+class Trainer:
+    def __init__(self, model):
+        self.scaler = torch.amp.GradScaler("cuda")
+        self.norms = []
+        for p in model.parameters():
+            p.register_hook(lambda grad: self.norms.append(grad.norm()))
+"""),
+        Valid("""
+from utils import enable_gradient_clamping
+def train(model, optimizer, loader, bound):
+    enable_gradient_clamping(model, bound)
+    for x, y in loader:
+        model(x, y).backward()
+        optimizer.step()
+""", project=(("utils.py", """
+def enable_gradient_clamping(model, bound):
+    for p in model.parameters():
+        if p.requires_grad:
+            p.register_hook(lambda grad: grad.clamp(-bound, bound))
+"""),)),
     )
     invalid = (
         Invalid("""
@@ -293,12 +413,131 @@ def step(scaler, loss, model, optimizer, log_only):
         scaler.unscale_(optimizer)
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
 """, at=((9, 5, 'gradients are clipped while still scaled by `scaler`'),)),
+        # Gradient hooks that clamp run inside the scaled backward: no unscale_ can come first.
+        Invalid("""
+import torch
+class Trainer:
+    def __init__(self, model, clip):
+        self.model = model
+        self.scaler = torch.amp.GradScaler("cuda")
+        for p in model.parameters():
+            p.register_hook(lambda grad: grad.clamp(-clip, clip))
+""", at=((8, 13, "gradient hooks registered here clamp the gradients (`grad.clamp` on line 8) during the "
+                 "backward pass, while the GradScaler (`self.scaler`, line 6) still scales them"),)),
+        # Registered by a method of a class that creates a GradScaler: reported once, there.
+        Invalid("""
+import torch
+class Trainer:
+    def __init__(self, model):
+        self.model = model
+        self.scaler = torch.amp.GradScaler("cuda")
+        self._hook_gradients(1.0)
+
+    def _hook_gradients(self, bound):
+        for p in self.model.parameters():
+            p.register_hook(lambda grad: torch.clamp(grad, -bound, bound))
+""", at=((11, 13, "gradient hooks registered here clamp the gradients (`torch.clamp` on line 11)"),)),
+        # ... also registered by a method of the class, whose hook is a function.
+        Invalid("""
+import torch
+class Trainer:
+    def __init__(self, model, scaler):
+        self.model, self.scaler = model, scaler
+        self._hook_gradients(1.0)
+
+    def _hook_gradients(self, bound):
+        def clamp(grad):
+            return grad.clamp_(-bound, bound)
+        for p in self.model.parameters():
+            p.register_post_accumulate_grad_hook(clamp)
+""", at=((6, 9, "`self._hook_gradients` registers gradient hooks that clamp the gradients (`grad.clamp_` on "
+                "line 10) during the backward pass, while the GradScaler (`scaler`, line 4)"),)),
+        # ... also registered by a helper in another file of the project.
+        Invalid("""
+import torch
+from utils import enable_gradient_clamping
+def train(model, optimizer, loader, bound, scaler):
+    enable_gradient_clamping(model, bound)
+    for x, y in loader:
+        with torch.autocast("cuda"):
+            loss = model(x, y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+""", at=((5, 5, "`enable_gradient_clamping` registers gradient hooks that clamp the gradients (`grad.clamp`, "
+                "utils.py:5) during the backward pass, while the GradScaler (`scaler`, line 4)"),),
+            project=(("utils.py", """
+def enable_gradient_clamping(model, bound):
+    for p in model.parameters():
+        if p.requires_grad:
+            p.register_hook(lambda grad: grad.clamp(-bound, bound))
+"""),)),
     )
 
     def check(self, ctx: FileContext) -> None:
         for scope in flow.flows(ctx):
             if scope.of(flow.CLIP) and scope.of(flow.SCALED_BACKWARD, flow.SCALER_STEP):
                 self._check_flow(ctx, scope)
+        self._check_hooks(ctx)
+
+    def _check_hooks(self, ctx: FileContext) -> None:
+        """Gradient hooks that clamp, registered here or by a helper this code calls (of this
+        file, or of another file of the project named like a clip or clamp), in code that
+        trains with a GradScaler: they run inside the scaled backward, before any unscale_."""
+        registered = {id(call): clamp for call in ctx.nodes(cst.Call)
+                      if (mc := method_call(call)) is not None and mc[1] in _HOOKS
+                      and (clamp := _hook_clamp(ctx, call)) is not None}
+        # Where they are registered, if a GradScaler trains there; else where a helper that
+        # registers them is called (one finding for one mistake).
+        reported = set()
+        for call in ctx.nodes(cst.Call):
+            if id(call) in registered:
+                clamp = registered[id(call)]
+                if self._report_hooks(ctx, call, f"gradient hooks registered here clamp the gradients "
+                                                  f"(`{ctx.code(clamp.func)}` on line {line_of(ctx, clamp)})", ()):
+                    reported.add(id(call))
+        unreported = {k: v for k, v in registered.items() if k not in reported}
+        for call in ctx.nodes(cst.Call):
+            if id(call) not in registered:
+                found = self._helper_hooks(ctx, call, unreported)
+                if found is not None:
+                    self._report_hooks(ctx, call, *found)
+
+    def _report_hooks(self, ctx: FileContext, call: cst.Call, how: str, related: tuple) -> bool:
+        scaler = _scaler_here(ctx, call)
+        if scaler is None:
+            return False
+        text, line = scaler
+        ctx.report(call, f"{how} during the backward pass, while the GradScaler (`{text}`, line {line}) still "
+                         "scales them: the bound applies to scale × gradient, and an overflow clamped to a finite "
+                         f"value hides it from the scaler; clip after `{text}.unscale_(optimizer)` instead",
+                   related=related)
+        return True
+
+    def _helper_hooks(self, ctx: FileContext, call: cst.Call, registered: dict[int, cst.Call]
+                      ) -> tuple[str, tuple] | None:
+        """For a call of a helper that registers clamping hooks (of this file: ``registered``,
+        the clamp of each registration by its id): how the message says so, and the other
+        file's line it names."""
+        own = flow.helper(ctx, call) if registered else None
+        if own is not None:
+            for inner in ctx.nodes(cst.Call):
+                if id(inner) in registered and ctx.contains(own, inner):
+                    clamp = registered[id(inner)]
+                    return (f"`{ctx.code(call.func)}` registers gradient hooks that clamp the gradients "
+                            f"(`{ctx.code(clamp.func)}` on line {line_of(ctx, clamp)})"), ()
+            return None
+        name = _cst_name(call)
+        if not _clamping(name) or name in _TENSOR_CLAMPS:
+            return None
+        found = project_function(ctx, call)
+        registered = _ast_hook_clamp(found[1]) if found is not None else None
+        if registered is None:
+            return None
+        clamp = registered[1]
+        where, related = located(ctx, found[0], clamp.lineno, "the hook clamps the gradients here")
+        return (f"`{ctx.code(call.func)}` registers gradient hooks that clamp the gradients "
+                f"(`{ast.unparse(clamp.func)}`, {where})"), (related,)
 
     def _check_flow(self, ctx: FileContext, scope: Flow) -> None:
         analysis = _ScaledClips()
@@ -391,3 +630,51 @@ class _ScaledClips(flow.Analysis):
             if not fact.known:
                 return replace(fact, open_clips=fact.open_clips | {event})
         return fact
+
+
+def _hook_clamp(ctx: FileContext, registration: cst.Call) -> cst.Call | None:
+    """For ``x.register_hook(h)``: the call in the hook (a lambda, a function of the file, a
+    method ``self.h``) that clamps what it is given; None when it reads a loss scale."""
+    if not registration.args:
+        return None
+    hook = registration.args[0].value
+    if isinstance(hook, cst.Lambda):
+        body = hook.body
+    elif isinstance(hook, cst.Name):
+        body = next((f for f in ctx.nodes(cst.FunctionDef) if f.name.value == hook.value), None)
+    elif isinstance(hook, cst.Attribute) and isinstance(hook.value, cst.Name) and hook.value.value == "self":
+        cls = next((a for a in ctx.ancestors(registration) if isinstance(a, cst.ClassDef)), None)
+        body = next((f for f in cls.body.body if isinstance(f, cst.FunctionDef)
+                     and f.name.value == hook.attr.value), None) if cls is not None else None
+    else:
+        return None
+    if body is None:
+        return None
+    names = [n for kind in (cst.Name, cst.Attribute) for n in ctx.nodes(kind) if ctx.contains(body, n)]
+    if any(_unscaling(n.value if isinstance(n, cst.Name) else n.attr.value) for n in names):
+        return None
+    return next((c for c in ctx.nodes(cst.Call) if ctx.contains(body, c) and _clamping(_cst_name(c))), None)
+
+
+def _scaler_here(ctx: FileContext, node: cst.CSTNode) -> tuple[str, int] | None:
+    """The GradScaler the code around ``node`` trains with, and its line: one its class (else
+    its module) creates or scales a backward with, or a parameter of its function named like
+    one."""
+    function = enclosing_function(ctx, node)
+    if function is not None:
+        params = function.params
+        param = next((p for p in [*params.posonly_params, *params.params, *params.kwonly_params]
+                      if p.name.value in SCALER_PARAMETERS), None)
+        if param is not None:
+            return param.name.value, line_of(ctx, param)
+    scope = next((a for a in ctx.ancestors(node) if isinstance(a, cst.ClassDef)), ctx.module)
+    for call in ctx.nodes(cst.Call):
+        if not ctx.contains(scope, call):
+            continue
+        scaled = scaled_backward_scaler(ctx, call)
+        if scaled is not None:
+            return scaled, line_of(ctx, call)
+        parent = ctx.parent(call)
+        if ctx.resolves_to(call.func, GRAD_SCALER) and isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+            return ctx.code(parent.targets[0].target), line_of(ctx, call)
+    return None

@@ -8,7 +8,8 @@ from functools import cached_property, lru_cache
 import libcst as cst
 
 from ..engine.context import FileContext
-from ..engine.diagnostics import Fix
+from ..engine.crossfile import enabling_site, loss_places_on_ast, named_loss_place
+from ..engine.diagnostics import Fix, Related
 from ..engine.factories import chain_without_calls, new_method_fix
 from ..engine.outline import BINDING_STATEMENTS, Outline, Scopes
 from ..engine.rule import PARENTHESIZED, AnyOf, Invalid, Rule, Valid
@@ -29,10 +30,15 @@ from ..policy import committed_tables
 
 # What a value's dtype is known to be: float32 whatever the model runs in; half (`.half()`,
 # `dtype=torch.bfloat16`); half under autocast (what a `lower_precision_fp` op makes of
-# values of unknown dtype); or the activations' dtype (a tensor argument, a module's output:
-# half in a half model, and mostly under autocast).
+# values of unknown dtype); the activations' dtype (a tensor argument, a module's output:
+# half in a half model, and mostly under autocast); or the output of the model a loss calls
+# (`self.model(tokens)`), half when the loss runs under the autocast its project enables
+# in another file.
 FLOAT32, HALF, AUTOCAST_HALF, ACTIVATION = "float32", "half", "autocast half", "activation"
-_HALF_KINDS = (HALF, AUTOCAST_HALF, ACTIVATION)
+PROJECT_HALF = "half under the project's autocast"
+_HALF_KINDS = (HALF, AUTOCAST_HALF, ACTIVATION, PROJECT_HALF)
+# What follows the activations' dtype into the modules and ops it goes through.
+_ACTIVATION_KINDS = (HALF, ACTIVATION, PROJECT_HALF)
 
 _FACTORY_NAMES = ("zeros", "ones", "empty", "full", "tensor", "rand", "randn")
 _FACTORIES = frozenset({"torch.zeros", "torch.ones", "torch.empty", "torch.full", "torch.tensor",
@@ -157,7 +163,7 @@ def _promoted(values: list[_Value]) -> _Value:
 
 def _lower_precision(operands: list[_Value]) -> _Value:
     """A `lower_precision_fp` op: half under autocast, the activations' dtype in a half model."""
-    return next((_Value(v.kind) for v in operands if v.kind in (HALF, ACTIVATION)), _Value(AUTOCAST_HALF))
+    return next((_Value(v.kind) for v in operands if v.kind in _ACTIVATION_KINDS), _Value(AUTOCAST_HALF))
 
 
 @dataclass(frozen=True)
@@ -436,7 +442,21 @@ class _Flow:
         inputs = [self.value(a.value, depth - 1) for a in call.args]
         if any(v.kind in (HALF, ACTIVATION) for v in inputs):
             return _Value(ACTIVATION)
+        if any(v.kind == PROJECT_HALF for v in inputs):
+            return _Value(PROJECT_HALF)
+        # A loss's model, given nothing known to be a float (tokens, strings): half under
+        # the project's autocast. Given float32 values, it computes in float32 (an
+        # activation function on logits made float32).
+        if all(v.kind is None for v in inputs) and _model_call(ctx, call) and self.project_region():
+            return _Value(PROJECT_HALF)
         return _UNKNOWN
+
+    def project_region(self) -> tuple | None:
+        """The autocast its project enables in another file, under which the file's losses may
+        run (``crossfile.enabling_site``: the site, how to name it, the related location)."""
+        if "_region" not in self.__dict__:
+            self.__dict__["_region"] = enabling_site(self.ctx)
+        return self.__dict__["_region"]
 
     def _to(self, call, receiver, positional, keywords, depth) -> _Value:
         """``.to(...)``: a device keeps the receiver's value; a dtype or a tensor casts."""
@@ -450,6 +470,22 @@ class _Flow:
             if not _device_like(self, arg):
                 return _Value(self.value(arg, depth - 1).kind)  # .to(other): other's dtype
         return self.value(receiver, depth - 1)
+
+
+def _model_call(ctx: FileContext, call: cst.Call) -> bool:
+    """A loss calling its model: ``self.name(...)`` in a loss (``crossfile.named_loss_place``),
+    where ``name`` is no method of the class and not named like a loss or criterion (which
+    returns a loss, float32 under autocast)."""
+    func = call.func
+    if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self"):
+        return False
+    name = func.attr.value
+    if "loss" in name.lower() or "criterion" in name.lower():
+        return False
+    cls = next((a for a in ctx.ancestors(call) if isinstance(a, cst.ClassDef)), None)
+    if cls is None or any(isinstance(s, cst.FunctionDef) and s.name.value == name for s in cls.body.body):
+        return False
+    return named_loss_place(ctx, call) is not None
 
 
 def _root(expr: cst.BaseExpression) -> cst.BaseExpression:
@@ -533,12 +569,22 @@ def _device_like(flow: _Flow, expr: cst.BaseExpression) -> bool:
 _HALF_NOTE = ", which is float16/bfloat16 in a half model or under autocast"
 
 
+def _half_note(flow: _Flow, node: cst.CSTNode, value: _Value) -> tuple[str, tuple[Related, ...]]:
+    """Why the other value is half, for the message, and the other file that says so."""
+    if value.kind != PROJECT_HALF:
+        return _HALF_NOTE, ()
+    _, where, related = flow.project_region()
+    return (f", which is float16/bfloat16 when {named_loss_place(flow.ctx, node)} runs under the autocast "
+            f"this project enables ({where})"), (related,)
+
+
 @dataclass(frozen=True)
 class _Meeting:
     node: cst.CSTNode  # where they meet
     origin: cst.Call  # the float32 value's maker
     other: cst.BaseExpression | None  # the half value (None: a half module)
     text: str  # what happens there, for the message
+    related: tuple[Related, ...] = ()  # another file the half value's dtype comes from
 
 
 def _float32_origin(value: _Value, strict: bool) -> cst.Call | None:
@@ -556,9 +602,11 @@ def _meetings(flow: _Flow) -> list[_Meeting]:
     def strict(node, dest, source, verb):
         d, s = flow.value(dest), flow.value(source)
         if _float32_origin(d, True) is not None and s.kind in _HALF_KINDS:
-            found.append(_Meeting(node, d.origin, source, f"{verb} `{ctx.code(source)}` into it{_HALF_NOTE}"))
+            note, related = _half_note(flow, node, s)
+            found.append(_Meeting(node, d.origin, source, f"{verb} `{ctx.code(source)}` into it{note}", related))
         elif _float32_origin(s, True) is not None and d.kind in _HALF_KINDS:
-            found.append(_Meeting(node, s.origin, dest, f"{verb} it into `{ctx.code(dest)}`{_HALF_NOTE}"))
+            note, related = _half_note(flow, node, d)
+            found.append(_Meeting(node, s.origin, dest, f"{verb} it into `{ctx.code(dest)}`{note}", related))
 
     def promoting(node, operands, verb):
         values = [flow.value(o) for o in operands]
@@ -569,9 +617,10 @@ def _meetings(flow: _Flow) -> list[_Meeting]:
         for value in values:
             if _float32_origin(value, False) is None:
                 continue
-            other = next((o for o, v in zip(operands, values) if v.kind in half), None)
+            other = next(((o, v) for o, v in zip(operands, values) if v.kind in half), None)
             if other is not None:
-                found.append(_Meeting(node, value.origin, other, f"{verb} `{ctx.code(other)}`{_HALF_NOTE}"))
+                note, related = _half_note(flow, node, other[1])
+                found.append(_Meeting(node, value.origin, other[0], f"{verb} `{ctx.code(other[0])}`{note}", related))
 
     for node in ctx.nodes(cst.Assign):
         for target in node.targets:
@@ -977,11 +1026,13 @@ class _AstFlow:
     """``_Flow`` on the ast, loosely, for ``may_fire``: bindings as ``_Flow.binding`` finds them
     (the last one before a name in its function), ``_tensor_index``, and whether a value may be
     half (``_Flow.value(...).kind in _HALF_KINDS``): a tensor parameter, a module's weight, a
-    `.half()`, a half ``dtype=``, a `lower_precision_fp` op, or a name bound to one, through
-    the calls and operators ``_Flow`` follows."""
+    `.half()`, a half ``dtype=``, a `lower_precision_fp` op, a loss's call of its model in a
+    project that enables autocast, or a name bound to one, through the calls and operators
+    ``_Flow`` follows."""
 
     def __init__(self, outline: Outline, scopes: Scopes):
         self.outline = outline
+        self.loss_places = {id(f) for f in loss_places_on_ast(outline)}
         self.lower_precision = _lower_precision_names()
         self._memo: dict[int, bool] = {}
         # By function and name, in source order: (start, end, value, index in an unpacking),
@@ -1147,7 +1198,16 @@ class _AstFlow:
         if spellings and all(_float32_everywhere(s) for s in spellings):
             return False  # float32 under autocast, whatever goes in
         operands = [*call.args, *(k.value for k in call.keywords), *([receiver] if receiver is not None else [])]
-        return any(self.may_be_half(o, scope, depth - 1) for o in operands)
+        return any(self.may_be_half(o, scope, depth - 1) for o in operands) or self._model_call(call, scope)
+
+    def _model_call(self, call: ast.Call, scope: int) -> bool:
+        """``_model_call``, loosely (any method ``self.name`` of a loss place), in a project
+        that enables autocast (asked last: it reads the project)."""
+        func = call.func
+        project = self.outline.project
+        return isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self" \
+            and "loss" not in func.attr.lower() and "criterion" not in func.attr.lower() \
+            and scope in self.loss_places and project is not None and project.autocast
 
 
 def _may_fire(outline: Outline) -> bool:
@@ -1312,7 +1372,12 @@ class TensorFactoryDropsDtype(Rule):
     state, or passed to a module the file made half (`model.half()`). An activation is a
     value whose dtype follows the model's: a tensor argument, a module's output, what a
     `lower_precision_fp` op (`F.linear`, `@`) makes under autocast, a `.half()` tensor, and
-    what is computed from those.
+    what is computed from those. In a loss (a function or class named like one, or in a module
+    named so) of a project that enables autocast in another file (a trainer's `with
+    torch.autocast(...)`, a framework's precision setting), what the loss's model returns
+    (`self.model(tokens)`: a callable attribute that is no method of the class and is not
+    named like a loss or criterion) is half too, whatever it is given: the message names that
+    autocast.
 
     ## Why is this bad?
     Without `dtype=` a factory makes float32 (the default dtype), whatever the model runs in.
@@ -1354,7 +1419,8 @@ class TensorFactoryDropsDtype(Rule):
     products outside a module class or autocast region (unless the file makes the other value
     half). It follows plain assignments within a function, and the arguments a file passes
     to its own helpers, not values passed between files: a module's output counts as an
-    activation although some modules return float32. Arguments named like indices or masks
+    activation although some modules return float32 (a loss's model, in a project that
+    enables autocast, although some end in a float32 op). Arguments named like indices or masks
     (`input_ids`, `mask`, `lengths`, …), annotated with a type other than a tensor or with a
     number as default are not taken for activations.
     """
@@ -1448,8 +1514,78 @@ class Pos(torch.nn.Module):
         out[0] = x[0]
         return out, table
 """),
+        # A loss calling its model on tokens (not tensors it was given), in a project that
+        # never enables autocast: nothing says the model's scores are half.
+        Valid("""
+import torch
+from torch import nn
+class ListwiseLoss(nn.Module):
+    def forward(self, pairs: list[tuple[str, str]], batch_size, max_docs, row_idx, col_idx):
+        tokens = self.model.tokenize(pairs)
+        logits = self.model(tokens)["scores"].view(-1)
+        matrix = torch.full((batch_size, max_docs), -1e4, device=self.model.device)
+        matrix[row_idx, col_idx] = logits
+        return matrix.log_softmax(dim=1)
+""", project=(("trainer.py", """
+import torch
+def train_step(loss_fn, optimizer, batch):
+    loss = loss_fn(*batch)
+    loss.backward()
+    optimizer.step()
+"""),)),
+        # ... and in a project that does, scores upcast before an activation function: the
+        # activation gets float32 and gives float32.
+        Valid("""
+import torch
+from torch import nn
+class ListwiseLoss(nn.Module):
+    def forward(self, pairs: list[tuple[str, str]], batch_size, max_docs, row_idx, col_idx):
+        logits = torch.cat([self.model(self.model.tokenize(p))["scores"] for p in pairs]).float()
+        logits = self.activation_fn(logits)
+        matrix = torch.full((batch_size, max_docs), -1e4, device=self.model.device)
+        matrix[row_idx, col_idx] = logits
+        return matrix.log_softmax(dim=1)
+""", project=(("trainer.py", """
+import torch
+def train_step(loss_fn, batch):
+    with torch.autocast("cuda"):
+        return loss_fn(*batch)
+"""),)),
     )
     invalid = (
+        # The same loss in a project whose trainer (another file) runs it under float16
+        # autocast: the model's scores are half there, and the index-put fails.
+        Invalid("""
+import torch
+from torch import nn
+class ListwiseLoss(nn.Module):
+    def forward(self, pairs: list[tuple[str, str]], batch_size, max_docs, row_idx, col_idx):
+        tokens = self.model.tokenize(pairs)
+        logits = self.model(tokens)["scores"].view(-1)
+        matrix = torch.full((batch_size, max_docs), -1e4, device=self.model.device)
+        matrix[row_idx, col_idx] = logits
+        return matrix.log_softmax(dim=1)
+""", fixed="""
+import torch
+from torch import nn
+class ListwiseLoss(nn.Module):
+    def forward(self, pairs: list[tuple[str, str]], batch_size, max_docs, row_idx, col_idx):
+        tokens = self.model.tokenize(pairs)
+        logits = self.model(tokens)["scores"].view(-1)
+        matrix = torch.full((batch_size, max_docs), -1e4, device=self.model.device, dtype=logits.dtype)
+        matrix[row_idx, col_idx] = logits
+        return matrix.log_softmax(dim=1)
+""", at=((8, 18, "index-puts `logits` into it, which is float16/bfloat16 when `ListwiseLoss.forward` runs "
+                   "under the autocast this project enables (trainer.py:4)"),),
+            project=(("trainer.py", """
+import torch
+def train_step(loss_fn, scaler, optimizer, batch):
+    with torch.autocast("cuda"):
+        loss = loss_fn(*batch)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+"""),)),
         # A list of activations built with `append` and concatenated is the activations.
         Invalid("""
 import torch
@@ -1661,4 +1797,5 @@ class Attention(torch.nn.Module):
             made = f"`{ctx.code(m.origin)}`" if cast else \
                 f"`{_factory(ctx, m.origin)}` without `dtype=`"
             line = ctx.location(ctx.offsets(m.node)[0]).row
-            ctx.report(m.origin, f"{made} makes a float32 tensor, and line {line} {m.text}", _fix(flow, m))
+            ctx.report(m.origin, f"{made} makes a float32 tensor, and line {line} {m.text}", _fix(flow, m),
+                       related=m.related)

@@ -1,12 +1,11 @@
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import libcst as cst
 
 from ..engine.context import FileContext
-from ..engine.crossfile import enabling_site, loss_place, loss_places_on_ast
+from ..engine.crossfile import enabling_site, loss_places_on_ast, named_loss_place
 from ..engine.outline import Outline
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import (
@@ -766,18 +765,14 @@ class GAE(torch.nn.Module):
                         "`torch.finfo(x.dtype)`), or compute this step in float32")
 
     def _check_project_float16(self, ctx: FileContext, eps: cst.BaseExpression, written: cst.CSTNode) -> None:
-        """Outside any region of this file, where a loss is computed (``crossfile.loss_place``)
+        """Outside any region of this file, where a loss is computed (``crossfile.named_loss_place``)
         in a project whose other code enables float16 autocast: a guard of a division, log or
         root of a value nothing on its way makes float32 (an op autocast runs in float32, a
         cast), which runs in float16 when the loss runs in that region."""
         function = enclosing_function(ctx, eps)
         guard = _guard(ctx, eps)
-        place = loss_place(ctx, eps)
+        place = named_loss_place(ctx, eps)
         if function is None or guard is None or _handles_half(ctx, function) or place is None:
-            return
-        # A loss by its name or its module's (`losses/distillation.py`): a module's forward
-        # elsewhere may well run on raw float32 data (a feature extractor's spectrum).
-        if "loss" not in place.lower() and not any("loss" in part.lower() for part in Path(ctx.path).parts[-2:]):
             return
         op = _guarded_op(ctx, guard[0], function)
         if op is None:
@@ -817,7 +812,7 @@ class GAE(torch.nn.Module):
         origin = "" if written is eps else f" (line {ctx.location(ctx.offsets(written)[0]).row})"
         ctx.report(eps, f"`{ctx.code(eps)}`{origin} is below float16's smallest value (≈5.96e-8) and rounds "
                         f"to 0 in float16, and this project runs code under float16 autocast ({where}): if "
-                        f"{loss_place(ctx, eps)} runs there, the {op} it guards gives inf/NaN at 0; use ≥ 1e-6 "
+                        f"{place} runs there, the {op} it guards gives inf/NaN at 0; use ≥ 1e-6 "
                         "or compute this step in float32", related=(related,))
 
     @staticmethod

@@ -74,12 +74,14 @@ EXPLANATIONS = {
                                "the scaler (AMP005) and counts it as the iteration's step, as AMP017 does (with "
                                "the scaler disabled the update is a no-op): one mistake, reported once. "
                                "Legitimate.",
-    "loss-from-before-the-region": "AMP009 from the trace only: `loss.backward()` in a float16 region where `loss` "
-                                   "is the prelude's, computed in float32 before any region (the snippet assigns "
-                                   "`loss` only after that backward, or never). The tracer judges a backward by "
-                                   "the region dtypes seen since the last optimizer step, not by how the loss was "
-                                   "computed: a false positive of the trace (left: following the loss's autograd "
-                                   "graph would cost every backward).",
+    "loss-from-before-the-region": "AMP009 from the linter only: `loss.backward()` inside a float16 region where "
+                                   "`loss` is the prelude's, computed in float32 before any region (the snippet "
+                                   "assigns `loss` only after that backward, or never). The trace follows the loss: "
+                                   "autograd numbers its nodes in the order it makes them, so a loss older than the "
+                                   "region holds none of its ops, and nothing underflows for want of a scaler. The "
+                                   "linter takes a backward inside a float16 region for the backward of a loss made "
+                                   "there, as real loops make it, and reports the region; AMP001 reports that "
+                                   "backward on both sides. An imprecision of the linter, left.",
 }
 
 
@@ -117,6 +119,6 @@ def explain(outcome: Outcome, code: str, side: str) -> str | None:
     if code == "AMP006" and side == "trace only" and outcome.failed and "No inf checks were recorded" in \
             outcome.failed and "AMP005" in outcome.lint and _first_update_after_plain_step(outcome):
         return "update-after-plain-step"
-    if code == "AMP009" and side == "trace only" and _backward_before_loss_assigned(outcome):
+    if code == "AMP009" and side == "lint only" and _backward_before_loss_assigned(outcome):
         return "loss-from-before-the-region"
     return None

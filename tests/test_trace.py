@@ -181,6 +181,34 @@ def test_amp009_fp16_without_scaler(tmp_path, monkeypatch):
     assert_only(findings, "AMP009", script)
 
 
+def test_amp009_not_for_a_loss_computed_before_the_float16_region(tmp_path, monkeypatch):
+    """The loss is float32, computed before any region: backpropagated while a float16 region is
+    open (AMP001), its graph holds none of the region's ops, so nothing underflows for want of
+    a scaler. The region's own output, backpropagated after it, does."""
+    script = write(tmp_path, """\
+        for x, y in data:
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            with torch.autocast("cpu", dtype=torch.float16):
+                hidden = model(x)
+                loss.backward()  # <AMP001>
+            opt.step()
+    """)
+    result, findings = trace_json(tmp_path, monkeypatch, script)
+    assert_only(findings, "AMP001", script)
+    script = write(tmp_path, """\
+        for x, y in data:
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            with torch.autocast("cpu", dtype=torch.float16):
+                hidden = model(x)
+            (loss + hidden.float().mean()).backward()  # <AMP009>
+            opt.step()
+    """)
+    result, findings = trace_json(tmp_path, monkeypatch, script)
+    assert_only(findings, "AMP009", script)
+
+
 def test_amp010_scaler_on_bfloat16_loss(tmp_path, monkeypatch):
     script = write(tmp_path, FP16_SCALER.replace("float16", "bfloat16") + """\
     scaler.scale(loss).backward()  # <AMP010>

@@ -261,6 +261,13 @@ _FACTORIES = frozenset(f"aten::{name}" for name in (
     "zeros", "ones", "empty", "empty_strided", "full", "rand", "randn", "arange", "linspace", "logspace", "eye"))
 
 
+def _next_autograd_node() -> int:
+    """The sequence number autograd gives the next node it makes in this thread."""
+    with torch.enable_grad():
+        made = torch.zeros((), requires_grad=True).neg()
+    return made.grad_fn._sequence_nr() + 1
+
+
 class _OpCounter(TorchDispatchMode):
     """Counts ops per module and output dtype, and follows float32 tensors made in the region
     (AMP003); sees ops below the Autocast key (after its casts)."""
@@ -323,6 +330,9 @@ class Tracer:
         self._regions: list[_Region] = []
         self._devices: set[str] = {"cpu", "cuda"}
         self._region_dtypes_since_step: set[str] = set()
+        # The sequence number of the first autograd node a float16 region opened since the last
+        # step may have made (None: no such region; 0: not known, any node may be of one).
+        self._float16_nodes_from: int | None = None
         self._mstack: list = []  # (module, name)
         self._names: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
         self._root_count: dict[str, int] = {}
@@ -524,7 +534,11 @@ class Tracer:
         self._devices.add(device)
         if enabled:
             self._region_dtypes_since_step.add(_dtype_name(dtype))
-            if not any(r.pushed_mode is not None for r in self._regions):
+            outermost = not any(r.pushed_mode is not None for r in self._regions)
+            if dtype == torch.float16 and self._float16_nodes_from is None:
+                # Inside an outer region the op counter would count the probe as the program's.
+                self._float16_nodes_from = _next_autograd_node() if outermost else 0
+            if outermost:
                 region.pushed_mode = self._op_counter
                 region.pushed_mode.__enter__()
         self._regions.append(region)
@@ -836,10 +850,19 @@ class Tracer:
         for scaler in scalers:
             self._state(scaler).scaled_backward = True
         if (not scalers and unit_grad and what != "torch.autograd.grad()"
-                and "float16" in self._region_dtypes_since_step):
+                and "float16" in self._region_dtypes_since_step and self._may_hold_float16_ops(tensors)):
             self._report("AMP009", f"`{what}` of a loss computed under float16 autocast with no GradScaler: "
                          "small gradients underflow to zero; scale the loss with `torch.amp.GradScaler`",
                          site or user_site())
+
+    def _may_hold_float16_ops(self, tensors) -> bool:
+        """Whether the graph behind ``tensors`` may hold ops of a float16 region opened since the
+        last step. Autograd numbers the nodes it makes in order (per thread), and a node is made
+        after those of its inputs: a loss whose own node is older than the region's first holds
+        none of its ops (a float32 loss computed before the region, backpropagated inside it)."""
+        start = self._float16_nodes_from
+        return start is not None and any(
+            t.grad_fn is not None and t.grad_fn._sequence_nr() >= start for t in tensors)
 
     # -- GradScaler -------------------------------------------------------------------------------
 
@@ -979,6 +1002,7 @@ class Tracer:
                                      first_nonfinite_module=self._nonfinite))
         self._nonfinite = None
         self._region_dtypes_since_step = set()
+        self._float16_nodes_from = None
         if self.max_steps is not None and len(self.steps) >= self.max_steps:
             self._stop_pending = True
 

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import traceback
+from unittest import mock
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves, tree_map
 
 # Autocast casts with Tensor.to(dtype); with autograd excluded that reaches us as aten::to
@@ -178,38 +180,159 @@ def observe(call: Callable[[], Any]) -> Observation:
 FLOAT64_MARK = "@float64"
 
 
-def trace_ops(call: Callable[[], Any]) -> tuple[list[tuple[str, ...]], bool]:
+def trace_ops(call: Callable[[], Any], device: str = "cpu",
+              errors: list[BaseException] | None = None) -> tuple[list[tuple[str, ...]], bool]:
     """The ops a call reaches, each as its chain of callers ending in the op, and whether
-    the call completed; never raises.
+    the call completed; never raises (what the call raised is appended to ``errors``).
 
-    Composite ops are followed into their decomposition; every other op continues with an
-    output computed on the meta device, so the call goes on to the ops after it.
+    Composite ops are followed into their decomposition, as eager mode on ``device`` does;
+    every other op continues with an output computed on the meta device, so the call goes on
+    to the ops after it.
     """
     reached: list[tuple[str, ...]] = []
-    stack: list[str] = []
 
-    def handler(func, args, kwargs):
-        stack.append(op_name(func))
+    def on_op(stack, func, args, kwargs):
         floats = [t.dtype for t in _tensors((args, kwargs)) if t.dtype.is_floating_point]
         # Autocast never casts a float64 tensor: an op reached with only float64 inputs
         # runs in float64 whatever its policy (torch.float_power casts to float64 first).
         mark = FLOAT64_MARK if floats and all(d == torch.float64 for d in floats) else ""
         reached.append((*stack[:-1], stack[-1] + mark))
+
+    try:
+        run_traced(call, device, on_op)
+    except Exception as exc:  # reaching an op is the fact we want; failing later does not undo it
+        if errors is not None:
+            errors.append(exc)
+        return reached, False
+    return reached, True
+
+
+def run_traced(call: Callable[[], Any], device: str, on_op: Callable, on_output: Callable | None = None) -> None:
+    """Run ``call`` with every op on a ProbeTensor seen at the Python key: ``on_op(stack, func,
+    args, kwargs)`` first (``stack``: the ops' names, callers first, ending in this one), then the
+    op runs as eager mode on ``device`` would (its C++ composite kernel, unless the device has a
+    kernel of its own; else on meta), then ``on_output(stack, func, args, kwargs, out)``.
+    Raises what the call raises. Autocast, where the caller switched it on, acts above all this."""
+    from .dispatcher import has_device_kernel
+
+    stack: list[str] = []
+    calls = [0]  # ops seen so far
+
+    def handler(func, args, kwargs):
+        name = op_name(func)
+        stack.append(name)
+        calls[0] += 1
         try:
-            if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
+            on_op(stack, func, args, kwargs)
+            if (torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
+                    and not has_device_kernel(name, device)):
                 # The C++ composite kernel, as eager mode runs it; not func.decompose(), which
                 # prefers a Python decomposition (F.interpolate would reach _unsafe_index, not
-                # the upsample_* op eager CUDA calls).
-                return func._op_dk(torch._C.DispatchKey.CompositeImplicitAutograd, *args, **kwargs)
-            return _meta_output(func, args, kwargs)
+                # the upsample_* op eager CUDA calls). Factories it calls with the device reach
+                # the mode again (torch pops a mode while its handler runs).
+                calls_before = calls[0]
+                try:
+                    with _device_factories(device, init=False), _autocast_as_outside(stack, outside, device):
+                        out = func._op_dk(torch._C.DispatchKey.CompositeImplicitAutograd, *args, **kwargs)
+                except RuntimeError as exc:
+                    # A composite with TensorOptions (to.dtype_layout) guards the device first,
+                    # which a build without the device cannot do: nothing below it was reached.
+                    if "is not linked with support for" not in str(exc) or calls[0] != calls_before:
+                        raise
+                    out = _meta_output(func, args, kwargs)
+            else:
+                out = _data_dependent(func, args, kwargs)
+            if on_output is not None:
+                on_output(stack, func, args, kwargs, out)
+            return out
         finally:
             stack.pop()
 
+    outside: dict = {}
+
+    def armed_call():
+        # The dispatch state the call starts in (autograd excluded, autocast as the caller set it).
+        outside["tls"] = (torch._C._dispatch_tls_local_include_set(), torch._C._dispatch_tls_local_exclude_set())
+        outside["autocast"] = torch.is_autocast_enabled(device)
+        return call()
+
+    with _device_factories(device):
+        _run_armed(handler, armed_call)
+
+
+def _autocast_key(device: str) -> str:
+    return "Autocast" + ("PrivateUse1" if device == "privateuseone" else device.upper())
+
+
+@contextlib.contextmanager
+def _autocast_as_outside(stack: list[str], outside: dict, device: str):
+    """Autocast for the ops a composite calls, as in eager mode. torch runs __torch_dispatch__
+    with autocast off; eager mode reaches a composite with no autocast kernel of its own (arccos)
+    with autocast on, so the ops it calls (acos) meet their autocast kernels. Under an op that
+    has one (linear), autocast stays off: its kernel turned it off for what it calls."""
+    key = _autocast_key(device)
+    if not outside.get("autocast") or any(
+            torch._C._dispatch_has_kernel_for_dispatch_key(op.split("@")[0], key) for op in stack):
+        yield
+        return
+    include, exclude = outside["tls"]
+    previous = torch.is_autocast_enabled(device)
+    torch.set_autocast_enabled(device, True)
     try:
-        _run_armed(handler, call)
-    except Exception:  # reaching an op is the fact we want; failing later does not undo it
-        return reached, False
-    return reached, True
+        with torch._C._ForceDispatchKeyGuard(include, exclude):
+            yield
+    finally:
+        torch.set_autocast_enabled(device, previous)
+
+
+def _data_dependent(func, args, kwargs):
+    """The op's output from meta; an answer that needs the values (``aten::equal``, which a
+    composite such as cov asks before it goes on) is False, the branch values alone decide."""
+    try:
+        return _meta_output(func, args, kwargs)
+    except NotImplementedError:
+        returns = func._schema.returns
+        if len(returns) == 1 and isinstance(returns[0].type, torch._C.BoolType):
+            return False
+        raise
+
+
+# What a build without the device says when Python or C++ code needs the device's own support
+# (a device guard, a DispatchStub kernel), where eager mode on the device would go on.
+BUILD_LACKS_DEVICE = ("is not linked with support for", "An unexpected device type was provided",
+                      "not compiled with")
+
+
+class _DeviceFactories(TorchDispatchMode):
+    """Factories given a device this build has no kernels for (``torch.zeros(n, device=x.device)``
+    in Python, ``at::empty(..., input.options())`` in a C++ composite) make ProbeTensors there,
+    shaped on meta; every other op goes on to the ProbeTensor's handler, or runs for real."""
+
+    def __init__(self, device: str):
+        super().__init__()
+        self.device = device
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        device = kwargs.get("device")
+        if (device is None or torch.device(device).type != self.device
+                or any(isinstance(t, ProbeTensor) for t in _tensors((args, kwargs)))):
+            return func(*args, **kwargs)
+        out = func(*args, **{**kwargs, "device": "meta"})
+        return tree_map(lambda v: ProbeTensor(v.shape, v.dtype, device) if isinstance(v, torch.Tensor) else v, out)
+
+
+@contextlib.contextmanager
+def _device_factories(device: str, init: bool = True):
+    if device in ("cpu", "meta"):  # factories there run for real (cpu) or need nothing
+        yield
+        return
+    lazy_init = getattr(getattr(torch, device, None), "_lazy_init", None)
+    # Python's factories initialise the device first (and fail without one): answered as done.
+    # torch then takes the device as initialised for the rest of this process.
+    patch = mock.patch(f"torch.{device}._lazy_init") if init and lazy_init else contextlib.nullcontext()
+    with patch, _DeviceFactories(device):
+        yield
 
 
 # Meta kernels run through Python refs and are slow; the same (op, shapes, arguments)
@@ -224,6 +347,8 @@ def _meta_output(func, args, kwargs):
         (args, kwargs)))
     if key not in _META_CACHE:
         def to_meta(v):
+            if isinstance(v, torch.device):  # new_ones(..., device=x.device) and the like
+                return torch.device("meta")
             if isinstance(v, torch.Tensor):
                 return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
             return v

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from .intercept import FLOAT64_MARK, ProbeTensor, trace_ops
+from .intercept import BUILD_LACKS_DEVICE, FLOAT64_MARK, ProbeTensor, trace_ops
 
 SHAPES = ((4, 4), (2, 4, 4), (2, 4, 4, 4), (2, 4, 4, 4, 4), (4,))
 
@@ -128,47 +128,103 @@ def _argument_patterns(fn: Callable, tensor: Callable[[], torch.Tensor],
     yield [tensor(), 1, index, tensor()]
 
 
-def trace_public_api(device: str) -> dict[str, set[tuple[str, ...]]]:
-    """For each public spelling, the op call chains it reaches (autocast off: the path is the same)."""
-    traces: dict[str, set[tuple[str, ...]]] = defaultdict(set)
+class Traces(dict):
+    """Spelling -> the op call chains it reaches; ``traced_on_cpu``: the spellings that no call
+    completed on the device because this build lacks the device's support (a device guard, a
+    DispatchStub kernel), traced on cpu instead (see trace_public_api)."""
+
+    traced_on_cpu: list[str]
+
+
+def trace_public_api(device: str) -> Traces:
+    """For each public spelling, the op call chains it reaches on ``device`` (autocast off: the
+    path is the same). Inputs claim to live on ``device``, so Python code and C++ composites that
+    choose their path by the device (torch.norm on mps, at::lstm's oneDNN layer on cpu) take the
+    path they take there. A spelling that no call completes on the device, where some call
+    stopped because this build lacks the device's support, is traced on cpu instead (its path
+    there is the best this build can show); those are listed in ``traced_on_cpu``."""
+    traces, completed, lacking = Traces(), defaultdict(bool), set()
+
+    def visit(spelling, call):
+        errors: list[BaseException] = []
+        chains, ok = trace_ops(call, device, errors)
+        traces.setdefault(spelling, set()).update(chains)
+        completed[spelling] |= ok
+        if any(m in str(e) for e in errors for m in BUILD_LACKS_DEVICE):
+            lacking.add(spelling)
+        return ok
+
+    walk_public_api(device, visit)
+    traces.traced_on_cpu = sorted(s for s in lacking if not completed[s]) if device != "cpu" else []
+    if traces.traced_on_cpu:
+        on_cpu = Traces()
+
+        def visit_cpu(spelling, call):
+            chains, ok = trace_ops(call, "cpu")
+            on_cpu.setdefault(spelling, set()).update(chains)
+            return ok
+
+        walk_public_api("cpu", visit_cpu, only=set(traces.traced_on_cpu))
+        for spelling in traces.traced_on_cpu:
+            traces[spelling] = on_cpu.get(spelling, set())
+    return traces
+
+
+def walk_public_api(device: str, visit: Callable[[str, Callable[[], Any]], bool],
+                    floating: Callable[[tuple[int, ...]], torch.Tensor] | None = None,
+                    only: set[str] | None = None) -> None:
+    """Call every public spelling (those in ``only``) with ProbeTensors on ``device`` in the
+    argument patterns the trace tries, in its order: ``visit(spelling, call)`` runs the call and
+    says whether it completed. ``floating(shape)`` makes each floating input (float32 by default);
+    a module runs with its parameters and buffers as ProbeTensors on the device too."""
+    if floating is None:
+        def floating(shape):
+            return ProbeTensor(shape, torch.float32, device)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for spelling, fn in public_callables():
+            if only is not None and spelling not in only:
+                continue
             # The first shape that some pattern completes with is shape enough.
             for shape in SHAPES:
                 def tensor(shape=shape):
-                    return ProbeTensor(shape, torch.float32, device)
+                    return floating(shape)
                 completed = False
                 for args in _argument_patterns(fn, tensor, shape):
-                    chains, ok = trace_ops(lambda: fn(*args))
-                    traces[spelling].update(chains)
-                    completed |= ok
+                    completed |= visit(spelling, lambda: fn(*args))
                 if completed and spelling not in _EVERY_SHAPE:
                     break
-            _trace_variants(traces, spelling, lambda kw: (lambda x: fn(x, **kw)), device)
+            _walk_variants(visit, spelling, lambda kw: (lambda x: fn(x, **kw)), floating)
         for spelling, cls in public_modules():
-            _trace_variants(traces, spelling, lambda kw: cls(**kw), device)
+            if only is not None and spelling not in only:
+                continue
+            _walk_variants(visit, spelling, lambda kw: on_device(cls(**kw), device), floating)
             for ctor in _MODULE_CTOR_ARGS:
                 try:
-                    module = cls(*ctor)
+                    module = on_device(cls(*ctor), device)
                 except Exception:
                     continue
                 completed = False
                 for shape in SHAPES:
-                    x = ProbeTensor(shape, torch.float32, device)
+                    x = floating(shape)
                     target = ProbeTensor(shape[:1] + shape[2:], torch.long, device)  # class targets
                     for args in ([x], [x, x], [x, x, x], [x, target]):
-                        chains, ok = trace_ops(lambda: module(*args))
-                        traces[spelling].update(chains)
-                        completed |= ok
+                        completed |= visit(spelling, lambda: module(*args))
                     if completed and spelling not in _EVERY_SHAPE:
                         break
                 if completed:
                     break
-    return traces
 
 
-def _trace_variants(traces, spelling: str, make: Callable[[dict], Callable], device: str) -> None:
+def on_device(module: torch.nn.Module, device: str) -> Callable[..., Any]:
+    """``module``'s forward with its parameters and buffers as ProbeTensors on ``device``, as a
+    module moved there has them (at::gru refuses an input and weights on different devices)."""
+    state = {name: ProbeTensor(t.shape, t.dtype, device)
+             for name, t in [*module.named_parameters(), *module.named_buffers()]}
+    return lambda *args: torch.func.functional_call(module, state, args)
+
+
+def _walk_variants(visit, spelling: str, make: Callable[[dict], Callable], floating) -> None:
     """The keyword variants of ``spelling`` (see _KEYWORD_VARIANTS), each on every shape."""
     for kwargs in _KEYWORD_VARIANTS.get(spelling, []):
         try:
@@ -176,9 +232,8 @@ def _trace_variants(traces, spelling: str, make: Callable[[dict], Callable], dev
         except Exception:
             continue
         for shape in SHAPES:
-            x = ProbeTensor(shape, torch.float32, device)
-            chains, _ = trace_ops(lambda: call(x))
-            traces[spelling].update(chains)
+            x = floating(shape)
+            visit(spelling, lambda: call(x))
 
 
 def spellings_for(traces: dict[str, set[tuple[str, ...]]], wanted: set[str],

@@ -222,9 +222,25 @@ def build_table(device: str, lowp: torch.dtype, mode: str, patterns: tuple[str, 
     }
     if note:
         table["dtype_checks_note"] = note
+    if getattr(traces, "traced_on_cpu", None):
+        # No call of these completed on the device only because this build lacks its support:
+        # their spellings are as traced on cpu.
+        table["spellings_traced_on_cpu"] = list(traces.traced_on_cpu)
     if _imported_modules:  # a table of a project's own ops, for [tool.amplint] policies
         table["imports"] = list(_imported_modules)
     return table
+
+
+_TRACES: dict[tuple, dict] = {}
+
+
+def traced(device: str) -> dict:
+    """trace_public_api(device), once per process for the same device and torch's ops (an
+    --import that registers ops, or patches torch, traces again)."""
+    key = (device, len(torch._C._dispatch_get_all_op_names()), tuple(_imported_modules))
+    if key not in _TRACES:
+        _TRACES[key] = trace_public_api(device)
+    return _TRACES[key]
 
 
 def probe(devices: list[str], dtype: str | None, mode: str, patterns: tuple[str, ...],
@@ -232,14 +248,16 @@ def probe(devices: list[str], dtype: str | None, mode: str, patterns: tuple[str,
     """One table per device. ``progress(done, total)`` counts the public-API trace and each
     device as one step."""
     total = len(devices) + 1
-    # Which public calls reach which ops does not depend on the device: trace once, unless
-    # every op asked for is one the --import modules defined (`--ops 'mylib::*'`).
+    # Which public calls reach which ops depends on the device (torch.norm takes another path
+    # on mps, at::lstm another on cpu): traced per device, unless every op asked for is one
+    # the --import modules defined (`--ops 'mylib::*'`).
     selected = {op.full for d in devices for op in ops_with_autocast_kernel(d, patterns)}
-    traces = {} if selected and selected <= _imported_ops else trace_public_api("cpu")
+    untraced = selected and selected <= _imported_ops
     tables = []
     for device in devices:
         if progress:
             progress(len(tables) + 1, total)
+        traces = {} if untraced else traced(device)
         tables.append(build_table(device, resolve_dtype(device, dtype), mode, patterns, traces))
     if progress:
         progress(total, total)

@@ -11,11 +11,13 @@ from __future__ import annotations
 import inspect
 import warnings
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 import torch
 
-from .intercept import BUILD_LACKS_DEVICE, FLOAT64_MARK, ProbeTensor, trace_ops
+from .dispatcher import has_device_kernel
+from .intercept import BUILD_LACKS_DEVICE, DeviceDependence, ProbeTensor, trace_ops
 
 SHAPES = ((4, 4), (2, 4, 4), (2, 4, 4, 4), (2, 4, 4, 4, 4), (4,))
 
@@ -109,11 +111,11 @@ def _by_parameter_names(fn: Callable, tensor: Callable[[], torch.Tensor]) -> lis
 
 
 def _argument_patterns(fn: Callable, tensor: Callable[[], torch.Tensor],
-                       shape: tuple[int, ...]) -> Iterator[list[Any]]:
+                       shape: tuple[int, ...], device: str) -> Iterator[list[Any]]:
     named = _by_parameter_names(fn, tensor)
     if named:
         yield named
-    index = ProbeTensor(shape, torch.long, tensor().device)
+    index = ProbeTensor(shape, torch.long, device)
     yield [tensor()]
     yield [tensor(), tensor()]
     yield [tensor(), tensor(), tensor()]
@@ -122,52 +124,104 @@ def _argument_patterns(fn: Callable, tensor: Callable[[], torch.Tensor],
     yield [_PARAM_VALUES["equation"], tensor(), tensor()]
     yield [tensor(), index]
     # Class targets: one index per sample, no class dimension (F.cross_entropy -> nll_loss).
-    yield [tensor(), ProbeTensor(shape[:1] + shape[2:], torch.long, tensor().device)]
+    yield [tensor(), ProbeTensor(shape[:1] + shape[2:], torch.long, device)]
     yield [tensor(), 2.0, 1, 1.0]  # (input, p, dim, maxnorm): renorm
     yield [tensor(), (index,), tensor()]
     yield [tensor(), 1, index, tensor()]
 
 
+@dataclass
+class SpellingTrace:
+    """What the calls of one public spelling reached on a device."""
+
+    chains: set[tuple[str, ...]] = field(default_factory=set)  # each op reached, with its callers
+    completed: bool = False  # some call ran to its end
+    lacks_device: bool = False  # some call stopped because this build lacks the device's support
+    dependence: DeviceDependence = field(default_factory=DeviceDependence)  # over all its calls
+
+
+def trace_spellings(device: str, only: set[str] | None = None) -> dict[str, SpellingTrace]:
+    """Each public spelling (those in ``only``) called on ``device`` as walk_public_api calls it.
+    Inputs claim to live on ``device``, so Python code and C++ composites that choose their path
+    by the device (torch.norm on mps, at::lstm's oneDNN layer on cpu) take the path they take
+    there (autocast off: the path is the same)."""
+    traced: dict[str, SpellingTrace] = {}
+
+    def visit(spelling, call):
+        found = traced.setdefault(spelling, SpellingTrace())
+        errors: list[BaseException] = []
+        chains, ok = trace_ops(call, device, errors, found.dependence)
+        found.chains.update(chains)
+        found.completed |= ok
+        found.lacks_device |= any(m in str(e) for e in errors for m in BUILD_LACKS_DEVICE)
+        return ok
+
+    walk_public_api(device, visit, only=only)
+    return traced
+
+
+def may_differ_on(trace: SpellingTrace, traced_on: str, device: str) -> bool:
+    """Whether a spelling's ``trace`` on ``traced_on`` could differ on ``device``: some call
+    asked about the device, or met a composite op that one of the two devices has a kernel of
+    its own for (eager mode there runs that, not the composite's decomposition)."""
+    return trace.dependence.asked_device or any(
+        has_device_kernel(op, device) != has_device_kernel(op, traced_on) for op in trace.dependence.composites)
+
+
 class Traces(dict):
-    """Spelling -> the op call chains it reaches; ``traced_on_cpu``: the spellings that no call
-    completed on the device because this build lacks the device's support (a device guard, a
-    DispatchStub kernel), traced on cpu instead (see trace_public_api)."""
+    """Spelling -> the op call chains it reaches on a device; ``traced_on_cpu``: the spellings
+    that no call completed on the device because this build lacks the device's support (a
+    device guard, a DispatchStub kernel), whose chains are those traced on cpu instead (the
+    best this build can show)."""
 
     traced_on_cpu: list[str]
 
 
-def trace_public_api(device: str) -> Traces:
-    """For each public spelling, the op call chains it reaches on ``device`` (autocast off: the
-    path is the same). Inputs claim to live on ``device``, so Python code and C++ composites that
-    choose their path by the device (torch.norm on mps, at::lstm's oneDNN layer on cpu) take the
-    path they take there. A spelling that no call completes on the device, where some call
-    stopped because this build lacks the device's support, is traced on cpu instead (its path
-    there is the best this build can show); those are listed in ``traced_on_cpu``."""
-    traces, completed, lacking = Traces(), defaultdict(bool), set()
+class PublicApiTraces:
+    """The public API traced on several devices, once for what does not depend on the device.
 
-    def visit(spelling, call):
-        errors: list[BaseException] = []
-        chains, ok = trace_ops(call, device, errors)
-        traces.setdefault(spelling, set()).update(chains)
-        completed[spelling] |= ok
-        if any(m in str(e) for e in errors for m in BUILD_LACKS_DEVICE):
-            lacking.add(spelling)
-        return ok
+    The first device asked is traced in full. On each other device, a spelling is traced again
+    only where its trace could differ there (may_differ_on): some call asked about the device
+    (read a tensor's device, passed a device to an op, initialised one, found this build lacking
+    its support), or met a composite op that one of the two devices has a kernel of its own for
+    and the other not. Every other spelling's calls took a path no device answer chose: its
+    trace is shared.
+    Traces are kept for the life of the object (tables.traced keeps one per process).
+    """
 
-    walk_public_api(device, visit)
-    traces.traced_on_cpu = sorted(s for s in lacking if not completed[s]) if device != "cpu" else []
-    if traces.traced_on_cpu:
-        on_cpu = Traces()
+    def __init__(self):
+        self._first: tuple[str, dict[str, SpellingTrace]] | None = None
+        self._by_device: dict[str, dict[str, SpellingTrace]] = {}
+        self._on_cpu: dict[str, SpellingTrace] = {}  # spellings traced on cpu for another device
 
-        def visit_cpu(spelling, call):
-            chains, ok = trace_ops(call, "cpu")
-            on_cpu.setdefault(spelling, set()).update(chains)
-            return ok
+    def spelling_traces(self, device: str) -> dict[str, SpellingTrace]:
+        if device not in self._by_device:
+            if self._first is None:
+                traced = trace_spellings(device)
+                self._first = (device, traced)
+            else:
+                first_device, first = self._first
+                again = {spelling for spelling, t in first.items() if may_differ_on(t, first_device, device)}
+                traced = {**first, **trace_spellings(device, only=again)}
+            self._by_device[device] = traced
+        return self._by_device[device]
 
-        walk_public_api("cpu", visit_cpu, only=set(traces.traced_on_cpu))
-        for spelling in traces.traced_on_cpu:
-            traces[spelling] = on_cpu.get(spelling, set())
-    return traces
+    def traces(self, device: str) -> Traces:
+        traced = self.spelling_traces(device)
+        traces = Traces({spelling: t.chains for spelling, t in traced.items()})
+        traces.traced_on_cpu = [] if device == "cpu" else sorted(
+            spelling for spelling, t in traced.items() if t.lacks_device and not t.completed)
+        if traces.traced_on_cpu:
+            on_cpu = self._by_device.get("cpu") or self._cpu_traces(set(traces.traced_on_cpu))
+            for spelling in traces.traced_on_cpu:
+                traces[spelling] = on_cpu[spelling].chains if spelling in on_cpu else set()
+        return traces
+
+    def _cpu_traces(self, spellings: set[str]) -> dict[str, SpellingTrace]:
+        missing = spellings - set(self._on_cpu)
+        if missing:
+            self._on_cpu.update(trace_spellings("cpu", only=missing))
+        return self._on_cpu
 
 
 def walk_public_api(device: str, visit: Callable[[str, Callable[[], Any]], bool],
@@ -190,7 +244,7 @@ def walk_public_api(device: str, visit: Callable[[str, Callable[[], Any]], bool]
                 def tensor(shape=shape):
                     return floating(shape)
                 completed = False
-                for args in _argument_patterns(fn, tensor, shape):
+                for args in _argument_patterns(fn, tensor, shape, device):
                     completed |= visit(spelling, lambda: fn(*args))
                 if completed and spelling not in _EVERY_SHAPE:
                     break
@@ -237,24 +291,26 @@ def _walk_variants(visit, spelling: str, make: Callable[[dict], Callable], float
 
 
 def spellings_for(traces: dict[str, set[tuple[str, ...]]], wanted: set[str],
-                  float64: bool = False) -> dict[str, list[str]]:
+                  mark: str = "") -> dict[str, list[str]]:
     """Map each op in ``wanted`` (ops with an autocast kernel) to the spellings whose calls reach it.
 
     An op nested under another op of ``wanted`` does not count: that outer op's autocast
-    kernel excludes autocast for everything it calls. An op reached with only float64
-    inputs (trace_ops marks it) does not count either, as autocast leaves float64 alone;
-    ``float64=True`` returns those spellings instead (``torch.float_power`` -> pow).
+    kernel excludes autocast for everything it calls. An op reached in a way that trace_ops
+    marks does not count either, as autocast's policy does not decide the dtype it runs in
+    then: with only float64 inputs (autocast leaves float64 alone), no floating input
+    (nothing to cast), or given a ``dtype`` (it runs in that one). ``mark`` (FLOAT64_MARK,
+    EXPLICIT_DTYPE_MARK) returns the spellings that reach the op only so marked instead
+    (``torch.float_power`` -> pow, ``F.cross_entropy`` -> log_softmax).
     """
     spellings: dict[str, set[str]] = defaultdict(set)
     for spelling, chains in traces.items():
         for chain in chains:
-            last = chain[-1]
-            is_float64 = last.endswith(FLOAT64_MARK)
-            chain = (*chain[:-1], last.removesuffix(FLOAT64_MARK))
-            first = next((op for op in chain if op in wanted), None)
-            if first is not None and first == chain[-1] and is_float64 == float64:
+            op, at, chain_mark = chain[-1].partition("@")
+            chain = (*chain[:-1], op)
+            first = next((o for o in chain if o in wanted), None)
+            if first is not None and first == op and at + chain_mark == mark:
                 spellings[first].add(spelling)
-    if float64:  # only the spellings that never reach the op otherwise
+    if mark:  # only the spellings that never reach the op otherwise
         plain = spellings_for(traces, wanted)
         spellings = {op: names - set(plain.get(op, [])) for op, names in spellings.items()}
         spellings = {op: names for op, names in spellings.items() if names}

@@ -1,11 +1,12 @@
 """Every Python spelling of every committed table, called under its device's simulated autocast:
-does the op it maps to run in the dtype the table's policy says? (#15 item 1)
+does the op it maps to run in the dtype the table says? (#15 item 1)
 
-    .venv/bin/python benchmarks/spelling_dtypes.py [--device mps] [--show wrong,not-reached]
+    .venv/bin/python benchmarks/spelling_dtypes.py [--device mps] [--json results.json]
 
-Prints, per device, the (op, spelling) pairs checked, how many agree, and every pair that does
-not, with what was seen; and the time taken. The suite (tests/test_probe_spelling_dtypes.py)
-runs a slice of this and holds the explicit list of pairs that cannot run.
+Prints, per device, the (op, spelling) pairs checked (those of every list: python,
+python_explicit_dtype, python_float64), how many agree, and every pair that does not, with what
+was seen; and the time taken. The suite (tests/test_probe_spelling_dtypes.py) runs the same
+check on every table and holds the explicit list of pairs that cannot run, with why.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def main() -> int:
               + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
         for r in sorted(results, key=lambda r: (r.status, r.op, r.spelling)):
             if r.status != "ok":
-                print(f"  {r.status:12} {r.op:34} {r.spelling:48} {r.policy:20} {r.detail}")
+                listed = "" if r.listed == "python" else f" ({r.listed})"
+                print(f"  {r.status:12} {r.op:34} {r.spelling:48} {r.policy + listed:20} {r.detail}")
         everything += [r.__dict__ for r in results]
     total = collections.Counter(r["status"] for r in everything)
     print(f"all: {len(everything)} pairs in {time.perf_counter() - start_all:.1f} s: "

@@ -1,13 +1,17 @@
 """Call every Python spelling a table maps to an op under that device's autocast, simulated at
-the dispatcher, and check the dtype the op runs in against the table's policy.
+the dispatcher, and check the dtype the op runs in against what the table says of it.
 
-The inputs are chosen so that the policy and "no autocast kernel" disagree: float32 inputs for a
-lower_precision_fp op (expect the autocast dtype), inputs of the autocast dtype for the fp32
-family (expect float32), float32 and the autocast dtype mixed for promote (expect one dtype, the
-widest), and for banned the call must fail with the kernel's message. The op is watched at the
-Python key, below autocast, where it is reached not nested in another op with an autocast kernel
-(the spellings' own rule, see spellings_for). A spelling that no generated call brings to its op,
-or that fails before it, is reported as such, never skipped.
+A spelling under ``python`` is checked against the op's policy, with inputs chosen so that the
+policy and "no autocast kernel" disagree: float32 inputs for a lower_precision_fp op (expect the
+autocast dtype), inputs of the autocast dtype for the fp32 family (expect float32), float32 and
+the autocast dtype mixed for promote (expect one dtype, the widest), and for banned the call must
+fail with the kernel's message. A spelling under ``python_explicit_dtype`` passes the op a dtype:
+given inputs of the autocast dtype, the op must run in the dtype passed. One under
+``python_float64`` must reach it in float64. The op is watched at the Python key, below
+autocast, where it is reached not nested in another op with an autocast kernel (the spellings'
+own rule, see spellings_for), in the way its list says (intercept.reach_mark). A spelling that
+no generated call brings to its op that way, or that fails before it, is reported as such,
+never skipped.
 """
 
 from __future__ import annotations
@@ -18,13 +22,18 @@ from dataclasses import dataclass
 import torch
 from torch.utils._pytree import tree_leaves
 
-from .intercept import ProbeTensor, autocast_switched_on, run_traced
+from .intercept import (EXPLICIT_DTYPE_MARK, FLOAT64_MARK, ProbeTensor, autocast_switched_on, passed_dtype,
+                        reach_mark, run_traced)
 from .spellings import walk_public_api
 
 _REAL = {torch.complex32: torch.float16, torch.complex64: torch.float32, torch.complex128: torch.float64}
 # The inputs each policy is checked with.
 _CONFIG = {"lower_precision_fp": "fp32", "fp32": "lowp", "fp32_set_opt_dtype": "lowp",
            "fp32_append_dtype": "lowp", "promote": "mixed", "banned": "fp32"}
+# An entry's lists of spellings, each with the marks (intercept.reach_mark) a reach of the op
+# it counts may have: below autocast, a dtype passed may be the one fp32_set_opt_dtype sets.
+LISTS = {"python": ("", EXPLICIT_DTYPE_MARK), "python_explicit_dtype": (EXPLICIT_DTYPE_MARK,),
+         "python_float64": (FLOAT64_MARK,)}
 
 
 @dataclass
@@ -35,6 +44,7 @@ class Result:
     policy: str
     status: str  # "ok", "wrong" (reached, another dtype), "not reached", "no policy"
     detail: str = ""
+    listed: str = "python"  # the entry's list that names the spelling (see LISTS)
 
 
 class _Resolved(Exception):
@@ -53,55 +63,69 @@ def _matches(name: str, op: str, policy: str) -> bool:
     return policy == "fp32_append_dtype" and name.split(".")[0] == op.split(".")[0]
 
 
-def _judge(policy: str, lowp: torch.dtype, inputs: list, outputs: list | None, bound_dtype) -> str | None:
-    """None when what the op received and returned fits ``policy``; else what was seen."""
+def _short(dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _judge(listed: str, policy: str, lowp: torch.dtype, inputs: list, outputs: list | None,
+           passed) -> str | None:
+    """None when what the op received and returned fits what ``listed`` says; else what was seen."""
     runs_in = set(outputs) if outputs else set(inputs)
-    if policy == "fp32_set_opt_dtype" and not outputs and bound_dtype is not None:
-        runs_in = {bound_dtype}
-    if policy == "lower_precision_fp":
-        expected = {lowp}
+    if policy == "fp32_set_opt_dtype" and not outputs and passed is not None:
+        runs_in = {passed}
+    if listed == "python_float64":
+        expected, said = {torch.float64}, "python_float64"
+    elif listed == "python_explicit_dtype":
+        expected, said = {passed}, "the dtype passed"
+    elif policy == "lower_precision_fp":
+        expected, said = {lowp}, policy
     elif policy == "promote":
         # Given float32 and the autocast dtype, one dtype reaches the op; a spelling whose inputs
         # reach it all of one dtype (an LSTM's own outputs to stack) shows that dtype.
         if len(set(inputs)) > 1:
             return f"inputs reached the op unpromoted: {sorted(map(str, set(inputs)))}"
-        expected = set(inputs) or {torch.float32}
+        expected, said = set(inputs) or {torch.float32}, policy
     else:
-        expected = {torch.float32}
+        expected, said = {torch.float32}, policy
     if not runs_in:
         return "the op had no floating input or output to judge"
     if runs_in != expected:
-        return (f"runs in {', '.join(sorted(str(d).removeprefix('torch.') for d in runs_in))}, "
-                f"{policy} predicts {str(next(iter(expected))).removeprefix('torch.')}")
+        return (f"runs in {', '.join(sorted(_short(d) for d in runs_in))}, "
+                f"{said} predicts {_short(next(iter(expected)))}")
     return None
 
 
 def check_table(table: dict, only: set[str] | None = None) -> list[Result]:
-    """One Result per (op, spelling) of ``table`` (spellings in ``only``, where given)."""
+    """One Result per (op, spelling) of ``table``'s lists (spellings in ``only``, where given)."""
     device, lowp = table["device"], getattr(torch, table["dtype"])
-    entries = [e for e in table["ops"] if e.get("python")]
     wanted = {e["op"] for e in table["ops"] if e.get("policy")}
     results: list[Result] = []
-    todo: dict[tuple[str, str], list[dict]] = defaultdict(list)  # (spelling, config) -> entries
-    for e in entries:
-        for spelling in e["python"]:
-            if only is not None and spelling not in only:
-                continue
-            if e.get("policy") not in _CONFIG:
-                results.append(Result(device, e["op"], spelling, str(e.get("policy")), "no policy"))
-                continue
-            if e.get("evidence", {}).get("supplement"):
-                results.append(Result(device, e["op"], spelling, e["policy"], "not reached",
-                                      "supplement: this build has no autocast kernel for the op"))
-                continue
-            todo[(spelling, _CONFIG[e["policy"]])].append(e)
+    todo: dict[tuple[str, str], list[tuple[dict, str]]] = defaultdict(list)  # (spelling, config) -> (entry, list)
+    for e in table["ops"]:
+        for listed in LISTS:
+            for spelling in e.get(listed, []):
+                if only is not None and spelling not in only:
+                    continue
+                if e.get("policy") not in _CONFIG:
+                    results.append(Result(device, e["op"], spelling, str(e.get("policy")), "no policy", "", listed))
+                    continue
+                if e.get("evidence", {}).get("supplement"):
+                    results.append(Result(device, e["op"], spelling, e["policy"], "not reached",
+                                          "supplement: this build has no autocast kernel for the op", listed))
+                    continue
+                config = _CONFIG[e["policy"]] if listed == "python" else "lowp"
+                todo[(spelling, config)].append((e, listed))
+    on_cpu = set(table.get("spellings_traced_on_cpu", []))
     for (spelling, config), group in sorted(todo.items(), key=lambda kv: kv[0]):
-        results += _check_spelling(device, lowp, spelling, config, group, wanted)
+        for result in _check_spelling(device, lowp, spelling, config, group, wanted):
+            if result.status == "not reached" and spelling in on_cpu:
+                result.detail = f"its ops are as traced on cpu (spellings_traced_on_cpu): {result.detail}"
+            results.append(result)
     return results
 
 
 def _check_spelling(device, lowp, spelling, config, group, wanted) -> list[Result]:
-    verdicts: dict[str, Result] = {}
+    verdicts: dict[tuple[str, str], Result] = {}  # (op, list) -> its verdict
     errors: list[str] = []
     count = [0]
 
@@ -111,21 +135,22 @@ def _check_spelling(device, lowp, spelling, config, group, wanted) -> list[Resul
         return ProbeTensor(shape, dtype, device)
 
     def visit(_spelling, call):
-        seen: dict[str, tuple] = {}
+        seen: dict[tuple[str, str], tuple] = {}  # (op, list) -> (depth, inputs, outputs, dtype passed)
 
         def on_op(stack, func, args, kwargs):
             if any(o in wanted for o in stack[:-1]):
                 return
-            for e in group:
-                if e["op"] not in verdicts and e["op"] not in seen and _matches(stack[-1], e["op"], e["policy"]):
-                    bound = kwargs.get("dtype")
-                    seen[e["op"]] = (len(stack), _floats((args, kwargs)), None, bound)
+            mark = reach_mark(func, args, kwargs)
+            for e, listed in group:
+                key = (e["op"], listed)
+                if (key not in verdicts and key not in seen and mark in LISTS[listed]
+                        and _matches(stack[-1], e["op"], e["policy"])):
+                    seen[key] = (len(stack), _floats((args, kwargs)), None, passed_dtype(func, args, kwargs))
 
         def on_output(stack, func, args, kwargs, out):
-            for op, (depth, inputs, _, bound) in list(seen.items()):
-                if depth == len(stack) and _matches(stack[-1], op, "fp32_append_dtype") \
-                        and seen[op][2] is None:
-                    seen[op] = (depth, inputs, _floats(out), bound)
+            for key, (depth, inputs, outputs, passed) in list(seen.items()):
+                if depth == len(stack) and outputs is None and _matches(stack[-1], key[0], "fp32_append_dtype"):
+                    seen[key] = (depth, inputs, _floats(out), passed)
 
         error = None
         with autocast_switched_on(device, lowp):
@@ -134,22 +159,22 @@ def _check_spelling(device, lowp, spelling, config, group, wanted) -> list[Resul
             except Exception as exc:
                 error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         count[0] = 0
-        for e in group:
-            op, policy = e["op"], e["policy"]
-            if op in verdicts:
+        for e, listed in group:
+            op, policy, key = e["op"], e["policy"], (e["op"], listed)
+            if key in verdicts:
                 continue
-            if policy == "banned":
+            if policy == "banned" and listed == "python":
                 message = (e.get("evidence", {}).get("message") or "").splitlines()[:1]
-                if error and op not in seen and (not message or message[0][:60] in error or "autocast" in error):
-                    verdicts[op] = Result(device, op, spelling, policy, "ok", error)
-                elif op in seen:
-                    verdicts[op] = Result(device, op, spelling, policy, "wrong",
-                                          "reached the op below autocast: the kernel did not refuse it")
+                if error and key not in seen and (not message or message[0][:60] in error or "autocast" in error):
+                    verdicts[key] = Result(device, op, spelling, policy, "ok", error, listed)
+                elif key in seen:
+                    verdicts[key] = Result(device, op, spelling, policy, "wrong",
+                                           "reached the op below autocast: the kernel did not refuse it", listed)
                 continue
-            if op in seen:
-                _, inputs, outputs, bound = seen[op]
-                wrong = _judge(policy, lowp, inputs, outputs, bound)
-                verdicts[op] = Result(device, op, spelling, policy, "wrong" if wrong else "ok", wrong or "")
+            if key in seen:
+                _, inputs, outputs, passed = seen[key]
+                wrong = _judge(listed, policy, lowp, inputs, outputs, passed)
+                verdicts[key] = Result(device, op, spelling, policy, "wrong" if wrong else "ok", wrong or "", listed)
         if error:
             errors.append(error)
         if len(verdicts) == len(group):
@@ -160,6 +185,9 @@ def _check_spelling(device, lowp, spelling, config, group, wanted) -> list[Resul
         walk_public_api(device, visit, floating=floating, only={spelling})
     except _Resolved:
         pass
-    last = errors[-1] if errors else "every generated call completed without reaching it"
-    return [verdicts.get(e["op"]) or Result(device, e["op"], spelling, e["policy"], "not reached", last[:200])
-            for e in group]
+    # Most calls fail binding their generated arguments (TypeError); the other errors say more.
+    said = " | ".join(dict.fromkeys(e for e in errors if not e.startswith("TypeError"))) or (
+        errors[-1][:200] if errors else "every generated call completed without reaching it")
+    return [verdicts.get((e["op"], listed))
+            or Result(device, e["op"], spelling, e["policy"], "not reached", said, listed)
+            for e, listed in group]

@@ -147,7 +147,7 @@ def _check_table(data: object) -> str | None:
             return f"ops[{i}] has no 'op' name"
         if not (entry.get("policy") is None or isinstance(entry["policy"], str)):
             return f"ops[{i}] ({entry['op']}): 'policy' is not a string"
-        for key in ("python", "python_float64"):
+        for key in ("python", "python_float64", "python_explicit_dtype"):
             names = entry.get(key, [])
             if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
                 return f"ops[{i}] ({entry['op']}): {key!r} is not a list of names"

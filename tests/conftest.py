@@ -39,3 +39,27 @@ def example_path(tmp_path_factory):
             written[example] = str(root / "example.py")
         return written[example]
     return path
+
+
+@pytest.fixture(scope="session")
+def probed_all(tmp_path_factory, worker_id) -> dict[str, dict]:
+    """Every device this torch knows, probed as the committed tables were (auto mode): once per
+    test session. Under xdist the first worker to need it probes and leaves the tables (JSON, as
+    the probe writes them) for the others, which wait for them."""
+    pytest.importorskip("torch")
+    import json
+
+    from filelock import FileLock  # a dependency of torch
+
+    from amplint.probe import tables
+
+    def probe() -> dict[str, dict]:
+        return {t["device"]: t for t in tables.probe(tables.resolve_devices("all"), None, "auto", ())}
+
+    if worker_id == "master":  # not under xdist
+        return probe()
+    shared = tmp_path_factory.getbasetemp().parent / "probed_all.json"
+    with FileLock(f"{shared}.lock"):
+        if not shared.is_file():
+            shared.write_text(json.dumps(probe()))
+        return json.loads(shared.read_text())

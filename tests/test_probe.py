@@ -15,24 +15,17 @@ from conftest import ROOT  # noqa: E402
 POLICY_DIR = ROOT / "policies" / f"torch-{'.'.join(torch.__version__.split('.')[:2])}"
 
 
-@pytest.fixture(scope="module")
-def probed() -> dict[str, dict]:
-    """Every device this torch knows, probed as the committed tables were (auto mode)."""
-    devices = tables.resolve_devices("all")
-    return {t["device"]: t for t in tables.probe(devices, None, "auto", ())}
-
-
 def policy(table: dict, op: str) -> str | None:
     return next((e["policy"] for e in table["ops"] if e["op"] == op), None)
 
 
-def test_devices_come_from_the_dispatcher(probed):
-    assert {"cpu", "cuda", "xpu", "mps", "mtia"} <= set(probed)
+def test_devices_come_from_the_dispatcher(probed_all):
+    assert {"cpu", "cuda", "xpu", "mps", "mtia"} <= set(probed_all)
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda", "xpu", "mps", "mtia"])
-def test_every_op_with_an_autocast_kernel_is_classified(probed, device):
-    table = probed[device]
+def test_every_op_with_an_autocast_kernel_is_classified(probed_all, device):
+    table = probed_all[device]
     assert table["counts"]["ops"] > 50
     unclassified = [(e["op"], e.get("reason")) for e in table["ops"] if e["policy"] is None]
     assert unclassified == []
@@ -51,35 +44,35 @@ CUDA_FACTS = {
 
 
 @pytest.mark.parametrize("expected,op", [(p, op) for p, ops in CUDA_FACTS.items() for op in ops])
-def test_known_cuda_policies(probed, expected, op):
-    assert policy(probed["cuda"], op) == expected
+def test_known_cuda_policies(probed_all, expected, op):
+    assert policy(probed_all["cuda"], op) == expected
 
 
-def test_banned_keeps_torchs_message(probed):
-    entry = next(e for e in probed["cuda"]["ops"] if e["op"] == "aten::binary_cross_entropy")
+def test_banned_keeps_torchs_message(probed_all):
+    entry = next(e for e in probed_all["cuda"]["ops"] if e["op"] == "aten::binary_cross_entropy")
     assert "unsafe to autocast" in entry["evidence"]["message"]
     assert "torch.nn.BCELoss" in entry["python"]
     assert "torch.nn.functional.binary_cross_entropy" in entry["python"]
 
 
-def test_evidence_names_the_casts_and_redispatch(probed):
-    mm = next(e for e in probed["cuda"]["ops"] if e["op"] == "aten::mm")
+def test_evidence_names_the_casts_and_redispatch(probed_all):
+    mm = next(e for e in probed_all["cuda"]["ops"] if e["op"] == "aten::mm")
     assert sorted(mm["evidence"]["casts"]) == [["mat2", "float32", "float16"], ["self", "float32", "float16"]]
-    norm = next(e for e in probed["cuda"]["ops"] if e["op"] == "aten::norm.Scalar")
+    norm = next(e for e in probed_all["cuda"]["ops"] if e["op"] == "aten::norm.Scalar")
     assert norm["evidence"]["redispatch"]["op"] == "aten::norm.ScalarOpt_dtype"
     assert norm["evidence"]["redispatch"]["args"]["dtype"] == "float32"
 
 
-def test_python_spellings_are_found_by_calling(probed):
-    cuda = {e["op"]: e["python"] for e in probed["cuda"]["ops"]}
+def test_python_spellings_are_found_by_calling(probed_all):
+    cuda = {e["op"]: e["python"] for e in probed_all["cuda"]["ops"]}
     assert {"torch.mm", "torch.Tensor.mm"} <= set(cuda["aten::mm"])
     assert {"torch.nn.functional.linear", "torch.nn.Linear"} <= set(cuda["aten::linear"])
     assert "torch.Tensor.__matmul__" in cuda["aten::matmul"]
     assert "torch.nn.Conv2d" in cuda["aten::conv2d"]
 
 
-def test_known_cpu_facts(probed):
-    cpu = probed["cpu"]
+def test_known_cpu_facts(probed_all):
+    cpu = probed_all["cpu"]
     assert cpu["default_dtype"] == "bfloat16"
     for op in ("aten::cat", "aten::stack", "aten::index_copy"):
         assert policy(cpu, op) == "promote", op
@@ -89,8 +82,8 @@ def test_known_cpu_facts(probed):
     assert all(e["op"] not in ("aten::softmax.int", "aten::layer_norm") for e in cpu["ops"])
 
 
-def test_cpu_simulation_agrees_with_execution(probed):
-    cpu = probed["cpu"]
+def test_cpu_simulation_agrees_with_execution(probed_all):
+    cpu = probed_all["cpu"]
     assert cpu["mode"] == "simulate+execute"
     executed = [e for e in cpu["ops"] if "policy" in e["evidence"].get("execute", {})]
     assert len(executed) >= 0.95 * len(cpu["ops"])  # issue #15 item 6: samples for nearly every op
@@ -103,10 +96,10 @@ def test_cpu_simulation_agrees_with_execution(probed):
             assert outputs["lowp"] != "bfloat16", e["op"]  # float32, or complex64 for ffts
 
 
-def test_supported_dtypes_are_asked_of_torch(probed):
-    assert probed["cpu"]["supported_dtypes"] == ["float16", "bfloat16"]
-    assert probed["cpu"]["dtype_checks"]["float64"].startswith("disabled")
-    assert probed["xpu"]["dtype_checks"]["float32"].startswith("disabled")
+def test_supported_dtypes_are_asked_of_torch(probed_all):
+    assert probed_all["cpu"]["supported_dtypes"] == ["float16", "bfloat16"]
+    assert probed_all["cpu"]["dtype_checks"]["float64"].startswith("disabled")
+    assert probed_all["xpu"]["dtype_checks"]["float32"].startswith("disabled")
 
 
 def _comparable(table: dict) -> dict:
@@ -114,15 +107,15 @@ def _comparable(table: dict) -> dict:
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda", "xpu", "mps", "mtia", "maia"])
-def test_committed_tables_are_fresh(probed, device):
+def test_committed_tables_are_fresh(probed_all, device):
     committed = json.loads((POLICY_DIR / f"{device}.json").read_text())
-    regenerated = json.loads(render([probed[device]], "json"))
+    regenerated = json.loads(render([probed_all[device]], "json"))
     assert _comparable(committed) == _comparable(regenerated), (
         "stale table: run amplint probe --device all --format json --output-dir " + str(POLICY_DIR))
 
 
-def test_committed_readme_is_fresh(probed):
-    ordered = [probed[d] for d in sorted(probed)]
+def test_committed_readme_is_fresh(probed_all):
+    ordered = [probed_all[d] for d in sorted(probed_all)]
     committed = (POLICY_DIR / "README.md").read_text()
     fresh = policies_readme(ordered)
     strip = lambda text: "\n".join(l for l in text.splitlines() if not l.startswith("Probed from"))  # noqa: E731
@@ -130,13 +123,13 @@ def test_committed_readme_is_fresh(probed):
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_every_format_renders(probed, fmt):
-    text = render([probed["cuda"]], fmt)
+def test_every_format_renders(probed_all, fmt):
+    text = render([probed_all["cuda"]], fmt)
     assert "aten::mm" in text and "lower_precision_fp" in text
 
 
-def test_diff_between_devices(probed):
-    d = diff(probed["cuda"], probed["cpu"])
+def test_diff_between_devices(probed_all):
+    d = diff(probed_all["cuda"], probed_all["cpu"])
     changed = {e["op"]: (e["from"], e["to"]) for e in d["changed"]}
     assert changed["aten::binary_cross_entropy"] == ("banned", "fp32")
     assert {"op": "aten::cat", "policy": "promote"} in d["added"]
@@ -153,7 +146,7 @@ def test_crash_in_one_op_is_reported_and_the_run_goes_on(monkeypatch):
         return real(op, device, lowp)
 
     monkeypatch.setattr(simulate, "probe_op", flaky)
-    [table] = tables.probe(["cuda"], None, "simulate", ("mm", "bmm"))
+    table = tables.build_table("cuda", torch.float16, "simulate", ("mm", "bmm"), {})  # no spellings
     by_op = {e["op"]: e for e in table["ops"]}
     assert "interception broke" in by_op["aten::mm"]["reason"]
     assert by_op["aten::bmm"]["policy"] == "lower_precision_fp"
@@ -217,21 +210,28 @@ def test_probe_diff_cli(run_amplint):
     assert "~ aten::binary_cross_entropy  banned → fp32" in result.stdout
 
 
-def test_readme_lists_where_the_docs_differ(probed):
+def test_readme_lists_where_the_docs_differ(probed_all):
     from amplint.probe.docs import differences
-    cuda = differences(probed["cuda"])
+    cuda = differences(probed_all["cuda"])
     # The docs never mention einsum or the upsampling ops; the dispatcher casts them.
     assert "`aten::einsum` (lower_precision_fp): has an autocast kernel, not in the docs' lists" in cuda
     assert any(line.startswith("`__rdiv__`: docs say float32") for line in cuda)
     # Where both name an op, they agree on cuda: no documented op has another policy.
     assert not [line for line in cuda if "; dispatcher:" in line]
-    assert differences(probed["mps"]) is None
+    assert differences(probed_all["mps"]) is None
     assert "## Where PyTorch's documentation differs" in (POLICY_DIR / "README.md").read_text()
 
 
-def test_probing_leaves_this_process_as_it_was(probed):
-    """The probe runs thousands of public callables under its interceptor; whatever they
-    leave behind is undone (autograd still records a graph afterwards)."""
+def test_probing_leaves_this_process_as_it_was():
+    """The probe runs thousands of public callables under its interceptor, autocast switched on
+    and off; whatever they leave behind is undone (autograd still records a graph afterwards).
+    Tensor.index fails through functorch.dim, whose frames hold dispatch-key guards."""
+    from amplint.probe.check_spellings import check_table
+    from amplint.probe.spellings import trace_spellings
+
+    trace_spellings("cuda", only={"torch.Tensor.index", "torch.nn.LSTM", "torch.nonzero"})
+    tables.build_table("cpu", torch.bfloat16, "auto", ("mm", "conv2d"), {})
+    check_table(json.loads((POLICY_DIR / "cuda.json").read_text()), only={"torch.mm", "torch.Tensor.index"})
     x = torch.ones(2, requires_grad=True)
     assert (x * 2).grad_fn is not None
     assert torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu")

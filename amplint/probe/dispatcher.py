@@ -87,3 +87,52 @@ def ops_with_autocast_kernel(device: str, patterns: tuple[str, ...] = ()) -> lis
 def matches(full: str, patterns: tuple[str, ...]) -> bool:
     short = full.split("::", 1)[-1]
     return any(fnmatch.fnmatchcase(full, p) or fnmatch.fnmatchcase(short, p) for p in patterns)
+
+
+# A device's own kernel for an op that also has a C++ composite one: eager mode on that device
+# runs the kernel (MPS's _mps_linear), elsewhere the composite's decomposition.
+_BACKEND_KEY = {"cpu": "CPU", "cuda": "CUDA", "mps": "MPS", "xpu": "XPU", "mtia": "MTIA", "maia": "MAIA",
+                "hpu": "HPU", "privateuseone": "PrivateUse1"}
+
+
+def has_device_kernel(op: str, device: str) -> bool:
+    """Whether ``op`` (``aten::linear``) has a kernel of ``device``'s own backend key.
+
+    A CPU build registers only CPU kernels; for other devices the answer comes from the
+    dispatch section of PyTorch's native_functions.yaml, shipped with torch in
+    torchgen/packaged (kernels registered outside it, XPU's torch-xpu-ops, are not seen)."""
+    key = _BACKEND_KEY.get(device, device.upper())
+    if torch._C._dispatch_has_kernel_for_dispatch_key(op, key):
+        return True
+    return key in _native_dispatch().get(op, ())
+
+
+_NATIVE_DISPATCH: dict[str, frozenset[str]] | None = None
+
+
+def _native_dispatch() -> dict[str, frozenset[str]]:
+    """``aten::op.overload`` -> the dispatch keys native_functions.yaml gives it a kernel for;
+    read line by line (its format is regular, and the probe does not depend on a YAML parser)."""
+    global _NATIVE_DISPATCH
+    if _NATIVE_DISPATCH is not None:
+        return _NATIVE_DISPATCH
+    found: dict[str, set[str]] = {}
+    try:
+        import torchgen
+        from pathlib import Path
+        text = (Path(torchgen.__file__).parent / "packaged/ATen/native/native_functions.yaml").read_text()
+    except (ImportError, OSError):
+        text = ""
+    op, in_dispatch = None, False
+    for line in text.splitlines():
+        if line.startswith("- func:"):
+            op, in_dispatch = "aten::" + line.split(":", 1)[1].strip().split("(", 1)[0], False
+        elif line.startswith("  dispatch:"):
+            in_dispatch = True
+        elif in_dispatch and line.startswith("    ") and ":" in line and op:
+            keys = line.split(":", 1)[0]
+            found.setdefault(op, set()).update(k.strip() for k in keys.split(","))
+        elif not line.startswith("    "):
+            in_dispatch = False
+    _NATIVE_DISPATCH = {k: frozenset(v) for k, v in found.items()}
+    return _NATIVE_DISPATCH

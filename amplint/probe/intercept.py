@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves, tree_map
 
 # Autocast casts with Tensor.to(dtype); with autograd excluded that reaches us as aten::to
@@ -29,6 +30,9 @@ class _Stop(Exception):
     """Raised at the Python key to end an observation: the re-dispatched op was seen and
     no meta kernel can compute its output for the call to go on with."""
 
+
+# What reading a tensor's device dispatches, for a tensor that asks (ProbeTensor).
+_DEVICE_OF = torch.ops.prim.device.default
 
 # The label of the re-dispatched op's outputs, in an observation.
 OUTPUT_LABEL = "output"
@@ -48,18 +52,31 @@ class Observation:
 
 
 class ProbeTensor(torch.Tensor):
-    """A tensor with metadata only; every op on it is recorded instead of run."""
+    """A tensor with metadata only; every op on it is recorded instead of run. Every read of
+    its device, from Python (``x.device``, ``x.is_cuda``) or C++ (``input.is_cuda()``,
+    ``input.options()``), comes to ``__torch_dispatch__`` too, as ``prim::device``, and is
+    noted: a traced call that reads it may take another path on another device."""
 
     label: str
+    probe_device: torch.device
 
     @staticmethod
     def __new__(cls, shape, dtype, device, label=""):
-        t = torch.Tensor._make_wrapper_subclass(cls, shape, dtype=dtype, device=device)
+        t = torch.Tensor._make_wrapper_subclass(cls, shape, dtype=dtype, device=device, dispatch_device=True)
         t.label = label
+        t.probe_device = torch.device(device)
         return t
+
+    def __repr__(self):
+        # Not torch's, which runs ops on the values to print them (error messages that show
+        # a tensor would reach those ops, and slowly).
+        return f"ProbeTensor({tuple(self.shape)}, {self.dtype}, {self.probe_device})"
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        if func is _DEVICE_OF:
+            _RECORDER.note_device_asked()
+            return args[0].probe_device
         return _RECORDER.record(func, args, kwargs or {})
 
 
@@ -80,16 +97,30 @@ def describe(value: Any) -> Any:
     return tree_map(one, value)
 
 
+@dataclass
+class DeviceDependence:
+    """What a traced call asked that another device could answer otherwise (see run_traced)."""
+
+    asked_device: bool = False  # read a tensor's device, named a device, initialised one, or lacked its support
+    composites: set[str] = field(default_factory=set)  # composite ops it met: followed unless the device has a kernel
+
+
 class _Recorder:
-    """Routes every op that reaches a ProbeTensor's Python key to the armed handler."""
+    """Routes every op that reaches a ProbeTensor's Python key to the armed handler, and
+    notes device reads in the armed trace's DeviceDependence."""
 
     def __init__(self):
         self.handler: Callable | None = None
+        self.dependence: DeviceDependence | None = None
 
     def record(self, func, args, kwargs):
         if self.handler is None:
             raise RuntimeError("ProbeTensor used outside an observation")
         return self.handler(func, args, kwargs)
+
+    def note_device_asked(self):
+        if self.dependence is not None:
+            self.dependence.asked_device = True
 
 
 def op_name(func) -> str:
@@ -150,7 +181,7 @@ def observe(call: Callable[[], Any]) -> Observation:
                 obs.casts.append((label, dtype_name(src), dtype_name(dst)))
             elif label == OUTPUT_LABEL:
                 obs.output_casts.append((label, dtype_name(src), dtype_name(dst)))
-            return ProbeTensor(args[0].shape, dst, args[0].device, label=label)
+            return ProbeTensor(args[0].shape, dst, args[0].probe_device, label=label)
         redispatched = not obs.reached
         if redispatched:
             obs.op = op_name(func)
@@ -174,42 +205,263 @@ def observe(call: Callable[[], Any]) -> Observation:
     return obs
 
 
-# Appended to the last op of a traced chain when that op's floating inputs are all float64.
+# Appended to the last op of a traced chain: what makes autocast's policy for the op not
+# decide the dtype it runs in, when the call reached it that way (see trace_ops).
 FLOAT64_MARK = "@float64"
+EXPLICIT_DTYPE_MARK = "@explicit_dtype"
+NO_FLOAT_MARK = "@no_float"
 
 
-def trace_ops(call: Callable[[], Any]) -> tuple[list[tuple[str, ...]], bool]:
+def trace_ops(call: Callable[[], Any], device: str = "cpu", errors: list[BaseException] | None = None,
+              dependence: DeviceDependence | None = None) -> tuple[list[tuple[str, ...]], bool]:
     """The ops a call reaches, each as its chain of callers ending in the op, and whether
-    the call completed; never raises.
+    the call completed; never raises (what the call raised is appended to ``errors``).
 
-    Composite ops are followed into their decomposition; every other op continues with an
-    output computed on the meta device, so the call goes on to the ops after it.
+    Composite ops are followed into their decomposition, as eager mode on ``device`` does;
+    every other op continues with an output computed on the meta device, so the call goes on
+    to the ops after it. The last op of a chain is marked where autocast's policy would not
+    decide its dtype: reached with only float64 inputs (FLOAT64_MARK: autocast never casts
+    float64, torch.float_power casts to it first), with no floating input at all
+    (NO_FLOAT_MARK: nothing to cast; torch.nanmean sums a mask), or given a ``dtype``
+    (EXPLICIT_DTYPE_MARK: the op runs in it, whatever autocast does to its inputs;
+    cross_entropy passes log_softmax its input's dtype). What the call asked of the device
+    is noted in ``dependence``.
     """
     reached: list[tuple[str, ...]] = []
+
+    def on_op(stack, func, args, kwargs):
+        reached.append((*stack[:-1], stack[-1] + reach_mark(func, args, kwargs)))
+
+    dependence = dependence if dependence is not None else DeviceDependence()
+    try:
+        run_traced(call, device, on_op, dependence=dependence)
+    except Exception as exc:  # reaching an op is the fact we want; failing later does not undo it
+        if any(m in str(exc) for m in BUILD_LACKS_DEVICE):
+            dependence.asked_device = True
+        if errors is not None:
+            errors.append(exc)
+        return reached, False
+    return reached, True
+
+
+def reach_mark(func, args, kwargs) -> str:
+    """How trace_ops marks an op reached with these arguments ("" for none; see there)."""
+    tensors = _tensors((args, kwargs))
+    floats = [t.dtype for t in tensors if t.dtype.is_floating_point]
+    if not floats and not any(t.dtype.is_complex for t in tensors):
+        return NO_FLOAT_MARK
+    if floats and all(d == torch.float64 for d in floats):
+        return FLOAT64_MARK
+    if passed_dtype(func, args, kwargs) is not None:
+        return EXPLICIT_DTYPE_MARK
+    return ""
+
+
+_DTYPE_ARGUMENT: dict[Any, int | None] = {}  # op overload -> position of its `dtype` argument
+
+
+def passed_dtype(func, args, kwargs) -> torch.dtype | None:
+    """The op's ``dtype`` argument in this call, if it has one and it is given."""
+    if func not in _DTYPE_ARGUMENT:
+        _DTYPE_ARGUMENT[func] = next((i for i, a in enumerate(func._schema.arguments) if a.name == "dtype"), None)
+    index = _DTYPE_ARGUMENT[func]
+    if index is None:
+        return None
+    return args[index] if index < len(args) else kwargs.get("dtype")
+
+
+def run_traced(call: Callable[[], Any], device: str, on_op: Callable, on_output: Callable | None = None,
+               dependence: DeviceDependence | None = None) -> None:
+    """Run ``call`` with every op on a ProbeTensor seen at the Python key: ``on_op(stack, func,
+    args, kwargs)`` first (``stack``: the ops' names, callers first, ending in this one), then the
+    op runs as eager mode on ``device`` would (its C++ composite kernel, unless the device has a
+    kernel of its own; else on meta), then ``on_output(stack, func, args, kwargs, out)``.
+    Raises what the call raises. Autocast, where the caller switched it on, acts above all this.
+
+    ``dependence`` gets what of the call's path another device could change: whether it read a
+    ProbeTensor's device, passed a device to an op, initialised a device or found this build
+    lacking one's support (``asked_device``), and the composite ops it met (followed or not as
+    the device has a kernel of its own). A call that asks neither takes this path on every device.
+    """
+    from .dispatcher import has_device_kernel
+
+    dependence = dependence if dependence is not None else DeviceDependence()
     stack: list[str] = []
+    calls = [0]  # ops seen so far
 
     def handler(func, args, kwargs):
-        stack.append(op_name(func))
-        floats = [t.dtype for t in _tensors((args, kwargs)) if t.dtype.is_floating_point]
-        # Autocast never casts a float64 tensor: an op reached with only float64 inputs
-        # runs in float64 whatever its policy (torch.float_power casts to float64 first).
-        mark = FLOAT64_MARK if floats and all(d == torch.float64 for d in floats) else ""
-        reached.append((*stack[:-1], stack[-1] + mark))
+        name = op_name(func)
+        stack.append(name)
+        calls[0] += 1
         try:
-            if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
+            on_op(stack, func, args, kwargs)
+            composite = torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
+            if composite:
+                dependence.composites.add(name)
+            if composite and not has_device_kernel(name, device):
                 # The C++ composite kernel, as eager mode runs it; not func.decompose(), which
                 # prefers a Python decomposition (F.interpolate would reach _unsafe_index, not
-                # the upsample_* op eager CUDA calls).
-                return func._op_dk(torch._C.DispatchKey.CompositeImplicitAutograd, *args, **kwargs)
-            return _meta_output(func, args, kwargs)
+                # the upsample_* op eager CUDA calls). Factories it calls with the device reach
+                # the mode again (torch pops a mode while its handler runs).
+                calls_before = calls[0]
+                try:
+                    with _DeviceWatch(device, dependence), _autocast_as_outside(stack, outside, device):
+                        out = func._op_dk(torch._C.DispatchKey.CompositeImplicitAutograd, *args, **kwargs)
+                except RuntimeError as exc:
+                    # A composite with TensorOptions (to.dtype_layout) guards the device first,
+                    # which a build without the device cannot do: nothing below it was reached.
+                    if "is not linked with support for" not in str(exc) or calls[0] != calls_before:
+                        raise
+                    dependence.asked_device = True
+                    out = _meta_output(func, args, kwargs)
+            else:
+                out = _data_dependent(func, args, kwargs)
+            if on_output is not None:
+                on_output(stack, func, args, kwargs, out)
+            return out
         finally:
             stack.pop()
 
+    outside: dict = {}
+
+    def armed_call():
+        # The dispatch state the call starts in (autograd excluded, autocast as the caller set it).
+        outside["tls"] = (torch._C._dispatch_tls_local_include_set(), torch._C._dispatch_tls_local_exclude_set())
+        outside["autocast"] = torch.is_autocast_enabled(device)
+        return call()
+
+    with _lazy_inits_watched(device, dependence), _DeviceWatch(device, dependence):
+        _run_armed(handler, armed_call, dependence)
+
+
+def _autocast_key(device: str) -> str:
+    return "Autocast" + ("PrivateUse1" if device == "privateuseone" else device.upper())
+
+
+@contextlib.contextmanager
+def _autocast_as_outside(stack: list[str], outside: dict, device: str):
+    """Autocast for the ops a composite calls, as in eager mode. torch runs __torch_dispatch__
+    with autocast off; eager mode reaches a composite with no autocast kernel of its own (arccos)
+    with autocast on, so the ops it calls (acos) meet their autocast kernels. Under an op that
+    has one (linear), autocast stays off: its kernel turned it off for what it calls."""
+    key = _autocast_key(device)
+    if not outside.get("autocast") or any(
+            torch._C._dispatch_has_kernel_for_dispatch_key(op.split("@")[0], key) for op in stack):
+        yield
+        return
+    include, exclude = outside["tls"]
+    previous = torch.is_autocast_enabled(device)
+    torch.set_autocast_enabled(device, True)
     try:
-        _run_armed(handler, call)
-    except Exception:  # reaching an op is the fact we want; failing later does not undo it
-        return reached, False
-    return reached, True
+        with torch._C._ForceDispatchKeyGuard(include, exclude):
+            yield
+    finally:
+        torch.set_autocast_enabled(device, previous)
+
+
+def _data_dependent(func, args, kwargs):
+    """The op's output from meta; an answer that needs the values (``aten::equal``, which a
+    composite such as cov asks before it goes on) is False, the branch values alone decide."""
+    try:
+        return _meta_output(func, args, kwargs)
+    except NotImplementedError:
+        returns = func._schema.returns
+        if len(returns) == 1 and isinstance(returns[0].type, torch._C.BoolType):
+            return False
+        raise
+
+
+# What a build without the device says when Python or C++ code needs the device's own support
+# (a device guard, a DispatchStub kernel), where eager mode on the device would go on.
+BUILD_LACKS_DEVICE = ("is not linked with support for", "An unexpected device type was provided",
+                      "not compiled with")
+
+
+class _DeviceWatch(TorchDispatchMode):
+    """Sees every op of a traced call. One given a device (``torch.zeros(n, device=x.device)``
+    in Python, ``at::empty(..., input.options())`` in a C++ composite, ``x.to("cuda")``) is
+    noted in ``dependence``; a factory on the traced device, which this build has no kernels
+    for (any but cpu), makes ProbeTensors there, shaped on meta. Every other op goes on to the
+    ProbeTensor's handler, or runs for real."""
+
+    def __init__(self, device: str, dependence: DeviceDependence):
+        super().__init__()
+        self.device = device
+        self.dependence = dependence
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is _DEVICE_OF:  # noted by the ProbeTensor
+            return func(*args)
+        # Ops take a device as an argument of their own (no schema has a list of them).
+        if any(isinstance(v, torch.device) for v in (*args, *kwargs.values())):
+            self.dependence.asked_device = True
+        device = kwargs.get("device")
+        if (device is None or self.device in ("cpu", "meta") or torch.device(device).type != self.device
+                or any(isinstance(t, ProbeTensor) for t in _tensors((args, kwargs)))):
+            return func(*args, **kwargs)
+        out = func(*args, **{**kwargs, "device": "meta"})
+        return tree_map(lambda v: ProbeTensor(v.shape, v.dtype, device) if isinstance(v, torch.Tensor) else v, out)
+
+
+@contextlib.contextmanager
+def _lazy_inits_watched(device: str, dependence: DeviceDependence):
+    """Each device module's ``_lazy_init`` noted in ``dependence`` when Python code calls it
+    (``torch.cuda.current_device()``): the traced device's answered as done (it would fail
+    without one), every other device's run as it is (failing in a build without it)."""
+    _answer_lazy_inits_in_cpp()
+    patched = []
+    for name, module in _device_modules():
+        original = module._lazy_init
+
+        def lazy_init(original=original, traced=name == device):
+            dependence.asked_device = True
+            if not traced:
+                original()
+
+        patched.append((module, original))
+        module._lazy_init = lazy_init
+    try:
+        yield
+    finally:
+        for module, original in patched:
+            module._lazy_init = original
+
+
+_DEVICE_MODULES: list[tuple[str, Any]] | None = None
+
+
+def _device_modules() -> list[tuple[str, Any]]:
+    """(device, module) for autocast's devices whose module initialises lazily (torch.cuda)."""
+    global _DEVICE_MODULES
+    if _DEVICE_MODULES is None:
+        from .dispatcher import autocast_devices
+        modules = [(d, getattr(torch, d, None)) for d in autocast_devices()]
+        _DEVICE_MODULES = [(d, m) for d, m in modules if callable(getattr(m, "_lazy_init", None))]
+    return _DEVICE_MODULES
+
+
+_CPP_LAZY_INITS_ANSWERED = False
+
+
+def _answer_lazy_inits_in_cpp() -> None:
+    """C++ (a factory's ``device=``, ``x.cuda()``) calls a device module's ``_lazy_init`` once
+    and takes the device as initialised for the rest of the process once it returned. Answered
+    here for every such device, once, before the first trace: every trace then meets the same
+    C++ state, whichever devices this process traced before (a later trace of ``x.xpu()`` on
+    mtia would otherwise depend on whether xpu had been traced first)."""
+    global _CPP_LAZY_INITS_ANSWERED
+    if _CPP_LAZY_INITS_ANSWERED:
+        return
+    _CPP_LAZY_INITS_ANSWERED = True
+    for name, module in _device_modules():
+        original, module._lazy_init = module._lazy_init, lambda: None
+        try:
+            torch.empty(0, device=name)
+        except Exception:  # the initialisation is done; this build has no kernel to make it
+            pass
+        finally:
+            module._lazy_init = original
 
 
 # Meta kernels run through Python refs and are slow; the same (op, shapes, arguments)
@@ -218,12 +470,14 @@ _META_CACHE: dict[str, Any] = {}
 
 
 def _meta_output(func, args, kwargs):
-    device = next(a.device for a in _tensors((args, kwargs)) if isinstance(a, ProbeTensor))
+    device = next(a.probe_device for a in _tensors((args, kwargs)) if isinstance(a, ProbeTensor))
     key = op_name(func) + repr(tree_map(
         lambda v: ("T", tuple(v.shape), v.dtype, v.stride()) if isinstance(v, torch.Tensor) else v,
         (args, kwargs)))
     if key not in _META_CACHE:
         def to_meta(v):
+            if isinstance(v, torch.device):  # new_ones(..., device=x.device) and the like
+                return torch.device("meta")
             if isinstance(v, torch.Tensor):
                 return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
             return v
@@ -250,10 +504,13 @@ def _tensors(tree):
     return [v for v in tree_leaves(tree) if isinstance(v, torch.Tensor)]
 
 
-def _run_armed(handler, call):
-    previous, _RECORDER.handler = _RECORDER.handler, handler
+def _run_armed(handler, call, dependence: DeviceDependence | None = None):
+    previous = _RECORDER.handler, _RECORDER.dependence
+    _RECORDER.handler, _RECORDER.dependence = handler, dependence
     try:
-        with torch._C._AutoDispatchBelowAutograd():
+        # Without autograd, views need no ADInplaceOrView kernel either (it would make a
+        # ProbeTensor from the Python key a differentiable view, and read its device).
+        with torch._C._AutoDispatchBelowADInplaceOrView():
             try:
                 call()
             except BaseException as exc:
@@ -264,4 +521,4 @@ def _run_armed(handler, call):
                 traceback.clear_frames(exc.__traceback__)
                 raise
     finally:
-        _RECORDER.handler = previous
+        _RECORDER.handler, _RECORDER.dependence = previous

@@ -37,6 +37,9 @@ def _detail(entry: dict) -> str:
     if entry.get("python_float64"):
         parts.append("runs in float64 (autocast leaves float64 alone) when reached by "
                      + ", ".join(entry["python_float64"]))
+    if entry.get("python_explicit_dtype"):
+        parts.append("runs in the dtype passed to it (not by this policy) when reached by "
+                     + ", ".join(entry["python_explicit_dtype"]))
     return ", ".join(parts)
 
 
@@ -100,7 +103,7 @@ def markdown_table(table: dict) -> str:
 # Fields of a table that say what autocast accepts on the device (not which op does what).
 TABLE_FIELDS = ("default_dtype", "supported_dtypes", "autocast_devices")
 # Fields of an op's entry compared besides its policy.
-_ENTRY_FIELDS = ("python", "python_float64", "cast_back", "note", "disagreement")
+_ENTRY_FIELDS = ("python", "python_float64", "python_explicit_dtype", "cast_back", "note", "disagreement")
 
 
 class TableError(ValueError):

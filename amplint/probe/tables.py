@@ -14,8 +14,8 @@ from .. import __version__
 from . import classify, device_only, execute, simulate
 from .dispatcher import autocast_devices, matches, ops_with_autocast_kernel
 from .dtypes import supported_dtypes
-from .intercept import dtype_name
-from .spellings import spellings_for, trace_public_api
+from .intercept import EXPLICIT_DTYPE_MARK, FLOAT64_MARK, dtype_name
+from .spellings import PublicApiTraces, spellings_for
 
 MODES = ("auto", "simulate", "execute")
 
@@ -177,13 +177,13 @@ def build_table(device: str, lowp: torch.dtype, mode: str, patterns: tuple[str, 
     """``auto`` simulates every op and, where the device is present, also executes each one
     and records any disagreement; ``execute`` only executes; ``simulate`` only simulates."""
     present = device_present(device)
-    if mode == "execute" and not present:
-        raise ProbeUsageError(f"--mode execute needs a {device} device, and none is present here")
     simulated = mode != "execute"
     executed = mode == "execute" or (mode == "auto" and present)
     ops = ops_with_autocast_kernel(device, patterns)
-    spellings = spellings_for(traces, {op.full for op in ops})
-    float64_spellings = spellings_for(traces, {op.full for op in ops}, float64=True)
+    wanted = {op.full for op in ops}
+    spellings = spellings_for(traces, wanted)
+    float64_spellings = spellings_for(traces, wanted, FLOAT64_MARK)
+    explicit_dtype_spellings = spellings_for(traces, wanted, EXPLICIT_DTYPE_MARK)
     entries = []
     for op in ops:
         try:
@@ -195,6 +195,10 @@ def build_table(device: str, lowp: torch.dtype, mode: str, patterns: tuple[str, 
         if op.full in float64_spellings:
             # They cast to float64 before the op: autocast leaves it alone, it runs in float64.
             entry["python_float64"] = float64_spellings[op.full]
+        if op.full in explicit_dtype_spellings:
+            # They pass the op a dtype (cross_entropy gives log_softmax its input's): it runs
+            # in that one, whatever autocast does to its inputs.
+            entry["python_explicit_dtype"] = explicit_dtype_spellings[op.full]
         entries.append(entry)
     probed_ops = {e["op"] for e in entries}
     entries += device_only.supplement(device, probed_ops, lambda op: not patterns or matches(op, patterns))
@@ -222,9 +226,24 @@ def build_table(device: str, lowp: torch.dtype, mode: str, patterns: tuple[str, 
     }
     if note:
         table["dtype_checks_note"] = note
+    if getattr(traces, "traced_on_cpu", None):
+        # No call of these completed on the device only because this build lacks its support:
+        # their spellings are as traced on cpu.
+        table["spellings_traced_on_cpu"] = list(traces.traced_on_cpu)
     if _imported_modules:  # a table of a project's own ops, for [tool.amplint] policies
         table["imports"] = list(_imported_modules)
     return table
+
+
+_PUBLIC_API_TRACES: dict[tuple, PublicApiTraces] = {}
+
+
+def traced(device: str) -> dict:
+    """The public API's traces on ``device``, shared with the other devices traced in this
+    process where they do not depend on the device (see PublicApiTraces); traced again for
+    other torch ops (an --import that registers ops, or patches torch)."""
+    key = (len(torch._C._dispatch_get_all_op_names()), tuple(_imported_modules))
+    return _PUBLIC_API_TRACES.setdefault(key, PublicApiTraces()).traces(device)
 
 
 def probe(devices: list[str], dtype: str | None, mode: str, patterns: tuple[str, ...],
@@ -232,15 +251,23 @@ def probe(devices: list[str], dtype: str | None, mode: str, patterns: tuple[str,
     """One table per device. ``progress(done, total)`` counts the public-API trace and each
     device as one step."""
     total = len(devices) + 1
-    # Which public calls reach which ops does not depend on the device: trace once, unless
-    # every op asked for is one the --import modules defined (`--ops 'mylib::*'`).
+    # Bad requests are said before the long work.
+    lowps = {device: resolve_dtype(device, dtype) for device in devices}
+    absent = [device for device in devices if mode == "execute" and not device_present(device)]
+    if absent:
+        raise ProbeUsageError(f"--mode execute needs a {absent[0]} device, and none is present here")
+    # Which public calls reach which ops depends on the device (torch.norm takes another path
+    # on mps, at::lstm another on cpu): traced per device where the path can differ (see
+    # PublicApiTraces), unless every op asked for is one the --import modules defined
+    # (`--ops 'mylib::*'`).
     selected = {op.full for d in devices for op in ops_with_autocast_kernel(d, patterns)}
-    traces = {} if selected and selected <= _imported_ops else trace_public_api("cpu")
+    untraced = selected and selected <= _imported_ops
     tables = []
     for device in devices:
         if progress:
             progress(len(tables) + 1, total)
-        tables.append(build_table(device, resolve_dtype(device, dtype), mode, patterns, traces))
+        traces = {} if untraced else traced(device)
+        tables.append(build_table(device, lowps[device], mode, patterns, traces))
     if progress:
         progress(total, total)
     return tables

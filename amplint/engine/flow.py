@@ -24,7 +24,7 @@ from typing import Hashable, Iterator
 import libcst as cst
 
 from .context import FileContext
-from .outline import Outline
+from .outline import Outline, contains
 from .semantics import (
     CLIP_GRAD,
     GRAD_SCALER,
@@ -155,9 +155,9 @@ def events_on_ast(outline: Outline) -> dict[int, set[str]]:
     for _ in range(2):  # `s = self.scaler`: `s` is one too
         found |= {t.id for a in outline.nodes(ast.Assign) if ast.unparse(a.value) in found
                   for t in a.targets if isinstance(t, ast.Name)} if found else set()
+    clips = [c for c in calls if not outline.qualified_names(c.func).isdisjoint(CLIP_GRAD)]
     clipping = {f.name for kind in (ast.FunctionDef, ast.AsyncFunctionDef) for f in outline.nodes(kind)
-                if any(isinstance(n, ast.Call) and not outline.qualified_names(n.func).isdisjoint(CLIP_GRAD)
-                       for n in ast.walk(f))}
+                if any(contains(f, c) for c in clips)} if clips else set()
     events: dict[int, set[str]] = {}
     for call in calls:
         name = method(call)

@@ -41,6 +41,15 @@ def _fields(kind: type) -> tuple[str, ...] | None:
     return found
 
 
+def contains(outer: ast.AST, node: ast.AST) -> bool:
+    """Whether ``node`` lies inside ``outer`` (its decorators included), by position: what
+    ``ast.walk(outer)`` would reach, without walking it."""
+    start = min([(outer.lineno, outer.col_offset),
+                 *((d.lineno, d.col_offset) for d in getattr(outer, "decorator_list", ()))])
+    return start <= (node.lineno, node.col_offset) \
+        and (node.end_lineno, node.end_col_offset) <= (outer.end_lineno, outer.end_col_offset)
+
+
 # Statements that bind names, as libcst-side flow analysis reads them.
 BINDING_STATEMENTS = (ast.Assign, ast.AnnAssign, ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)
 

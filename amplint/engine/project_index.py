@@ -32,7 +32,7 @@ from typing import Callable, Iterable
 
 from . import source as source_io
 from .config import DEFAULT_EXCLUDE
-from .outline import Outline
+from .outline import Outline, contains
 from .semantics import AUTOCAST, AUTOCAST_DEVICE
 from .torch_requirement import declared_torch
 
@@ -419,7 +419,7 @@ def _candidates_of(outline: Outline) -> dict[str, list]:
             continue
         managed = any(outline.qualified_names(d.func if isinstance(d, ast.Call) else d) & _CONTEXT_MANAGERS
                       for d in node.decorator_list)
-        if not managed and not any(_inside(r, node) for r in returns):
+        if not managed and not any(contains(node, r) for r in returns):
             continue
         body_nodes = [n for stmt in node.body for n in ast.walk(stmt)]
         openers = [o for r in body_nodes if isinstance(r, ast.Return) for o in [_alternatives(outline, r.value)] if o]
@@ -444,11 +444,6 @@ def _candidates_of(outline: Outline) -> dict[str, list]:
         if targets and reference:
             aliases.append([targets, node.lineno, reference])
     return {"functions": functions, "classes": [c for c in classes if c[2]], "aliases": aliases}
-
-
-def _inside(node: ast.AST, outer: ast.AST) -> bool:
-    return (outer.lineno, outer.col_offset) <= (node.lineno, node.col_offset) \
-        and (node.end_lineno, node.end_col_offset) <= (outer.end_lineno, outer.end_col_offset)
 
 
 def _wrappers_of(path: Path, summary: dict, known: set[str], own: frozenset[str]) -> list[AutocastWrapper]:

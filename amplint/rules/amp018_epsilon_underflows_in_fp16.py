@@ -6,7 +6,7 @@ import libcst as cst
 
 from ..engine.context import FileContext
 from ..engine.crossfile import enabling_site, loss_places_on_ast, named_loss_place
-from ..engine.outline import Outline
+from ..engine.outline import Outline, contains
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import (
     DTYPES,
@@ -58,14 +58,14 @@ def _may_fire(outline: Outline) -> bool:
     constants of Python's ast), and either a region, or what a guard outside regions needs:
     the epsilon added or clamped before a division, log or root, and a model converted to
     float16 or else a norm or probability and a public function with a ``Tensor`` parameter."""
-    constants = outline.nodes(ast.Constant)
-    if not any(_tiny_float(c) for c in constants):
+    tiny = [c for c in outline.nodes(ast.Constant) if _tiny_float(c)]
+    if not tiny:
         return False
     if calls_enabled_autocast(outline):
         return True
     # Where a loss is computed, in a project that enables float16 autocast elsewhere
     # (_check_project_float16).
-    if outline.project is not None and any(_tiny_float(n) for f in loss_places_on_ast(outline) for n in ast.walk(f)) \
+    if outline.project is not None and any(contains(f, c) for f in loss_places_on_ast(outline) for c in tiny) \
             and outline.project.float16_autocast:
         return True
     tiny_names = {a.arg for f in outline.nodes(ast.arguments)

@@ -50,6 +50,8 @@ def contains(outer: ast.AST, node: ast.AST) -> bool:
         and (node.end_lineno, node.end_col_offset) <= (outer.end_lineno, outer.end_col_offset)
 
 
+_NOTHING: frozenset[str] = frozenset()
+
 # Statements that bind names, as libcst-side flow analysis reads them.
 BINDING_STATEMENTS = (ast.Assign, ast.AnnAssign, ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)
 
@@ -88,6 +90,7 @@ class Outline:
 
     def __init__(self, tree: ast.Module):
         self.tree = tree
+        self._qualified: dict[int, frozenset[str]] = {}  # by id of the node (the tree keeps them alive)
 
     @classmethod
     def parse(cls, source: str) -> "Outline | None":
@@ -147,12 +150,19 @@ class Outline:
                     found.setdefault(alias.asname or alias.name, set()).add(f"{node.module}.{alias.name}")
         return found
 
-    def qualified_names(self, expr: ast.expr) -> set[str]:
-        parts = _dotted(expr)
-        if parts is None or parts[0] not in self._imports:
-            return set()
-        tail = "".join("." + p for p in parts[1:])
-        return {q + tail for q in self._imports[parts[0]]}
+    def qualified_names(self, expr: ast.expr) -> frozenset[str]:
+        """What a name or attribute may stand for, by the file's imports (each rule's test asks
+        of the same calls: answered once per node)."""
+        known = self._qualified.get(id(expr))
+        if known is None:
+            parts = _dotted(expr)
+            if parts is None or parts[0] not in self._imports:
+                known = _NOTHING
+            else:
+                tail = "".join("." + p for p in parts[1:])
+                known = frozenset(q + tail for q in self._imports[parts[0]])
+            self._qualified[id(expr)] = known
+        return known
 
     def calls_to(self, names: frozenset[str] | set[str]) -> list[ast.Call]:
         return [c for c in self.nodes(ast.Call) if not self.qualified_names(c.func).isdisjoint(names)]

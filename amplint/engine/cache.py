@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .. import __version__
 from .diagnostics import Diagnostic, Edit, Fix, Location, Related
-from .project_index import Dependency, dependency
+from .project_index import Dependency, dependency, relative_name
 from .source import write_entry
 
 DIRNAME = ".amplint_cache"
@@ -91,10 +91,7 @@ def _dump(d: Diagnostic) -> dict:
 
 def _shown(path: str) -> str:
     """An absolute path as findings show it: relative to the current folder where it lies below it."""
-    try:
-        return Path(path).relative_to(Path.cwd()).as_posix()
-    except ValueError:
-        return Path(path).as_posix()
+    return relative_name(Path(path), Path.cwd())
 
 
 def _load(raw: dict, display: str) -> Diagnostic:

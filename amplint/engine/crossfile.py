@@ -134,13 +134,8 @@ def located(ctx: FileContext, path: Path, row: int, message: str) -> tuple[str, 
     """How a finding names a line of another file of the project: ``pkg/utils.py:12`` (from
     the project's root) in its message, and as a related location (``message`` says what is
     there)."""
+    from .project_index import relative_name
+
     root = ctx._project_root
-    try:
-        where = path.resolve().relative_to(root.resolve()).as_posix() if root is not None else path.as_posix()
-    except ValueError:
-        where = path.as_posix()
-    try:
-        shown = path.resolve().relative_to(Path.cwd()).as_posix()
-    except ValueError:
-        shown = path.as_posix()
-    return f"{where}:{row}", Related(shown, row, message)
+    where = relative_name(path.resolve(), root.resolve()) if root is not None else path.as_posix()
+    return f"{where}:{row}", Related(relative_name(path.resolve(), Path.cwd()), row, message)

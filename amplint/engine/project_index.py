@@ -41,6 +41,15 @@ _PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 MAX_PROJECT_FILES = 20_000
 
 
+def relative_name(path: Path, base: Path) -> str:
+    """``path`` as named from ``base`` where it lies below it, else as given (how findings name
+    another file: from the project's root, or from the current folder)."""
+    try:
+        return path.relative_to(base).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
 @dataclass(frozen=True)
 class AutocastSite:
     """An autocast call that may be enabled, somewhere in the project outside its models'
@@ -61,17 +70,10 @@ class AutocastSite:
 
     def shown_path(self) -> str:
         """The file as a path relative to the current folder where it lies below it."""
-        try:
-            return self.path.relative_to(Path.cwd()).as_posix()
-        except ValueError:
-            return self.path.as_posix()
+        return relative_name(self.path, Path.cwd())
 
     def where(self, root: Path) -> str:
-        try:
-            shown = self.path.relative_to(root).as_posix()
-        except ValueError:
-            shown = self.path.as_posix()
-        return f"{shown}:{self.row}" + (f", `{self.setting}`" if self.setting else "")
+        return f"{relative_name(self.path, root)}:{self.row}" + (f", `{self.setting}`" if self.setting else "")
 
 
 DYNAMIC = "dynamic"
@@ -215,10 +217,7 @@ def _summarize(path: Path) -> dict | None:
             return json.loads(entry.read_text(encoding="utf-8"))["summary"]
         except (OSError, ValueError, KeyError, TypeError):
             pass
-    try:
-        outline = Outline.parse(source_io.decode(data).text)
-    except source_io.SourceError:
-        outline = None
+    outline = _outline_of(data)
     summary = None if outline is None else {
         "sites": _sites_of(outline),
         "defs": sorted({n.name for kind in (ast.FunctionDef, ast.AsyncFunctionDef) for n in outline.nodes(kind)}),
@@ -226,6 +225,14 @@ def _summarize(path: Path) -> dict | None:
     if entry is not None:
         source_io.write_entry(entry, {"summary": summary})
     return summary
+
+
+def _outline_of(data: bytes | None) -> Outline | None:
+    """A project module's outline; None when it cannot be read, decoded or parsed."""
+    try:
+        return Outline.parse(source_io.decode(data).text) if data is not None else None
+    except source_io.SourceError:
+        return None
 
 
 @lru_cache(maxsize=None)
@@ -315,17 +322,10 @@ class AutocastWrapper:
     device: str | None = None
 
     def where(self, root: Path) -> str:
-        try:
-            shown = self.path.relative_to(root).as_posix()
-        except ValueError:
-            shown = self.path.as_posix()
-        return f"{shown}:{self.row}"
+        return f"{relative_name(self.path, root)}:{self.row}"
 
     def shown_path(self) -> str:
-        try:
-            return self.path.relative_to(Path.cwd()).as_posix()
-        except ValueError:
-            return self.path.as_posix()
+        return relative_name(self.path, Path.cwd())
 
 
 _CONTEXT_MANAGERS = frozenset({"contextlib.contextmanager", "contextlib.asynccontextmanager"})
@@ -575,10 +575,7 @@ def _star_bindings(root: Path, path: Path) -> dict[str, frozenset[str]]:
 
 
 def _read_star_bindings(root: Path, path: Path) -> dict[str, frozenset[str]]:
-    try:
-        outline = Outline.parse(source_io.decode(source_io.read_file(path)).text)
-    except (OSError, source_io.SourceError):
-        return {}
+    outline = _outline_of(_read(path))
     if outline is None:
         return {}
     found: dict[str, set[str]] = {}
@@ -609,10 +606,7 @@ def star_imports(root: Path, path: Path) -> dict[str, frozenset[str]]:
     """What the module-level ``from <project module> import *`` of the file at ``path`` bind,
     as imports (fastai's ``from .torch_imports import *`` binds ``nn`` to ``torch.nn``): the
     names one file's own imports cannot resolve."""
-    try:
-        outline = Outline.parse(source_io.decode(source_io.read_file(path)).text)
-    except (OSError, source_io.SourceError):
-        return {}
+    outline = _outline_of(_read(path))
     found: dict[str, set[str]] = {}
     for stmt in outline.tree.body if outline is not None else ():
         if isinstance(stmt, ast.ImportFrom) and stmt.names[0].name == "*":
@@ -635,11 +629,7 @@ def project_function(root: Path, importer: Path, module: str | None, level: int,
 
 
 def _function(path: Path, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
-    data = _read(path)
-    try:
-        outline = Outline.parse(source_io.decode(data).text) if data is not None else None
-    except source_io.SourceError:
-        outline = None
+    outline = _outline_of(_read(path))
     return next((s for s in outline.tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
                  and s.name == name), None) if outline is not None else None
 
@@ -647,11 +637,7 @@ def _function(path: Path, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef |
 def function_dependency(root: Path, path: Path, name: str) -> Dependency:
     """A module-level function of the project (``project_function``) as a summary a file's
     result depends on: its code and place (or that the module defines none)."""
-    try:
-        shown = path.resolve().relative_to(root.resolve()).as_posix()
-    except ValueError:
-        shown = path.as_posix()
-    return dependency(f"function:{shown}:{name}", root)
+    return dependency(f"function:{relative_name(path.resolve(), root.resolve())}:{name}", root)
 
 
 def _function_summary(root: Path, shown: str, name: str) -> object:
@@ -744,11 +730,7 @@ SUMMARIES = {"autocast-sites": _sites_summary, "torch-requirement": _requirement
 
 def star_dependency(root: Path, path: Path) -> Dependency:
     """What a file's star imports of project modules bind, as a summary its result depends on."""
-    try:
-        shown = path.relative_to(root.resolve()).as_posix()
-    except ValueError:
-        shown = path.as_posix()
-    return dependency(f"star-imports:{shown}", root)
+    return dependency(f"star-imports:{relative_name(path, root.resolve())}", root)
 
 
 def _star_summary(root: Path, shown: str) -> object:

@@ -3,13 +3,14 @@ but whose ``may_fire`` test turns the rule away, run the rule's check anyway: an
 makes there is one the prefilter lost. Faster than ``lint_speed.py --verify`` (which parses
 every file with libcst): only the files a test turned away are parsed.
 
-    python benchmarks/prefilter_soundness.py .corpus/site [more folders ...]
+    python benchmarks/prefilter_soundness.py .corpus/site [more folders ...] [--select AMP003,AMP018]
 
 Prints each lost finding and, at the end, the files read and the findings lost (0 is the goal).
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -20,8 +21,8 @@ from amplint.engine.project_index import ProjectHints
 from amplint.engine.rule import all_rules
 
 
-def main(roots: list[str]) -> int:
-    rules = [r for r in all_rules() if r.on_by_default]
+def main(roots: list[str], select: set[str] | None) -> int:
+    rules = [r for r in all_rules() if r.on_by_default and (select is None or r.code in select)]
     load = policy_loader(Config(Path(".").resolve()))
     alone = {r: runner.prefilter((r,)) for r in rules}
     files = lost = 0
@@ -47,4 +48,8 @@ def main(roots: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:] or [".corpus/site"]))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("roots", nargs="*", default=[".corpus/site"])
+    parser.add_argument("--select", help="comma-separated rule codes (default: every rule on by default)")
+    args = parser.parse_args()
+    sys.exit(main(args.roots, set(args.select.split(",")) if args.select else None))

@@ -72,10 +72,12 @@ class PolicyTable:
         return entry.get("evidence", {}).get("message") if entry else None
 
 
-def committed_tables() -> list[PolicyTable]:
-    """Every table in policies/, all torch versions and devices."""
-    return [PolicyTable(json.loads(path.read_text(encoding="utf-8")))
-            for path in sorted(policy_dir().glob("*/*.json"))]
+@lru_cache(maxsize=1)
+def committed_tables() -> tuple[PolicyTable, ...]:
+    """Every table in policies/, all torch versions and devices (read once per process: the
+    rules ask for each spelling they meet)."""
+    return tuple(PolicyTable(json.loads(path.read_text(encoding="utf-8")))
+                 for path in sorted(policy_dir().glob("*/*.json")))
 
 
 def _committed_path(device: str, torch_version: str | None) -> Path:

@@ -72,12 +72,32 @@ class Config:
     def is_excluded(self, path: Path) -> bool:
         """Whether a pattern matches one of the path's parts, or the whole path (relative to
         the root), or a folder above it."""
-        rel = _relative(path, self.root)
-        patterns = tuple(self.exclude + self.extend_exclude)
-        part_matches = _matcher(patterns)
-        if any(part_matches(part) for part in rel.split("/") if part not in ("", ".")):
+        return self._excludes(_relative(path, self.root))
+
+    def excluded_names(self, folder: Path, names: Iterable[str]) -> set[str]:
+        """Those of ``names`` whose ``folder / name`` ``is_excluded``: the folder's part of the
+        question answered once (discovery asks it of every entry of every folder)."""
+        rel_folder = _relative_folder(str(folder) or ".", str(self.root))
+        if rel_folder is None:  # outside the root: matched as given
+            return {n for n in names if self.is_excluded(folder / n)}
+        if rel_folder and self._excludes(rel_folder, whole=False):
+            return set(names)
+        part_matches = _exclusion(tuple(self.exclude + self.extend_exclude))[0]
+        return {n for n in names if part_matches(n)
+                or self._excludes(f"{rel_folder}/{n}" if rel_folder else n, parts=False)}
+
+    def _excludes(self, rel: str, parts: bool = True, whole: bool = True) -> bool:
+        part_matches, whole_matches = _exclusion(tuple(self.exclude + self.extend_exclude))
+        if parts and any(part_matches(part) for part in rel.split("/") if part not in ("", ".")):
             return True
-        return _matcher(patterns + tuple(p.rstrip("/") + "/*" for p in patterns))(rel)
+        return whole and whole_matches(rel)
+
+
+@lru_cache(maxsize=None)
+def _exclusion(patterns: tuple[str, ...]) -> tuple[Callable[[str], bool], Callable[[str], bool]]:
+    """For exclude patterns: whether a name matches one, and whether a relative path or a
+    folder above it does."""
+    return _matcher(patterns), _matcher(patterns + tuple(p.rstrip("/") + "/*" for p in patterns))
 
 
 @lru_cache(maxsize=None)
@@ -90,12 +110,17 @@ def _matcher(patterns: tuple[str, ...]) -> Callable[[str], bool]:
     return lambda name: match(os.path.normcase(name)) is not None
 
 
+@lru_cache(maxsize=64)
+def _resolved(folder: str) -> Path:
+    return Path(folder).resolve()
+
+
 @lru_cache(maxsize=4096)
 def _relative_folder(folder: str, root: str) -> str | None:
     """``folder`` relative to ``root`` (``""`` for the root itself), symlinks resolved, as a
     POSIX path; None when it lies outside."""
     try:
-        rel = Path(folder).resolve().relative_to(Path(root).resolve()).as_posix()
+        rel = Path(folder).resolve().relative_to(_resolved(root)).as_posix()
     except ValueError:
         return None
     return "" if rel == "." else rel

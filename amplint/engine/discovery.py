@@ -78,9 +78,11 @@ def python_files(paths: list[Path], config: Config | Resolver, unreadable: list[
             for folder, dirs, files in os.walk(path, onerror=on_error):
                 here = Path(folder)
                 settings = config_of(here)
-                dirs[:] = sorted(d for d in dirs if not settings.is_excluded(here / d))
-                found.extend(here / f for f in files
-                             if f.endswith((".py", ".pyi", ".ipynb")) and not settings.is_excluded(here / f))
+                excluded = settings.excluded_names(here, dirs)
+                dirs[:] = sorted(d for d in dirs if d not in excluded)
+                wanted = [f for f in files if f.endswith((".py", ".pyi", ".ipynb"))]
+                excluded = settings.excluded_names(here, wanted)
+                found.extend(here / f for f in wanted if f not in excluded)
             ignored = _ignored_by_git(path, found)
             candidates = sorted(f for f in found if f not in ignored)
         else:

@@ -129,8 +129,10 @@ def check_paths(paths: list[Path], config: Config | Resolver, rules: list[type[R
         file_config = resolver.for_file(path)
         key = profile_index(file_config)
         ignored = file_config.ignored_for(path)
-        tasks.append((path, [r for r in profiles[key].rules if not any(r.code.startswith(i) for i in ignored)],
-                      key))
+        rules_here = profiles[key].rules
+        if ignored:
+            rules_here = [r for r in rules_here if not any(r.code.startswith(i) for i in ignored)]
+        tasks.append((path, rules_here, key))
     if options.jobs > 1 and len(tasks) >= _POOL_MIN_FILES:
         results = _in_pool(tasks, options, profiles)
     else:

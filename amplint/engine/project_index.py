@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import re
+from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -143,7 +144,7 @@ def _folder_root(folder: Path) -> Path | None:
         return marked
     outermost = None
     for candidate in (folder, *folder.parents):
-        if not (candidate / "__init__.py").exists():
+        if not _package(candidate):
             break
         outermost = candidate
     return outermost
@@ -152,6 +153,11 @@ def _folder_root(folder: Path) -> Path | None:
 @lru_cache(maxsize=None)
 def _marked(folder: Path) -> bool:
     return any((folder / marker).exists() for marker in _PROJECT_MARKERS)
+
+
+@lru_cache(maxsize=None)
+def _package(folder: Path) -> bool:
+    return (folder / "__init__.py").exists()
 
 
 # This run's answers about projects, by (question, project root): filled as rules ask, or ahead
@@ -755,10 +761,14 @@ def dependency(kind: str, root: Path) -> Dependency:
 def prepare(paths: Iterable[str | Path], scan: Callable = map) -> None:
     """Answer ahead what the checks of ``paths`` will ask of their projects, so that processes
     forked afterwards share one reading instead of each making its own. ``scan``: a ``map``
-    that may spread the projects over processes (the largest first)."""
-    folders = {os.path.dirname(os.path.abspath(p)) for p in paths}
-    roots = {_folder_root(Path(os.path.realpath(f))) for f in folders} - {None}
-    ordered = sorted(roots, key=lambda r: -len(_python_files(r)))
+    that may spread the projects over processes (those with the most files checked first)."""
+    per_folder = Counter(os.path.dirname(os.path.abspath(p)) for p in paths)
+    per_root: Counter[Path] = Counter()
+    for folder, count in per_folder.items():
+        root = _folder_root(Path(os.path.realpath(folder)))
+        if root is not None:
+            per_root[root] += count
+    ordered = [root for root, _ in per_root.most_common()]  # by the files checked in each
     for facts in scan(_project_facts, ordered):
         _FACTS.update(facts)
 
@@ -779,6 +789,7 @@ def forget() -> None:
     _FACTS.clear()
     _folder_root.cache_clear()
     _marked.cache_clear()
+    _package.cache_clear()
     star_imports.cache_clear()
     _STAR_DONE.clear()
     declared_torch.cache_clear()

@@ -8,7 +8,7 @@ import multiprocessing
 import os
 from collections import Counter
 from contextlib import contextmanager
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator
@@ -223,17 +223,36 @@ def _unified_diff(before: str, after: str, display: str) -> str:
 
 
 def _in_pool(tasks, options: Options, profiles: list[_Profile]) -> Iterator[FileResult]:
-    """Files spread over processes in chunks; results come back in the order of ``tasks``.
-    What the files' checks read of their projects is read first (``project_index.prepare``,
-    itself spread over processes), once for all the processes that check them."""
+    """Files spread over processes in chunks of one project each; results come back in the
+    order of ``tasks``. What the checks read of a project is read once, by one process
+    (``project_index.project_facts``), and goes with the project's chunks, which are handed
+    out as soon as it is read: processes done reading check the files of projects already
+    read while another still reads a large one."""
     context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
-    with ProcessPoolExecutor(options.jobs, mp_context=context) as pool:
-        project_index.prepare([path for path, _, _ in tasks], pool.map)
-    chunk = max(1, len(tasks) // (options.jobs * 32))
+    size = max(1, len(tasks) // (options.jobs * 32))
+    roots, ordered = project_index.projects_of(path for path, _, _ in tasks)
+    members: dict[Path | None, list[int]] = {}
+    for index, root in enumerate(roots):
+        members.setdefault(root, []).append(index)
     worker_options = Options(**{**options.__dict__, "progress": None})  # a callback stays here
     shared = [(p.config, p.cache) for p in profiles]
+    placed: list[tuple[Future, int] | None] = [None] * len(tasks)  # per task: its chunk and its place there
     with ProcessPoolExecutor(options.jobs, mp_context=context, initializer=_init_worker, initargs=(shared,)) as pool:
-        yield from pool.map(_check_in_worker, tasks, [worker_options] * len(tasks), chunksize=chunk)
+
+        def hand_out(indices: list[int], facts: dict) -> None:
+            for start in range(0, len(indices), size):
+                chunk = indices[start:start + size]
+                future = pool.submit(_check_in_worker, [tasks[i] for i in chunk], worker_options, facts)
+                for place, index in enumerate(chunk):
+                    placed[index] = (future, place)
+
+        reading = {pool.submit(project_index.project_facts, root): root for root in ordered}
+        if None in members:
+            hand_out(members[None], {})
+        for done in as_completed(reading):
+            hand_out(members[reading[done]], done.result())
+        for future, place in placed:
+            yield future.result()[place]
 
 
 _worker_state: list[tuple] = []  # per profile: (policy loader, cache)
@@ -244,9 +263,9 @@ def _init_worker(profiles: list[tuple[Config, Cache | None]]) -> None:
     _worker_state = [(policy_loader(config), cache) for config, cache in profiles]
 
 
-def _check_in_worker(task, options: Options) -> FileResult:
-    path, rules, key = task
-    return check_file(path, rules, options, *_worker_state[key])
+def _check_in_worker(chunk, options: Options, facts: dict) -> list[FileResult]:
+    project_index.adopt(facts)
+    return [check_file(path, rules, options, *_worker_state[key]) for path, rules, key in chunk]
 
 
 def _unreadable(display: str, why: str) -> FileResult:

@@ -4,8 +4,8 @@
 loss module is called by a trainer, elsewhere, under autocast. For a file, the project is the
 folder of the nearest ``pyproject.toml``, ``setup.py``, ``setup.cfg`` or ``.git`` above it,
 else the outermost package (folders with ``__init__.py``) that holds it. Its facts are read
-once per run (``forget`` starts a new one), when a rule asks or, before files are spread over
-processes, ahead of them all (``prepare``): the torch it declares (``torch_requirement``),
+once per run (``forget`` starts a new one), when a rule asks or, where files are spread over
+processes, by one of them for all (``project_facts``): the torch it declares (``torch_requirement``),
 and a literal scan of the project's ``.py`` files for ``autocast`` (and the words of the
 framework settings that turn it on: Lightning's ``precision="16-mixed"``, accelerate's
 ``mixed_precision="fp16"``, transformers' ``TrainingArguments(fp16=True)``). Each module that
@@ -161,7 +161,7 @@ def _package(folder: Path) -> bool:
 
 
 # This run's answers about projects, by (question, project root): filled as rules ask, or ahead
-# of the checks by ``prepare``, in the process that forks those that check.
+# of a project's checks by ``project_facts`` in one process, and ``adopt``ed by the others.
 _FACTS: dict[tuple[str, Path], object] = {}
 
 
@@ -758,26 +758,30 @@ def dependency(kind: str, root: Path) -> Dependency:
     return _FACTS[key]
 
 
-def prepare(paths: Iterable[str | Path], scan: Callable = map) -> None:
-    """Answer ahead what the checks of ``paths`` will ask of their projects, so that processes
-    forked afterwards share one reading instead of each making its own. ``scan``: a ``map``
-    that may spread the projects over processes (those with the most files checked first)."""
-    per_folder = Counter(os.path.dirname(os.path.abspath(p)) for p in paths)
-    per_root: Counter[Path] = Counter()
-    for folder, count in per_folder.items():
-        root = _folder_root(Path(os.path.realpath(folder)))
-        if root is not None:
-            per_root[root] += count
-    ordered = [root for root, _ in per_root.most_common()]  # by the files checked in each
-    for facts in scan(_project_facts, ordered):
-        _FACTS.update(facts)
+def projects_of(paths: Iterable[str | Path]) -> tuple[list[Path | None], list[Path]]:
+    """The project of each of ``paths`` (None: none), as ``project_root`` finds it, asked once
+    per folder; and the projects, those with the most of ``paths`` first."""
+    folders: dict[str, Path | None] = {}
+    found = []
+    for path in paths:
+        folder = os.path.dirname(os.path.abspath(path))
+        if folder not in folders:
+            folders[folder] = _folder_root(Path(os.path.realpath(folder)))
+        found.append(folders[folder])
+    return found, [root for root, _ in Counter(r for r in found if r is not None).most_common()]
 
 
-def _project_facts(root: Path) -> dict[tuple[str, Path], object]:
-    """Every answer ``prepare`` reads ahead for one project."""
+def project_facts(root: Path) -> dict[tuple[str, Path], object]:
+    """Every answer the checks of a project's files may ask of it, read now: handed with its
+    files to the processes that check them (``adopt``), so that one reading serves them all."""
     for kind in SUMMARIES:
         dependency(kind, root)
     return {key: value for key, value in _FACTS.items() if key[1] == root}
+
+
+def adopt(facts: dict[tuple[str, Path], object]) -> None:
+    """Take answers another process read (``project_facts``) as this run's."""
+    _FACTS.update(facts)
 
 
 def forget() -> None:

@@ -896,8 +896,12 @@ def _tainted(outline: Outline, makers: set[int], scopes: Scopes) -> dict[int, se
     ``makers`` (calls, by id), directly or through other such names of the same function —
     ``_Flow`` follows names within one function only (what a helper is passed makes no maker)."""
     names: dict[int, set[str]] = {}
-    assignments = [(a.targets, a.value, scopes[id(a)]) for a in outline.nodes(ast.Assign)] \
-        + [([a.target], a.value, scopes[id(a)]) for a in outline.nodes(ast.AnnAssign) if a.value is not None]
+    # Only a function that holds a maker can taint a name (its names are its own).
+    holding = {scopes[m] for m in makers}
+    assignments = [(a.targets, a.value, scopes[id(a)]) for a in outline.nodes(ast.Assign)
+                   if scopes[id(a)] in holding] \
+        + [([a.target], a.value, scopes[id(a)]) for a in outline.nodes(ast.AnnAssign)
+           if a.value is not None and scopes[id(a)] in holding]
     while True:
         before = sum(len(v) for v in names.values())
         pending = []
@@ -962,12 +966,18 @@ def _may_be_device(to: ast.Call) -> bool:
         for a in to.args)
 
 
-def _may_be_integral(expr: ast.expr, names: set[str]) -> bool:
-    """``_integral``, loosely: a comparison, ``~m``, an integer-making call, or a name assigned
-    one of those anywhere, behind indexing and reshapes."""
+def _behind_indexing(expr: ast.expr) -> ast.expr:
+    """What ``expr`` indexes or reshapes, through any number of them."""
     while isinstance(expr, ast.Subscript) or (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute)
                                               and expr.func.attr in _RESHAPES):
         expr = expr.value if isinstance(expr, ast.Subscript) else expr.func.value
+    return expr
+
+
+def _may_be_integral(expr: ast.expr, names: set[str]) -> bool:
+    """``_integral``, loosely: a comparison, ``~m``, an integer-making call, or a name assigned
+    one of those anywhere, behind indexing and reshapes."""
+    expr = _behind_indexing(expr)
     if isinstance(expr, ast.Compare) or (isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Invert)):
         return True
     if isinstance(expr, ast.Call):
@@ -1028,9 +1038,10 @@ class _AstFlow:
     half (``_Flow.value(...).kind in _HALF_KINDS``): a tensor parameter, a module's weight, a
     `.half()`, a half ``dtype=``, a `lower_precision_fp` op, a loss's call of its model in a
     project that enables autocast, or a name bound to one, through the calls and operators
-    ``_Flow`` follows."""
+    ``_Flow`` follows. Built for the functions in ``within`` (by id; 0: the module's code) and
+    asked only of them."""
 
-    def __init__(self, outline: Outline, scopes: Scopes):
+    def __init__(self, outline: Outline, scopes: Scopes, within: set[int]):
         self.outline = outline
         self.loss_places = {id(f) for f in loss_places_on_ast(outline)}
         self.lower_precision = _lower_precision_names()
@@ -1039,12 +1050,15 @@ class _AstFlow:
         # the value _PARAMETER for a tensor parameter, None for one that is not or a loop target.
         self.bindings: dict[int, dict[str, list[tuple]]] = {}
         for f in [*outline.nodes(ast.FunctionDef), *outline.nodes(ast.AsyncFunctionDef)]:
+            if id(f) not in within:
+                continue
             tensors = _tensor_parameters(f)
             args = f.args
             names = self.bindings.setdefault(id(f), {})
             for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
                 names.setdefault(a.arg, []).append(((0, -1), (0, -1), _PARAMETER if a.arg in tensors else None, None))
-        statements = [n for kind in BINDING_STATEMENTS for n in outline.nodes(kind) if id(n) not in scopes.in_class_body]
+        statements = [n for kind in BINDING_STATEMENTS for n in outline.nodes(kind)
+                      if scopes[id(n)] in within and id(n) not in scopes.in_class_body]
         for node in sorted(statements, key=lambda n: (n.lineno, n.col_offset)):
             span = ((node.lineno, node.col_offset), (node.end_lineno, node.end_col_offset))
             if isinstance(node, ast.Assign):
@@ -1070,7 +1084,7 @@ class _AstFlow:
         self.appended: dict[tuple[int, str], list[ast.expr]] = {}  # what ``_Flow.list_items`` reads
         for c in outline.nodes(ast.Call):
             if isinstance(c.func, ast.Attribute) and c.func.attr == "append" and len(c.args) == 1 \
-                    and isinstance(c.func.value, ast.Name):
+                    and isinstance(c.func.value, ast.Name) and scopes[id(c)] in within:
                 self.appended.setdefault((scopes[id(c)], c.func.value.id), []).append(c.args[0])
 
     def _bind(self, scope: int, name: str, span, value, index) -> None:
@@ -1220,7 +1234,9 @@ def _may_fire(outline: Outline) -> bool:
     factories = {id(c) for c in calls if (id(c) in moved or any(k.arg == "device" for k in c.keywords))
                  and _may_make_float32(outline, c)}
     floats = [c for c in calls if isinstance(c.func, ast.Attribute) and c.func.attr == "float" and not c.args]
-    integral = _maybe_integral_names(outline) if floats else set()
+    # Only a name's cast asks which names hold integers.
+    integral = _maybe_integral_names(outline) \
+        if any(isinstance(_behind_indexing(c.func.value), ast.Name) for c in floats) else set()
     casts = {id(c) for c in floats if _may_be_integral(c.func.value, integral)}
     if not factories and not casts:
         return False
@@ -1235,7 +1251,8 @@ def _may_fire(outline: Outline) -> bool:
     def from_makers(node: ast.AST) -> set[str]:
         return tainted_by_makers.get(scopes[id(node)], set())
 
-    flow = _AstFlow(outline, scopes)
+    # Two values meet where a maker's value is, so only in a function that holds a maker.
+    flow = _AstFlow(outline, scopes, {scopes[m] for m in makers})
 
     def meet(node: ast.AST, float32: ast.expr, other: ast.expr, names: set[str], makers: set[int]) -> bool:
         """A value one of ``makers`` made float32 may meet a half value there."""
@@ -1245,8 +1262,8 @@ def _may_fire(outline: Outline) -> bool:
                   and any(isinstance(t, ast.Subscript) for t in a.targets)]
     for a in index_puts:
         if any(isinstance(t, ast.Subscript)
-               and any(flow.tensor_index(i, scopes[id(a)]) for i in _subscript_elements(t.slice))
                and (meet(a, t.value, a.value, from_makers(a), makers) or meet(a, a.value, t.value, from_makers(a), makers))
+               and any(flow.tensor_index(i, scopes[id(a)]) for i in _subscript_elements(t.slice))
                for t in a.targets):
             return True
     for c in calls:

@@ -67,6 +67,17 @@ def loss_places_on_ast(outline: Outline) -> list[ast.FunctionDef | ast.AsyncFunc
     return found
 
 
+def named_loss_places_on_ast(outline: Outline, path: str | Path) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    """``named_loss_place`` on Python's ast, loosely: ``loss_places_on_ast``, where the file's
+    ``path`` does not name a loss only those named like one or methods of a class named like
+    one (a function in them is a place by that name too)."""
+    places = loss_places_on_ast(outline)
+    if any("loss" in part.lower() for part in Path(path).parts[-2:]):
+        return places
+    in_loss_classes = {id(f) for cls in outline.nodes(ast.ClassDef) if "loss" in cls.name.lower() for f in cls.body}
+    return [f for f in places if "loss" in f.name.lower() or id(f) in in_loss_classes]
+
+
 def enabling_site(ctx: FileContext, float16: bool = False) -> tuple[AutocastSite, str, Related] | None:
     """The project's first autocast call or framework setting (``float16``: one that may run
     in float16), with how to name it in a message (``trainer.py:12 and 2 more``) and as a

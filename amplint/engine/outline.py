@@ -164,6 +164,51 @@ class Outline:
             self._qualified[id(expr)] = known
         return known
 
+    @cached_property
+    def _module_level_imports(self) -> dict[str, set[str]]:
+        """What each name an import outside every function and class binds may stand for."""
+        found: dict[str, set[str]] = {}
+        statements = list(self.tree.body)
+        while statements:
+            statement = statements.pop()
+            if isinstance(statement, ast.Import):
+                for alias in statement.names:
+                    local = alias.asname or alias.name.split(".")[0]
+                    found.setdefault(local, set()).add(alias.name if alias.asname else local)
+            elif isinstance(statement, ast.ImportFrom):
+                if statement.module and not statement.level:
+                    for alias in statement.names:
+                        found.setdefault(alias.asname or alias.name, set()).add(f"{statement.module}.{alias.name}")
+            elif not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+                    statements.extend(getattr(statement, name, ()))
+        return found
+
+    @cached_property
+    def _bound_otherwise(self) -> set[str]:
+        """Names something other than an import at module level binds somewhere in the file (an
+        assignment, a parameter, a definition, an import in a function or class)."""
+        found = {n.id for n in self.nodes(ast.Name) if not isinstance(n.ctx, ast.Load)}
+        found |= {a.arg for a in self.nodes(ast.arg)}
+        found |= {d.name for kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef) for d in self.nodes(kind)}
+        found |= {h.name for h in self.nodes(ast.ExceptHandler) if h.name}
+        found |= {m.name for kind in (ast.MatchAs, ast.MatchStar) for m in self.nodes(kind) if m.name}
+        imported = {a.asname or a.name.split(".")[0] for kind in (ast.Import, ast.ImportFrom)
+                    for i in self.nodes(kind) for a in i.names}
+        return found | (imported - set(self._module_level_imports))
+
+    def surely_qualified_names(self, expr: ast.expr) -> frozenset[str]:
+        """What a name or attribute stands for when imports alone decide it wherever it is
+        used: by the imports at module level, of a name nothing else in the file binds; empty
+        otherwise. What libcst's resolver (``names.ImportResolver``) finds includes these, as
+        ``qualified_names`` includes what it finds: a test that a rule's check() surely sees
+        an import asks this one."""
+        parts = _dotted(expr)
+        if parts is None or parts[0] in self._bound_otherwise or parts[0] not in self._module_level_imports:
+            return _NOTHING
+        tail = "".join("." + p for p in parts[1:])
+        return frozenset(q + tail for q in self._module_level_imports[parts[0]])
+
     def calls_to(self, names: frozenset[str] | set[str]) -> list[ast.Call]:
         return [c for c in self.nodes(ast.Call) if not self.qualified_names(c.func).isdisjoint(names)]
 

@@ -664,6 +664,11 @@ class ProjectHints:
         self.read: set[Dependency] = set()
 
     @property
+    def path(self) -> str | Path | None:
+        """The checked file's path (None for text that names no file)."""
+        return self._path
+
+    @property
     def root(self) -> Path | None:
         if "_root" not in self.__dict__:
             path = Path(self._path) if self._path is not None else None

@@ -139,12 +139,14 @@ def calls_enabled_autocast(outline: Outline) -> bool:
     return bool(enabled_autocast_calls(outline))
 
 
-def calls_in_regions(outline: Outline) -> set[int]:
-    """``autocast_region(..., frameworks=True)`` on the ast, loosely: the ids of the calls in
-    the body of a ``with`` on an autocast call that a literal ``enabled=False`` does not turn
-    off, on a framework's ``X.autocast()``, or on a name the file assigns an autocast call; or
-    in a function such a call decorates; with no function in between."""
-    cache = outline.__dict__.setdefault("_calls_in_regions", [])
+def region_spans(outline: Outline) -> list[tuple[ast.stmt, ast.AST, int]]:
+    """``autocast_region(..., frameworks=True)`` on the ast, loosely: (first statement, the
+    ``with`` or function, id of the function around it) for each ``with`` on an autocast call
+    that a literal ``enabled=False`` does not turn off, on a framework's ``X.autocast()``, or on
+    a name the file assigns an autocast call; and each function such a call decorates. What
+    lies between the first statement and the end of the ``with``, with no function in between
+    (the same ``outline.scopes`` entry), is in the region."""
+    cache = outline.__dict__.setdefault("_region_spans", [])
     if cache:
         return cache[0]
     autocasts = outline.calls_to(AUTOCAST)
@@ -180,6 +182,17 @@ def calls_in_regions(outline: Outline) -> set[int]:
              if any(opens(item.context_expr) for item in w.items)]
     spans += [(f.body[0], f, id(f)) for kind in (ast.FunctionDef, ast.AsyncFunctionDef) for f in outline.nodes(kind)
               if any(id(d) in enabled for d in f.decorator_list)]
+    cache.append(spans)
+    return spans
+
+
+def calls_in_regions(outline: Outline) -> set[int]:
+    """The ids of the calls in a region of ``region_spans``."""
+    cache = outline.__dict__.setdefault("_calls_in_regions", [])
+    if cache:
+        return cache[0]
+    scopes = outline.scopes
+    spans = region_spans(outline)
     found: set[int] = set()
     if spans:
         calls = sorted(((c.lineno, c.col_offset), id(c)) for c in outline.nodes(ast.Call))

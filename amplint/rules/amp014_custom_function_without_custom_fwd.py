@@ -2,10 +2,13 @@ from __future__ import annotations
 
 import ast
 import builtins
+from functools import lru_cache
+from typing import Callable
 
 import libcst as cst
 
 from ..engine.context import FileContext
+from ..engine.outline import Outline, contains
 from ..engine.rule import Invalid, Rule, Valid
 from ..engine.semantics import (
     assigned_before,
@@ -15,6 +18,7 @@ from ..engine.semantics import (
     policies_of,
     subtree,
 )
+from ..policy import committed_tables
 
 _FUNCTION = frozenset({"torch.autograd.Function", "torch.autograd.function.Function"})
 _CUSTOM = {
@@ -140,14 +144,113 @@ def _needs_autocast_state(ctx: FileContext, method: cst.FunctionDef, module_name
                for op in ctx.nodes(cst.BinaryOperation))
 
 
-def _may_fire(outline) -> bool:
-    """A class of the file derived from ``torch.autograd.Function`` with a ``forward`` or
-    ``backward``, and autocast, ``custom_bwd`` or ``enable_grad`` in the file."""
-    if not any(any(not outline.qualified_names(b).isdisjoint(_FUNCTION) for b in cls.bases)
-               and any(isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name in _CUSTOM for s in cls.body)
-               for cls in outline.nodes(ast.ClassDef)):
-        return False
-    return calls_autocast(outline) or outline.refers_to(_CUSTOM["backward"]) or bool(outline.calls_to(_ENABLE_GRAD))
+def _decorated(method: ast.FunctionDef, role: str, names: Callable[[ast.expr], frozenset[str]]) -> bool:
+    """Whether a decorator of ``method`` is ``custom_fwd``/``custom_bwd`` (``role``: forward or
+    backward) by ``names`` (``Outline.qualified_names``: may be; ``surely_qualified_names``:
+    check() surely finds it)."""
+    return any(not names(d.func if isinstance(d, ast.Call) else d).isdisjoint(_CUSTOM[role])
+               for d in method.decorator_list)
+
+
+@lru_cache(maxsize=None)
+def _policy_callees() -> frozenset[str]:
+    """The last part of every spelling that reaches an op with an autocast policy, in any
+    committed table."""
+    return frozenset(spelling.rsplit(".", 1)[-1] for table in committed_tables()
+                     for spelling in table.spellings_reaching(lambda op: table.policy(op) is not None))
+
+
+def _top_level_names(outline: Outline) -> set[str]:
+    """``_module_level_names`` on the ast."""
+    names = set()
+    for statement in outline.tree.body:
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(statement.name)
+        elif isinstance(statement, (ast.Assign, ast.AnnAssign)):
+            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+    return names
+
+
+def _may_need_autocast_state(outline: Outline, method: ast.FunctionDef, module_names: set[str]) -> bool:
+    """``_needs_autocast_state`` on the ast, loosely: an ``@``, or a call spelled like one that
+    reaches an op with a policy (by its attribute or the last part of a qualified name), or one
+    ``_opaque`` may find autocast cannot see into: a kernel launch, a call of a name that is
+    not a builtin, of an import from outside the transparent modules, or of an attribute of a
+    name the file binds at its top."""
+    policy = _policy_callees()
+    for node in ast.walk(method):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
+            return True
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        names = outline.qualified_names(func)
+        if isinstance(func, ast.Subscript) or any(n.split(".")[0] not in _TRANSPARENT for n in names) \
+                or any(n.rsplit(".", 1)[-1] in policy for n in names):
+            return True
+        if isinstance(func, ast.Name):
+            if func.id not in _BUILTINS:
+                return True
+        elif isinstance(func, ast.Attribute):
+            root = func
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if func.attr in policy or isinstance(root, ast.Name) and root.id in module_names:
+                return True
+    return False
+
+
+def _may_fire(outline: Outline) -> bool:
+    """A class of the file derived from ``torch.autograd.Function`` where one of check()'s
+    findings may be: a ``backward`` that may have ``custom_bwd`` and a ``forward`` that surely
+    lacks ``custom_fwd`` (``Outline.surely_qualified_names``); a ``backward`` that may lack
+    ``custom_bwd`` and a ``forward``, in a class that does not name autocast, with a ``with
+    torch.enable_grad()`` in that backward or in a method of another class (a recomputation);
+    or, in a file that calls autocast, a ``forward`` with ``custom_fwd`` and a ``backward`` that
+    may lack ``custom_bwd``, or, in a class that does not name autocast, methods that may all
+    lack their decorator, one of which may need autocast's state (``_may_need_autocast_state``)."""
+    uses_autocast = None
+    module_names = None
+    recomputing = None
+    maybe, surely = outline.qualified_names, outline.surely_qualified_names
+    for cls in outline.nodes(ast.ClassDef):
+        if all(outline.qualified_names(b).isdisjoint(_FUNCTION) for b in cls.bases):
+            continue
+        # The last definition of each name, as check() reads them.
+        methods = {s.name: s for s in cls.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
+                   and s.name in _CUSTOM}
+        forward, backward = methods.get("forward"), methods.get("backward")
+        if forward is None and backward is None:
+            continue
+        if forward is not None and backward is not None and _decorated(backward, "backward", maybe) \
+                and not _decorated(forward, "forward", surely):
+            return True
+        bare_backward = backward is not None and not _decorated(backward, "backward", surely)
+        names_autocast = any("autocast" in (n.id if isinstance(n, ast.Name) else n.attr)
+                             for kind in (ast.Name, ast.Attribute) for n in outline.nodes(kind) if contains(cls, n))
+        if uses_autocast is None:
+            uses_autocast = calls_autocast(outline)
+        if uses_autocast:
+            if bare_backward and forward is not None and _decorated(forward, "forward", maybe):
+                return True
+            if not names_autocast and not any(_decorated(m, role, surely) for role, m in methods.items()):
+                if module_names is None:
+                    module_names = _top_level_names(outline)
+                if any(_may_need_autocast_state(outline, m, module_names) for m in methods.values()):
+                    return True
+        if not bare_backward or forward is None or names_autocast:
+            continue
+        if recomputing is None:
+            recomputing = [w for kind in (ast.With, ast.AsyncWith) for w in outline.nodes(kind) if any(
+                isinstance(item.context_expr, ast.Call)
+                and not outline.qualified_names(item.context_expr.func).isdisjoint(_ENABLE_GRAD) for item in w.items)]
+            methods_elsewhere = [m for other in outline.nodes(ast.ClassDef) for m in other.body
+                                 if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))] if recomputing else []
+        if any(contains(backward, w) or any(contains(m, w) and not contains(cls, m) for m in methods_elsewhere)
+               for w in recomputing):
+            return True
+    return False
 
 
 def _unknown_decorator(ctx: FileContext, method: cst.FunctionDef) -> bool:
@@ -391,6 +494,38 @@ class RoIAlign(torch.autograd.Function):
 with torch.autocast("cuda"):
     out = RoIAlign.apply(features, rois)
 """, at=((6, 9, '`RoIAlign.forward` has no `@torch.amp.custom_fwd(device_type'), (10, 9, '`RoIAlign.backward` has no `@torch.amp.custom_bwd(device_typ'),)),
+        # An extension the file loads itself, a kernel launch, an `@`: each decides its dtypes.
+        Invalid("""
+import torch
+from torch.utils.cpp_extension import load
+ext = load(name="ext", sources=["ext.cpp"])
+class Fused(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return ext.forward(x)
+with torch.autocast("cuda"):
+    y = Fused.apply(x)
+""", at=((7, 9, '`Fused.forward` has no `@torch.amp.custom_fwd(device_type=...)'),)),
+        Invalid("""
+import torch
+class Launch(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        out = x.new_empty(x.shape)
+        kernel[(x.numel(),)](x, out)
+        return out
+with torch.autocast("cuda"):
+    y = Launch.apply(x)
+""", at=((5, 9, '`Launch.forward` has no `@torch.amp.custom_fwd(device_type=...'),)),
+        Invalid("""
+import torch
+class Project(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w):
+        return x @ w
+with torch.autocast("cuda"):
+    y = Project.apply(x, w)
+""", at=((5, 9, '`Project.forward` has no `@torch.amp.custom_fwd(device_type=..'),)),
         Invalid("""
 import torch
 class Scale(torch.autograd.Function):

@@ -5,7 +5,7 @@ import ast
 import libcst as cst
 
 from ..engine.context import FileContext
-from ..engine.crossfile import enabling_site, loss_places_on_ast, named_loss_place
+from ..engine.crossfile import enabling_site, named_loss_place, named_loss_places_on_ast
 from ..engine.outline import Outline, contains
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import (
@@ -20,6 +20,7 @@ from ..engine.semantics import (
     method_call,
     policies_of,
     region_dtype,
+    region_spans,
     region_table,
     subtree,
 )
@@ -35,6 +36,7 @@ _SINGULAR = frozenset({"log", "log2", "log10", "sqrt", "rsqrt", "reciprocal"})
 _WIDE = frozenset({"float32", "float64"})
 _NORMS = frozenset({"norm", "vector_norm", "matrix_norm"})
 _PROBABILITIES = frozenset({"sigmoid", "softmax"})
+_ZERO_PRODUCERS = _NORMS | _PROBABILITIES
 # Names a function that deals with float16 itself mentions (_handles_half).
 _HALF_AWARE = frozenset({"torch.float16", "torch.half", "torch.finfo"})
 _METADATA = frozenset({"shape", "ndim", "dtype", "device", "size", "dim", "numel"})
@@ -53,21 +55,44 @@ def _called(call: ast.Call) -> str | None:
     return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
 
 
+def _guarded_epsilons(outline: Outline, tiny) -> list[tuple[ast.expr, ast.expr]]:
+    """(epsilon, guard) where ``_guard`` may find the epsilon (a ``tiny`` node) guarding
+    something that ``_guarded_op`` may find a division, log or root of: the guard (``x + eps``,
+    a clamp with the epsilon among its arguments) divides, is the first argument of a log or
+    root, or is the receiver of one, or is assigned to a name used so later in the file."""
+    calls = outline.nodes(ast.Call)
+    guards = [(side, b) for b in outline.nodes(ast.BinOp) if isinstance(b.op, ast.Add)
+              for side in (b.left, b.right) if tiny(side)]
+    guards += [(a, c) for c in calls if _called(c) in _CLAMPS
+               for a in (*c.args, *(k.value for k in c.keywords)) if tiny(a)]
+    if not guards:
+        return []
+    singular = [b.right for b in outline.nodes(ast.BinOp) if isinstance(b.op, ast.Div)]
+    singular += [a for c in calls if _called(c) in _SINGULAR for a in (*c.args[:1], *(k.value for k in c.keywords))]
+    singular += [a.value for a in outline.nodes(ast.Attribute) if a.attr in _SINGULAR]
+    taken_at_zero = {id(e) for e in singular}
+    # Where each name is divided by, or its log or root taken.
+    uses: dict[str, list[tuple[int, int]]] = {}
+    for e in singular:
+        if isinstance(e, ast.Name):
+            uses.setdefault(e.id, []).append((e.lineno, e.col_offset))
+    assigned = {id(a.value): [t.id for t in (a.targets if isinstance(a, ast.Assign) else [a.target])
+                              if isinstance(t, ast.Name)]
+                for kind in (ast.Assign, ast.AnnAssign) for a in outline.nodes(kind) if a.value is not None}
+    return [(eps, guard) for eps, guard in guards if id(guard) in taken_at_zero or any(
+        at > (guard.lineno, guard.col_offset) for name in assigned.get(id(guard), ()) for at in uses.get(name, ()))]
+
+
 def _may_fire(outline: Outline) -> bool:
     """A float literal the rule would call tiny (libcst's ``Float`` nodes are the ``float``
-    constants of Python's ast), and either a region, or what a guard outside regions needs:
-    the epsilon added or clamped before a division, log or root, and a model converted to
-    float16 or else a norm or probability and a public function with a ``Tensor`` parameter."""
-    tiny = [c for c in outline.nodes(ast.Constant) if _tiny_float(c)]
-    if not tiny:
+    constants of Python's ast), and either it or a name that may stand for one inside a region;
+    or an epsilon that guards a division, log or root (``_guarded_epsilons``), inside a loss
+    place by name in a project that enables float16 autocast, or in a class of this file
+    converted to float16, or in a public function with a ``Tensor`` parameter (in a file with
+    a norm or probability) that does not name float16 itself."""
+    tiny_constants = [c for c in outline.nodes(ast.Constant) if _tiny_float(c)]
+    if not tiny_constants:
         return False
-    if calls_enabled_autocast(outline):
-        return True
-    # Where a loss is computed, in a project that enables float16 autocast elsewhere
-    # (_check_project_float16).
-    if outline.project is not None and any(contains(f, c) for f in loss_places_on_ast(outline) for c in tiny) \
-            and outline.project.float16_autocast:
-        return True
     tiny_names = {a.arg for f in outline.nodes(ast.arguments)
                   for a, d in zip((f.posonlyargs + f.args)[::-1], f.defaults[::-1]) if _tiny_float(d)}
     tiny_names |= {a.arg for f in outline.nodes(ast.arguments)
@@ -82,44 +107,101 @@ def _may_fire(outline: Outline) -> bool:
     def tiny(node: ast.AST) -> bool:
         return _tiny_float(node) or isinstance(node, ast.Name) and node.id in tiny_names
 
-    calls = outline.nodes(ast.Call)
-    guards = any(isinstance(b.op, ast.Add) and (tiny(b.left) or tiny(b.right)) for b in outline.nodes(ast.BinOp)) \
-        or any(_called(c) in _CLAMPS and any(tiny(a) for a in (*c.args, *(k.value for k in c.keywords)))
-               for c in calls)
-    singular = any(isinstance(b.op, ast.Div) for b in outline.nodes(ast.BinOp)) or any(
-        _called(c) in _SINGULAR for c in calls)
-    if not (guards and singular):
+    # In a float16 region (_check_operand, _check_keyword): where the epsilon is written.
+    if calls_enabled_autocast(outline):
+        spans = [((first.lineno, first.col_offset), (last.end_lineno, last.end_col_offset))
+                 for first, last, _ in region_spans(outline)]
+        epsilons = [*tiny_constants, *(n for n in outline.nodes(ast.Name) if n.id in tiny_names)]
+        if any(start <= (e.lineno, e.col_offset) < end for e in epsilons for start, end in spans):
+            return True
+    guards = _guarded_epsilons(outline, tiny)
+    if not guards:
         return False
+    guarded = [eps for eps, _ in guards]
+    # Where a loss is computed, in a project that enables float16 autocast elsewhere
+    # (_check_project_float16).
+    if outline.project is not None and outline.project.path is not None and any(
+            contains(f, e) for f in named_loss_places_on_ast(outline, outline.project.path) for e in guarded) \
+            and outline.project.float16_autocast:
+        return True
+    calls = outline.nodes(ast.Call)
     # A class of this file whose instances it converts to float16 (_halved_classes; the dtype
-    # named anyhow: the check resolves it), with an epsilon in it.
-    if any(any(tiny(n) for n in ast.walk(cls)) for cls in _may_be_halved_classes(outline, calls)):
+    # named anyhow: the check resolves it).
+    if any(contains(cls, e) for cls in _may_be_halved_classes(outline, calls) for e in guarded):
         return True
     # Else a public function with a ``Tensor`` parameter that guards a division, log or root
     # itself (the guard's function is the one _check_caller_dtype reads).
-    if not any(_called(c) in _NORMS | _PROBABILITIES for c in calls):
+    if not any(_may_make_zero(outline, c) for c in calls):
         return False
+    private_classes = [c for c in outline.nodes(ast.ClassDef) if c.name.startswith("_") and not c.name.endswith("__")]
+    methods = {id(m) for c in outline.nodes(ast.ClassDef) for m in c.body}
     for kind in (ast.FunctionDef, ast.AsyncFunctionDef):
         for f in outline.nodes(kind):
             if (f.name.startswith("_") and not f.name.endswith("__")) or not any(
                     a.annotation is not None and "Tensor" in ast.dump(a.annotation)
-                    for a in f.args.args + f.args.kwonlyargs):
+                    for a in f.args.args + f.args.kwonlyargs) or not any(contains(f, e) for e in guarded) \
+                    or any(contains(c, f) for c in private_classes):
                 continue
-            inside = list(ast.walk(f))
-            if any(isinstance(n, (ast.Name, ast.Attribute)) and not outline.qualified_names(n).isdisjoint(_HALF_AWARE)
-                   for n in inside):
+            if any(isinstance(n, (ast.Name, ast.Attribute))
+                   and not outline.surely_qualified_names(n).isdisjoint(_HALF_AWARE) for n in ast.walk(f)):
                 continue  # _handles_half
-            owner = f.args.args[0].arg if f.args.args else None
-            if not any(isinstance(c, ast.Call) and (_called(c) in _NORMS | _PROBABILITIES or (
-                    isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)
-                    and c.func.value.id == owner)) for c in inside):
-                continue  # nothing there makes the guarded value 0 (_caller_tensor), nor a submodule's forward
-            if any(isinstance(b, ast.BinOp) and isinstance(b.op, ast.Add) and (tiny(b.left) or tiny(b.right))
-                   or isinstance(b, ast.Call) and _called(b) in _CLAMPS
-                   and any(tiny(a) for a in (*b.args, *(k.value for k in b.keywords))) for b in inside) \
-                    and any(isinstance(b, ast.BinOp) and isinstance(b.op, ast.Div)
-                            or isinstance(b, ast.Call) and _called(b) in _SINGULAR for b in inside):
+            if _may_reach_caller_zero(outline, f, [guard for eps, guard in guards if contains(f, eps)],
+                                      id(f) in methods):
                 return True
     return False
+
+
+def _may_make_zero(outline: Outline, call: ast.Call, owner: str | None = None) -> bool:
+    """``_zero_producer`` on the ast, loosely (a norm or probability by the callee's last name or
+    that of what it may stand for); with ``owner``, also a call of a method of it (a
+    submodule's forward, ``_module_outputs``)."""
+    func = call.func
+    return _called(call) in _ZERO_PRODUCERS \
+        or any(q.rsplit(".", 1)[-1] in _ZERO_PRODUCERS for q in outline.qualified_names(func)) \
+        or owner is not None and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) \
+        and func.value.id == owner
+
+
+def _may_reach_caller_zero(outline: Outline, function: ast.FunctionDef, guards: list[ast.expr],
+                           method: bool) -> bool:
+    """``_caller_tensor`` on the ast, loosely: what ``guards`` (in ``function``) are computed
+    from, following each name the function's assignments bind (also attribute and keyword
+    names, which are names to libcst's ``_slice`` too), holds one of its ``Tensor`` parameters
+    and a call ``_may_make_zero`` accepts (of the first parameter's methods too where the
+    function is a ``method``). No widening is looked for."""
+    tensors = {a.arg for a in function.args.args + function.args.kwonlyargs
+               if a.annotation is not None and "Tensor" in ast.dump(a.annotation)}
+    owner = function.args.args[0].arg if method and function.args.args else None
+    bound: dict[str, list[ast.expr]] = {}
+    for kind in (ast.Assign, ast.AnnAssign):
+        for a in outline.nodes(kind):
+            if a.value is not None and contains(function, a):
+                for target in (a.targets if isinstance(a, ast.Assign) else [a.target]):
+                    for name in _names_in(target):
+                        bound.setdefault(name, []).append(a.value)
+    pending, seen, zero = list(guards), set(), False
+    while pending:
+        for node in ast.walk(pending.pop()):
+            for name in _names_in(node, deep=False):
+                if name not in seen:
+                    seen.add(name)
+                    pending.extend(bound.get(name, ()))
+            zero = zero or isinstance(node, ast.Call) and _may_make_zero(outline, node, owner)
+    return zero and not tensors.isdisjoint(seen)
+
+
+def _names_in(node: ast.AST, deep: bool = True) -> list[str]:
+    """The names libcst sees in ``node`` (with ``deep``, in all of it): a name, an attribute's
+    name, a keyword's, a lambda's parameter."""
+    found = []
+    for n in ast.walk(node) if deep else (node,):
+        if isinstance(n, ast.Name):
+            found.append(n.id)
+        elif isinstance(n, ast.Attribute):
+            found.append(n.attr)
+        elif isinstance(n, (ast.keyword, ast.arg)) and n.arg is not None:
+            found.append(n.arg)
+    return found
 
 
 def _may_be_halved_classes(outline: Outline, calls: list[ast.Call]) -> list[ast.ClassDef]:
@@ -677,6 +759,13 @@ def quaternion_exp_to_log(quaternion: Tensor, eps: float = 1.0e-8) -> Tensor:
     norm_q: Tensor = torch.norm(vector, p=2, dim=-1, keepdim=True).clamp(min=eps)
     return vector * torch.acos(torch.clamp(quaternion[..., 0:1], min=-1.0, max=1.0)) / norm_q
 """, at=((6, 78, "`eps` (line 4) is below float16's smallest value (≈5.96e-8) and rounds to 0 when this runs in float16 (a float16 `quaternion` or model), where the norm it guards reaches 0: the division"),)),
+        # A clamp guards a root taken of it (the clamp is the method's receiver).
+        Invalid("""
+import torch
+from torch import Tensor
+def scale_by_norm(x: Tensor, eps: float = 1e-10) -> Tensor:
+    return x * torch.clamp(torch.linalg.norm(x, dim=-1, keepdim=True), min=eps).rsqrt()
+""", at=((5, 76, "`eps` (line 4) is below float16's smallest value (≈5.96e-8) and rounds to 0 when this runs in float16 (a float16 `x` or model), where the norm it guards reaches 0: the rsqrt"),)),
         # A module constant guards the log of a probability a submodule of this file returns.
         Invalid("""
 import torch

@@ -19,6 +19,7 @@ from ..engine.semantics import (
     inferred_dtype,
     makes_float32_outside_autocast,
     policies_of,
+    region_spans,
     region_table,
     tensor_input,
 )
@@ -44,21 +45,41 @@ def _equal_dtype_callees() -> frozenset[str]:
 
 
 def _may_fire(outline: Outline) -> bool:
-    """A region, a float32 value (a factory without dtype, ``.float()``), and an ``@`` or a
-    call that may reach an equal-dtype op (through an import, by the callee's qualified name,
-    or as a method, by its attribute) with a name and another name or call among its
-    positional arguments: what check() needs to report."""
+    """A float32 value (a factory without dtype, ``.float()``), and an ``@`` or a call that may
+    reach an equal-dtype op (through an import, by the callee's qualified name, or as a method,
+    by its attribute) with another name or call among its positional arguments and a name that
+    a plain assignment earlier in the same function sets, inside a region, to a call, an ``@``
+    or a name (what ``_half_from_region`` may find lower precision): what check() needs to
+    report."""
     if not (calls_enabled_autocast(outline) and makes_float32_outside_autocast(outline)):
         return False
+    scopes = outline.scopes
+    # (function, name) -> where each assignment in a region to that name starts.
+    made_in_region: dict[tuple[int, str], list[tuple[int, int]]] = {}
+    spans = [((first.lineno, first.col_offset), (last.end_lineno, last.end_col_offset), scope)
+             for first, last, scope in region_spans(outline)]
+    for a in outline.nodes(ast.Assign):
+        if len(a.targets) != 1 or not isinstance(a.targets[0], ast.Name) or not (
+                isinstance(a.value, (ast.Call, ast.Name))
+                or isinstance(a.value, ast.BinOp) and isinstance(a.value.op, ast.MatMult)):
+            continue
+        at, scope = (a.lineno, a.col_offset), scopes[id(a)]
+        if any(start <= at < end and scope == region_scope for start, end, region_scope in spans):
+            made_in_region.setdefault((scope, a.targets[0].id), []).append(at)
+    if not made_in_region:
+        return False
 
-    def half_and_full(args: list[ast.expr]) -> bool:
-        return any(isinstance(a, ast.Name) for a in args) and \
-            sum(isinstance(a, (ast.Name, ast.Call)) for a in args) >= 2
+    def half_and_full(node: ast.AST, args: list[ast.expr]) -> bool:
+        scope = scopes[id(node)]
+        return sum(isinstance(a, (ast.Name, ast.Call)) for a in args) >= 2 and any(
+            isinstance(a, ast.Name)
+            and any(at < (a.lineno, a.col_offset) for at in made_in_region.get((scope, a.id), ())) for a in args)
 
-    if any(isinstance(op.op, ast.MatMult) and half_and_full([op.left, op.right]) for op in outline.nodes(ast.BinOp)):
+    if any(isinstance(op.op, ast.MatMult) and half_and_full(op, [op.left, op.right])
+           for op in outline.nodes(ast.BinOp)):
         return True
     callees = _equal_dtype_callees()
-    return any(half_and_full(call.args) and (
+    return any(half_and_full(call, call.args) and (
         (isinstance(call.func, ast.Attribute) and call.func.attr in callees)
         or any(q.rsplit(".", 1)[-1] in callees for q in outline.qualified_names(call.func)))
         for call in outline.nodes(ast.Call))
@@ -148,6 +169,15 @@ with torch.autocast("cuda"):
 proj = torch.zeros(64, 10, device="cuda").float()
 out = h @ proj
 """, at=((6, 7, '`h` comes out of an autocast region in lower precision and `'),)),
+        # A name the region sets to another name, which holds the region's lower-precision value.
+        Invalid("""
+import torch
+def head(x, w1, w2):
+    with torch.autocast("cuda"):
+        h = torch.mm(x, w1)
+        out = h
+    return torch.mm(out, w2.float())
+""", at=((7, 12, '`out` comes out of an autocast region in lower precision and'),)),
     )
 
     def check(self, ctx: FileContext) -> None:

@@ -148,6 +148,36 @@ def test_processes_share_one_reading_of_the_project_and_find_the_same(tmp_path, 
     assert runs[0].stdout.count("AMP001") == 70 and "demo/losses.py:5:" in runs[0].stdout
 
 
+def test_several_projects_and_loose_files_come_back_from_the_pool_in_order(tmp_path, monkeypatch):
+    """Two projects (each read by one process, its files handed out once it is read) and files
+    in no project: `--diff` prints each file's changes in the order of a run in one process,
+    and the findings that read a project's wrapper are the same."""
+    files = {}
+    for project, wrapper in (("alpha", "amp_context"), ("beta", "mixed_precision")):
+        files[f"{project}/pyproject.toml"] = f'[project]\nname = "{project}"\n'
+        files[f"{project}/{project}/__init__.py"] = ""
+        files[f"{project}/{project}/utils.py"] = UTILS.replace("amp_context", wrapper)
+        files.update({f"{project}/{project}/step{i:02d}.py": f"import torch\nfrom .utils import {wrapper}\n\n"
+                      f"scaler = torch.cuda.amp.GradScaler()\n\n\ndef step(model, x):\n"
+                      f"    with {wrapper}():\n        model(x).sum().backward()\n" for i in range(30)})
+    files.update({f"loose/script{i:02d}.py": "import torch\nscaler = torch.cuda.amp.GradScaler()\n"
+                  for i in range(10)})
+    _write(tmp_path, files)
+    monkeypatch.chdir(tmp_path)
+    outputs = {}
+    for mode in ("--diff", "--output-format=concise"):
+        runs = [CliRunner().invoke(main, ["check", "--no-cache", mode, "--jobs", jobs, "alpha", "loose", "beta"])
+                for jobs in ("1", "2")]
+        assert runs[0].exit_code == runs[1].exit_code == 1
+        assert runs[0].stdout == runs[1].stdout
+        outputs[mode] = runs[1].stdout
+    changed = re.findall(r"^--- a/(\S+)", outputs["--diff"], re.M)
+    in_order_given = [*(f"alpha/alpha/step{i:02d}.py" for i in range(30)), *(f"loose/script{i:02d}.py" for i in range(10)),
+                      *(f"beta/beta/step{i:02d}.py" for i in range(30))]
+    assert changed == in_order_given
+    assert outputs["--output-format=concise"].count("AMP001") == 60
+
+
 HOOKS = """\
 def enable_grad_clamping(model, bound):
     for p in model.parameters():

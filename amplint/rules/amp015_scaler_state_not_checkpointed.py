@@ -69,17 +69,38 @@ def _branches(value: ast.expr) -> list[ast.expr]:
     return [value]
 
 
+# What an attribute that names a GradScaler class ends with (``torch.amp.GradScaler``).
+_CLASS_NAMES = frozenset(q.rpartition(".")[2] for q in SCALER_CLASSES)
+
+
 def _scaler_creations(outline: Outline) -> list[ast.Assign | ast.AnnAssign]:
     """``scaler_creations``, loosely: assignments of a call of a GradScaler class, or of a name
     the file assigns anything that names one (``GradScaler = torch.cuda.amp.GradScaler``,
     ``functools.partial(torch.GradScaler, ...)``)."""
-    aliases = {t.id for a in outline.nodes(ast.Assign) for t in a.targets if isinstance(t, ast.Name) and any(
-        not outline.qualified_names(n).isdisjoint(SCALER_CLASSES) for n in ast.walk(a.value)
-        if isinstance(n, (ast.Name, ast.Attribute)))}
+    imports = [*outline.nodes(ast.Import), *outline.nodes(ast.ImportFrom)]
+    if any(a.name == "*" for i in imports for a in i.names):
+        names = outline.nodes(ast.Name)  # a star import may bind any of them
+    else:  # only a name an import binds stands for a class of another module
+        bound = {a.asname or a.name.split(".")[0] for i in imports for a in i.names}
+        names = [n for n in outline.nodes(ast.Name) if n.id in bound]
+    named = [n for n in [*names, *(a for a in outline.nodes(ast.Attribute) if a.attr in _CLASS_NAMES)]
+             if not outline.qualified_names(n).isdisjoint(SCALER_CLASSES)]
+    if not named:  # neither a GradScaler class called nor an alias of one
+        return []
+    aliases = {t.id for a in outline.nodes(ast.Assign) if any(contains(a.value, n) for n in named)
+               for t in a.targets if isinstance(t, ast.Name)}
     return [a for a in (*outline.nodes(ast.Assign), *outline.nodes(ast.AnnAssign)) if a.value is not None and any(
         isinstance(v, ast.Call) and (not outline.qualified_names(v.func).isdisjoint(SCALER_CLASSES)
                                      or isinstance(v.func, ast.Name) and v.func.id in aliases)
         for v in _branches(a.value))]
+
+
+def _spells(expr: ast.expr, word: str) -> bool:
+    """Whether ``word`` is in a name, attribute or string of ``expr`` (in its text, as the
+    check reads an annotation, without rendering it)."""
+    return any(isinstance(n, ast.Name) and word in n.id or isinstance(n, ast.Attribute) and word in n.attr
+               or isinstance(n, ast.Constant) and isinstance(n.value, str) and word in n.value
+               for n in ast.walk(expr))
 
 
 def _class_of(outline: Outline, node: ast.AST) -> ast.ClassDef | None:
@@ -95,7 +116,7 @@ def _scaler_units(outline: Outline, creations: list) -> set[ast.ClassDef | None]
     backward (``S.scale(loss).backward()``)."""
     places = [*creations,
               *(a for a in outline.nodes(ast.arg) if a.arg in SCALER_PARAMS
-                or (a.annotation is not None and "GradScaler" in ast.unparse(a.annotation))),
+                or a.annotation is not None and _spells(a.annotation, "GradScaler")),
               *(c for c in outline.method_calls("backward") if isinstance(c.func.value, ast.Call)
                 and isinstance(c.func.value.func, ast.Attribute) and c.func.value.func.attr == "scale")]
     return {_class_of(outline, p) for p in places}

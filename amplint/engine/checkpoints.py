@@ -272,12 +272,21 @@ def optimizer_restores(ctx: FileContext) -> list[cst.Call]:
     return found
 
 
+def words(name: str) -> set[str]:
+    """The lowercased words of a name: ``load_checkpoint``, ``loadCheckpoint`` -> {"load",
+    "checkpoint"}; ``set_dataloader`` has no word "load"."""
+    return {w.lower() for w in re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+", name)}
+
+
 def name_words(expr: cst.BaseExpression) -> set[str]:
-    """The lowercased words of a callee's last name: ``load_checkpoint``, ``loadCheckpoint`` ->
-    {"load", "checkpoint"}; ``set_dataloader`` has no word "load"."""
-    return {w.lower() for w in re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+", last_name(expr))}
+    """The words of a callee's last name."""
+    return words(last_name(expr))
+
+
+# The words of a call that loads or restores saved state.
+RESTORE_WORDS = frozenset({"load", "reload", "restore", "resume"})
 
 
 def restores_from_checkpoint(call: cst.Call) -> bool:
     """A call named like loading or restoring (``load_checkpoint``, ``self.restore_model``, ``resume``)."""
-    return not name_words(call.func).isdisjoint({"load", "reload", "restore", "resume"})
+    return not name_words(call.func).isdisjoint(RESTORE_WORDS)

@@ -129,12 +129,12 @@ def mentions(key: str, names: frozenset[str]) -> bool:
     return False
 
 
-def events_on_ast(outline: Outline) -> dict[int, set[str]]:
-    """``flows`` on the ast, loosely, for ``may_fire``: by scope (``Outline.scopes``), the kinds
-    of event its calls may make. Scalers are ``scalers``' expressions (and names assigned one),
-    rendered by ``ast.unparse`` on both sides; a clip may be a call of any function of the file
-    that clips (``_helper_clip``)."""
-    cache = outline.__dict__.setdefault("_flow_events", [])
+def event_calls(outline: Outline) -> dict[int, str]:
+    """``flows``' events on the ast, loosely, for ``may_fire``: by id of the call, the kind of
+    event it may make. Scalers are ``scalers``' expressions (and names assigned one), rendered
+    by ``ast.unparse`` on both sides; a clip may be a call of any function of the file that
+    clips (``_helper_clip``)."""
+    cache = outline.__dict__.setdefault("_flow_event_calls", [])
     if cache:
         return cache[0]
     calls = outline.nodes(ast.Call)
@@ -158,7 +158,7 @@ def events_on_ast(outline: Outline) -> dict[int, set[str]]:
     clips = [c for c in calls if not outline.qualified_names(c.func).isdisjoint(CLIP_GRAD)]
     clipping = {f.name for kind in (ast.FunctionDef, ast.AsyncFunctionDef) for f in outline.nodes(kind)
                 if any(contains(f, c) for c in clips)} if clips else set()
-    events: dict[int, set[str]] = {}
+    kinds: dict[int, str] = {}
     for call in calls:
         name = method(call)
         kind = None
@@ -172,9 +172,20 @@ def events_on_ast(outline: Outline) -> dict[int, set[str]]:
                 (name or getattr(call.func, "id", None)) in clipping):
             kind = CLIP
         if kind is not None:
-            events.setdefault(outline.scopes[id(call)], set()).add(kind)
-    cache.append(events)
-    return events
+            kinds[id(call)] = kind
+    cache.append(kinds)
+    return kinds
+
+
+def events_on_ast(outline: Outline) -> dict[int, set[str]]:
+    """By scope (``Outline.scopes``), the kinds of event its calls may make (``event_calls``)."""
+    cache = outline.__dict__.setdefault("_flow_events", [])
+    if not cache:
+        events: dict[int, set[str]] = {}
+        for call, kind in event_calls(outline).items():
+            events.setdefault(outline.scopes[call], set()).add(kind)
+        cache.append(events)
+    return cache[0]
 
 
 def may_have_together(outline: Outline, *kinds: str | tuple[str, ...]) -> bool:

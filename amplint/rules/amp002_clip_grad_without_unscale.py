@@ -11,7 +11,7 @@ from ..engine.crossfile import located, project_function
 from ..engine.diagnostics import Fix
 from ..engine.edits import edit_from_tree
 from ..engine.flow import Event, Flow, line_of
-from ..engine.outline import Outline
+from ..engine.outline import Outline, contains
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import (
     GRAD_SCALER,
@@ -80,17 +80,50 @@ def _ast_hook_clamp(function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[a
     return None
 
 
+def _innermost(outline: Outline, kinds: tuple[type, ...], node: ast.AST) -> ast.AST | None:
+    """The innermost definition of ``kinds`` around ``node`` (they nest: the one that starts last)."""
+    around = [d for kind in kinds for d in outline.nodes(kind) if contains(d, node)]
+    return max(around, key=lambda d: (d.lineno, d.col_offset), default=None)
+
+
+def _may_be_imported(outline: Outline, func: ast.expr) -> bool:
+    """Whether ``project_function`` may find what ``func`` names in another file: a name or
+    attribute reached through an import (a relative one, or a star import, included)."""
+    head, length = func, 1
+    while isinstance(head, ast.Attribute):
+        head, length = head.value, length + 1
+    if not isinstance(head, ast.Name):
+        return False
+    if outline.qualified_names(func):
+        return True
+    imported = outline.nodes(ast.ImportFrom)
+    return any(a.name == "*" for i in imported for a in i.names) or length <= 2 and any(
+        head.id == (a.asname or a.name) for i in imported if i.level for a in i.names)
+
+
 def _may_clamp_scaled_gradients(outline: Outline) -> bool:
-    """What ``_check_hooks`` needs, loosely: a GradScaler (created, scaling a backward, or a
-    parameter named like one) and a hook registered or a helper named like a clip or clamp
-    called."""
+    """What ``_check_hooks`` needs, loosely: a hook registered in a file with a GradScaler
+    (created, scaling a backward, or a parameter named like one), or a call of a helper named
+    like a clip or clamp that another file of the project may define (``_may_be_imported``)
+    where ``_scaler_here`` may find a scaler: a parameter of its function, or a scaler created
+    or scaling a backward in its class (else its module)."""
     calls = outline.nodes(ast.Call)
-    scaler = any(not outline.qualified_names(c.func).isdisjoint(GRAD_SCALER) or (
+    scaler_calls = [c for c in calls if not outline.qualified_names(c.func).isdisjoint(GRAD_SCALER) or (
         _ast_name(c) == "backward" and isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Call)
-        and _ast_name(c.func.value) == "scale") for c in calls) \
-        or any(a.arg in SCALER_PARAMETERS for a in outline.nodes(ast.arg))
-    return scaler and any(_ast_name(c) in _HOOKS or (_clamping(_ast_name(c)) and _ast_name(c) not in _TENSOR_CLAMPS)
-                          for c in calls)
+        and _ast_name(c.func.value) == "scale")]
+    if any(_ast_name(c) in _HOOKS for c in calls):  # any call may then run a helper that registers them
+        return bool(scaler_calls) or any(a.arg in SCALER_PARAMETERS for a in outline.nodes(ast.arg))
+
+    def scaler_here(call: ast.Call) -> bool:
+        function = _innermost(outline, (ast.FunctionDef, ast.AsyncFunctionDef), call)
+        if function is not None and any(a.arg in SCALER_PARAMETERS for a in (
+                *function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs)):
+            return True
+        cls = _innermost(outline, (ast.ClassDef,), call)
+        return any(cls is None or contains(cls, c) for c in scaler_calls)
+
+    return any(_clamping(name := _ast_name(c)) and name not in _TENSOR_CLAMPS and _may_be_imported(outline, c.func)
+               and scaler_here(c) for c in calls)
 
 
 class ClipGradWithoutUnscale(Rule):

@@ -1,18 +1,25 @@
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
 from ..engine import flow
 from ..engine.context import FileContext
 from ..engine.flow import Event
+from ..engine.outline import Outline
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import (
+    _SIGNATURES,
+    AUTOCAST,
+    AUTOCAST_DEVICE,
+    DTYPES,
     AutocastCall,
     assigned_before,
     autocast_calls,
     autocast_region,
     calls,
-    calls_enabled_autocast,
+    enabled_autocast_calls,
     enclosing_function,
     is_backward,
     known_scalers,
@@ -20,6 +27,47 @@ from ..engine.semantics import (
     region_dtype,
     scaled_backward_scaler,
 )
+
+
+def _may_be_judged(outline: Outline, call: ast.Call, file_scales: bool) -> bool:
+    """Whether an enabled autocast call's region may be a float16 one ``check`` judges: no dtype
+    given (the device's default decides) or a torch dtype that is float16; and, in a file
+    that scales a loss (``S.scale(...)``), a literal device or dtype (a region both of whose
+    are expressions may run in bfloat16 there, and is left alone). A dtype given as an
+    expression (``dtype=self.amp_dtype``) leaves the region undecided: not judged."""
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+        return True
+
+    def argument(parameter: str, signature: tuple[str, ...]) -> ast.expr | None:
+        position = signature.index(parameter)
+        return next((k.value for k in call.keywords if k.arg == parameter),
+                    call.args[position] if len(call.args) > position else None)
+
+    for name in outline.qualified_names(call.func) & AUTOCAST:
+        per_device = name in AUTOCAST_DEVICE
+        signature = _SIGNATURES["per_device" if per_device else "generic"]
+        dtype = argument("dtype", signature)
+        dtypes = {DTYPES[q] for q in outline.qualified_names(dtype) if q in DTYPES} if dtype is not None else set()
+        if dtype is not None and "float16" not in dtypes:
+            continue
+        device = None if per_device else argument("device_type", signature)
+        literal_device = per_device or isinstance(device, ast.Constant) and isinstance(device.value, str)
+        if literal_device or dtypes or not file_scales:
+            return True
+    return False
+
+
+def _may_fire(outline: Outline) -> bool:
+    """An enabled autocast call whose region may be a float16 one ``check`` judges
+    (``_may_be_judged``), and a backward pass in the file (``loss.backward()`` with no
+    positional argument, or ``torch.autograd.backward``): every finding pairs the two, through
+    the file's own functions."""
+    if not (any(not c.args for c in outline.method_calls("backward"))
+            or outline.calls_to({"torch.autograd.backward"})):
+        return False
+    file_scales = bool(outline.method_calls("scale"))
+    return any(_may_be_judged(outline, c, file_scales) for c in enabled_autocast_calls(outline))
+
 
 _CALL_DEPTH = 3  # how many in-file calls deep a region is followed to a backward pass
 
@@ -241,7 +289,7 @@ class Fp16TrainingWithoutScaler(Rule):
     summary = "float16 autocast training with no GradScaler"
     uses_policy = True
     fragments = (("autocast", AnyOf("backward", "autograd")),)  # a region and a backward pass
-    may_fire = staticmethod(calls_enabled_autocast)  # every region comes from an enabled autocast call
+    may_fire = staticmethod(_may_fire)
 
     valid = (
         # A saliency map: the gradient of a non-scalar output, nothing trained.

@@ -4,11 +4,11 @@ import ast
 
 import libcst as cst
 
-from ..engine.checkpoints import (SCALER_CLASSES, SCALER_PARAMS, Scaler, checkpoints, holds, key_text, last_name,
-                                  name_words, named_like_scaler, optimizer_restores, restores_from_checkpoint,
-                                  scaler_creations, scalers, spelled, subexpressions)
+from ..engine.checkpoints import (RESTORE_WORDS, SCALER_CLASSES, SCALER_PARAMS, Scaler, checkpoints, holds, key_text,
+                                  last_name, name_words, named_like_scaler, optimizer_restores,
+                                  restores_from_checkpoint, scaler_creations, scalers, spelled, subexpressions, words)
 from ..engine.context import FileContext
-from ..engine.outline import Outline
+from ..engine.outline import Outline, contains
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import enclosing_function, named_like_optimizer, statement_of
 
@@ -43,33 +43,186 @@ def _may_be_optimizer(expr: ast.expr) -> bool:
     return named_like_optimizer(expr.id) if isinstance(expr, ast.Name) else True
 
 
-def _may_use_scaler(outline: Outline) -> bool:
-    """``scalers``, loosely: a parameter that receives a scaler, a GradScaler class named (to
-    create one, or to alias it), or ``S.scale(loss).backward()``."""
-    if any(a.arg in SCALER_PARAMS or (a.annotation is not None and "GradScaler" in ast.unparse(a.annotation))
-           for a in outline.nodes(ast.arg)):
+def _name(func: ast.expr) -> str:
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+
+
+def _named_like_scaler(expr: ast.expr) -> bool:
+    return isinstance(expr, (ast.Name, ast.Attribute)) and named_like_scaler(_name(expr))
+
+
+def _plain_string(node: ast.AST | None, word: str) -> bool:
+    """A string literal holding ``word`` (lowercased), written with no prefix, escape or second
+    part: its width in the source is its value's, quotes aside, so libcst's raw text of it
+    (``key_text``) holds the word too."""
+    return isinstance(node, ast.Constant) and isinstance(node.value, str) and word in node.value.lower() \
+        and node.end_lineno == node.lineno and node.end_col_offset - node.col_offset == len(node.value.encode()) + 2
+
+
+def _branches(value: ast.expr) -> list[ast.expr]:
+    """The values an assignment may bind: both sides of ``a if c else b`` and of ``x or y``
+    (``creates_scaler``)."""
+    if isinstance(value, ast.IfExp):
+        return _branches(value.body) + _branches(value.orelse)
+    if isinstance(value, ast.BoolOp):
+        return [b for v in value.values for b in _branches(v)]
+    return [value]
+
+
+# What an attribute that names a GradScaler class ends with (``torch.amp.GradScaler``).
+_CLASS_NAMES = frozenset(q.rpartition(".")[2] for q in SCALER_CLASSES)
+
+
+def _scaler_creations(outline: Outline) -> list[ast.Assign | ast.AnnAssign]:
+    """``scaler_creations``, loosely: assignments of a call of a GradScaler class, or of a name
+    the file assigns anything that names one (``GradScaler = torch.cuda.amp.GradScaler``,
+    ``functools.partial(torch.GradScaler, ...)``)."""
+    imports = [*outline.nodes(ast.Import), *outline.nodes(ast.ImportFrom)]
+    if any(a.name == "*" for i in imports for a in i.names):
+        names = outline.nodes(ast.Name)  # a star import may bind any of them
+    else:  # only a name an import binds stands for a class of another module
+        bound = {a.asname or a.name.split(".")[0] for i in imports for a in i.names}
+        names = [n for n in outline.nodes(ast.Name) if n.id in bound]
+    named = [n for n in [*names, *(a for a in outline.nodes(ast.Attribute) if a.attr in _CLASS_NAMES)]
+             if not outline.qualified_names(n).isdisjoint(SCALER_CLASSES)]
+    if not named:  # neither a GradScaler class called nor an alias of one
+        return []
+    aliases = {t.id for a in outline.nodes(ast.Assign) if any(contains(a.value, n) for n in named)
+               for t in a.targets if isinstance(t, ast.Name)}
+    return [a for a in (*outline.nodes(ast.Assign), *outline.nodes(ast.AnnAssign)) if a.value is not None and any(
+        isinstance(v, ast.Call) and (not outline.qualified_names(v.func).isdisjoint(SCALER_CLASSES)
+                                     or isinstance(v.func, ast.Name) and v.func.id in aliases)
+        for v in _branches(a.value))]
+
+
+def _spells(expr: ast.expr, word: str) -> bool:
+    """Whether ``word`` is in a name, attribute or string of ``expr`` (in its text, as the
+    check reads an annotation, without rendering it)."""
+    return any(isinstance(n, ast.Name) and word in n.id or isinstance(n, ast.Attribute) and word in n.attr
+               or isinstance(n, ast.Constant) and isinstance(n.value, str) and word in n.value
+               for n in ast.walk(expr))
+
+
+def _class_of(outline: Outline, node: ast.AST) -> ast.ClassDef | None:
+    """``_unit`` on the ast: the innermost class around ``node`` (they nest: the one that starts
+    last); None for the module."""
+    return max((c for c in outline.nodes(ast.ClassDef) if contains(c, node)),
+               key=lambda c: (c.lineno, c.col_offset), default=None)
+
+
+def _scaler_units(outline: Outline, creations: list) -> set[ast.ClassDef | None]:
+    """The classes (None: the module) where ``scalers`` may find a GradScaler: created,
+    received (a parameter named like one, or annotated with a GradScaler class), or scaling a
+    backward (``S.scale(loss).backward()``)."""
+    places = [*creations,
+              *(a for a in outline.nodes(ast.arg) if a.arg in SCALER_PARAMS
+                or a.annotation is not None and _spells(a.annotation, "GradScaler")),
+              *(c for c in outline.method_calls("backward") if isinstance(c.func.value, ast.Call)
+                and isinstance(c.func.value.func, ast.Attribute) and c.func.value.func.attr == "scale")]
+    return {_class_of(outline, p) for p in places}
+
+
+def _state_call(call: ast.Call) -> bool:
+    name = _name(call.func).lower()
+    return "state_dict" in name and not name.startswith(("load", "set"))
+
+
+def _may_checkpoint(outline: Outline) -> bool:
+    """What a checkpoint (``checkpoints``) needs: some state read (``x.state_dict()``), and an
+    optimizer's state read (``optimizer.state_dict()``, ``get_optimizer_state_dict(...)``) or
+    a dict key, subscript or keyword naming an optimizer."""
+    states = [c for c in outline.nodes(ast.Call) if _state_call(c)]
+    if not states:
+        return False
+    if any(_name(c.func) == "state_dict" and isinstance(c.func, ast.Attribute) and _may_be_optimizer(c.func.value)
+           or _name(c.func) != "state_dict" and "optim" in _name(c.func).lower() for c in states):
         return True
-    if any(isinstance(c.func.value, ast.Call) and isinstance(c.func.value.func, ast.Attribute)
-           and c.func.value.func.attr == "scale" for c in outline.method_calls("backward")):
+    if any(k.arg and "optim" in k.arg.lower() for c in outline.nodes(ast.Call) for k in c.keywords):
         return True
-    return outline.refers_to(SCALER_CLASSES)
+    keys = [*(k for d in outline.nodes(ast.Dict) for k in d.keys), *(s.slice for s in outline.nodes(ast.Subscript))]
+    return any(isinstance(k, ast.Constant) and isinstance(k.value, str) and "optim" in k.value.lower() for k in keys)
+
+
+def _may_restore_optimizer(outline: Outline) -> bool:
+    """What ``optimizer_restores`` needs: ``optimizer.load_state_dict(...)``, or a call named like
+    loading or setting an optimizer's state dict (``set_optimizer_state_dict(...)``), given
+    arguments."""
+    for call in outline.nodes(ast.Call):
+        name = _name(call.func).lower()
+        if (call.args or call.keywords) and "state_dict" in name and name.startswith(("load", "set")) and (
+                name == "load_state_dict" and isinstance(call.func, ast.Attribute) and _may_be_optimizer(call.func.value)
+                or name != "load_state_dict" and "optim" in name):
+            return True
+    return False
+
+
+def _surely_saving(outline: Outline) -> set[ast.ClassDef | None]:
+    """The classes (None: the module) that ``_saves_scaler`` surely finds saving a scaler's
+    state, by some of its tests: a ``state_dict()`` of something named like a scaler, a dict key
+    or an assigned subscript naming one (``"scaler"``)."""
+    found = [c for c in outline.method_calls("state_dict") if _named_like_scaler(c.func.value)]
+    found += [d for d in outline.nodes(ast.Dict) if any(_plain_string(k, "scaler") for k in d.keys)]
+    found += [a for a in outline.nodes(ast.Assign)
+              if isinstance(a.targets[0], ast.Subscript) and _plain_string(a.targets[0].slice, "scaler")]
+    return {_class_of(outline, n) for n in found}
+
+
+def _surely_restoring(outline: Outline) -> set[ast.ClassDef | None]:
+    """The classes (None: the module) that ``_restores_scaler`` surely finds restoring a
+    scaler's state, by some of its tests: a ``load_state_dict`` of something named like a
+    scaler, a subscript naming one read (``ckpt["scaler"]``)."""
+    found = [c for c in outline.method_calls("load_state_dict") if _named_like_scaler(c.func.value)]
+    found += [s for s in outline.nodes(ast.Subscript) if isinstance(s.ctx, ast.Load) and _plain_string(s.slice, "scaler")]
+    return {_class_of(outline, n) for n in found}
+
+
+def _restore_call(call: ast.Call) -> bool:
+    """``x.load_state_dict(...)``, or a call named like a load or restore (``restores_from_checkpoint``)."""
+    return _name(call.func) == "load_state_dict" and isinstance(call.func, ast.Attribute) \
+        or not words(_name(call.func)).isdisjoint(RESTORE_WORDS)
+
+
+_BLOCKS = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.ExceptHandler, ast.Match,
+           ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _may_replace_restored(outline: Outline, creations: list) -> bool:
+    """What ``_replaced_after_restore`` needs, loosely: a GradScaler created in a function after
+    a restore call in the same block (here: the innermost compound statement around it); or
+    directly in the body of a method of a class with a restore call and another method, its
+    ``__init__``."""
+    creations = [c for c in creations if outline.scopes[id(c)] != 0]  # in a function
+    restores = [c for c in outline.nodes(ast.Call) if _restore_call(c)] if creations else []
+    if not restores:
+        return False
+    blocks = [n for kind in _BLOCKS for n in outline.nodes(kind)]
+    for creation in creations:
+        block = max((b for b in blocks if contains(b, creation)), key=lambda b: (b.lineno, b.col_offset))
+        start = (creation.lineno, creation.col_offset)
+        if any(contains(block, r) and (r.lineno, r.col_offset) < start for r in restores):
+            return True
+        cls = next((c for c in outline.nodes(ast.ClassDef) if block in c.body), None) \
+            if isinstance(block, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+        if cls is not None and any(contains(cls, r) for r in restores):
+            init = next((m for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
+                         and m.name == "__init__"), None)  # the first, as the check finds it
+            if init is not None and init is not block:
+                return True
+    return False
 
 
 def _may_fire(outline: Outline) -> bool:
-    """A GradScaler used, and a save, load, restore or resume call, an optimizer's state, or a
-    key naming an optimizer: what every finding needs."""
-    if not _may_use_scaler(outline):
+    """Where ``scalers`` may find a GradScaler (``_scaler_units``): a checkpoint
+    (``_may_checkpoint``) while a class or module with a scaler does not surely save one; an
+    optimizer restored (``_may_restore_optimizer``) while one does not surely restore one; or
+    a scaler that may replace a restored one (``_may_replace_restored``)."""
+    creations = _scaler_creations(outline)
+    units = _scaler_units(outline, creations)
+    if not units:
         return False
-    for call in outline.nodes(ast.Call):
-        func = call.func
-        name = (func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else "").lower()
-        if any(word in name for word in ("save", "load", "restore", "resume")) or ("state_dict" in name and (
-                "optim" in name or isinstance(func, ast.Attribute) and _may_be_optimizer(func.value))):
-            return True
-        if any(k.arg and "optim" in k.arg.lower() for k in call.keywords):
-            return True
-    keys = [*(k for d in outline.nodes(ast.Dict) for k in d.keys), *(s.slice for s in outline.nodes(ast.Subscript))]
-    return any(isinstance(k, ast.Constant) and isinstance(k.value, str) and "optim" in k.value.lower() for k in keys)
+    return (_may_checkpoint(outline) and bool(units - _surely_saving(outline))
+            or _may_restore_optimizer(outline) and bool(units - _surely_restoring(outline))
+            or _may_replace_restored(outline, creations))
 
 
 class ScalerStateNotCheckpointed(Rule):

@@ -1,9 +1,69 @@
 from __future__ import annotations
 
+import ast
+
 from ..engine import flow
 from ..engine.context import FileContext
 from ..engine.flow import Event, Flow, line_of
+from ..engine.outline import Outline
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
+
+# Nodes whose fields hold blocks of statements, and those fields.
+_BLOCK_FIELDS = ("body", "orelse", "finalbody")
+_COMPOUND = (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.For, ast.AsyncFor, ast.While,
+             ast.If, ast.With, ast.AsyncWith, ast.Try, ast.ExceptHandler, ast.match_case)
+
+
+def _step_of(statement: ast.stmt, scaler: ast.expr) -> bool:
+    """``S.step(...)`` as the whole of an expression statement or of an assignment's value,
+    with ``S`` written as ``scaler`` is; an assignment only where ``scaler`` is no plain name
+    (rebinding a name may change what another name stands for)."""
+    if isinstance(statement, ast.Expr):
+        value = statement.value
+    elif isinstance(statement, (ast.Assign, ast.AnnAssign)) and not isinstance(scaler, ast.Name):
+        value = statement.value
+    else:
+        return False
+    return isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "step" \
+        and ast.unparse(value.func.value) == ast.unparse(scaler)
+
+
+def _updates_after_their_step(outline: Outline) -> set[int]:
+    """ids of the ``S.update()`` statements that every path reaches right after ``S.step(...)``:
+    a statement earlier in the same block steps the same scaler, and only expression statements
+    (which bind nothing) run between. Blocks are entered only at their start, so no path
+    reaches such an update without the step."""
+    found = set()
+    for kind in _COMPOUND:
+        for node in outline.nodes(kind):
+            for field in _BLOCK_FIELDS:
+                block = getattr(node, field, None)
+                if not isinstance(block, list):
+                    continue
+                for j, statement in enumerate(block):
+                    value = statement.value if isinstance(statement, ast.Expr) else None
+                    if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
+                            and value.func.attr == "update"):
+                        continue
+                    k = j - 1
+                    while k >= 0 and isinstance(block[k], ast.Expr) and not _step_of(block[k], value.func.value):
+                        k -= 1
+                    if k >= 0 and _step_of(block[k], value.func.value):
+                        found.add(id(value))
+    return found
+
+
+def _may_fire(outline: Outline) -> bool:
+    """A function (or the module's code) that may step a scaler and update one, with an update
+    some path may reach without a step: not one right after its scaler's step
+    (``_updates_after_their_step``)."""
+    events = flow.events_on_ast(outline)
+    candidates = [call for call, kind in flow.event_calls(outline).items() if kind == flow.UPDATE
+                  and flow.SCALER_STEP in events[outline.scopes[call]]]
+    if not candidates:
+        return False
+    stepped = _updates_after_their_step(outline)
+    return any(call not in stepped for call in candidates)
 
 
 class GradAccumulationScalerUpdate(Rule):
@@ -55,7 +115,7 @@ class GradAccumulationScalerUpdate(Rule):
     summary = "scaler.update() outside the gradient-accumulation condition of scaler.step()"
     # A scaler, and `.step` and `.update` calls.
     fragments = ((AnyOf("scaler", "Scaler", r"\.scale\("), r"\.\s*step\b", r"\.\s*update\b"),)
-    may_fire = staticmethod(lambda outline: flow.may_have_together(outline, flow.SCALER_STEP, flow.UPDATE))
+    may_fire = staticmethod(_may_fire)
 
     valid = (
         Valid("""

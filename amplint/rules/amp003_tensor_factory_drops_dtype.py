@@ -3,7 +3,7 @@ from __future__ import annotations
 import ast
 from bisect import bisect_left
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import cache, cached_property, lru_cache
 
 import libcst as cst
 
@@ -891,74 +891,6 @@ def _may_be_float_number(expr: ast.expr) -> bool:
                for n in ast.walk(expr))
 
 
-def _tainted(outline: Outline, makers: set[int], scopes: Scopes) -> dict[int, set[str]]:
-    """By function (as ``Outline.scopes``): the names assigned there a value computed from one of
-    ``makers`` (calls, by id), directly or through other such names of the same function —
-    ``_Flow`` follows names within one function only (what a helper is passed makes no maker)."""
-    names: dict[int, set[str]] = {}
-    # Only a function that holds a maker can taint a name (its names are its own).
-    holding = {scopes[m] for m in makers}
-    assignments = [(a.targets, a.value, scopes[id(a)]) for a in outline.nodes(ast.Assign)
-                   if scopes[id(a)] in holding] \
-        + [([a.target], a.value, scopes[id(a)]) for a in outline.nodes(ast.AnnAssign)
-           if a.value is not None and scopes[id(a)] in holding]
-    while True:
-        before = sum(len(v) for v in names.values())
-        pending = []
-        for targets, value, scope in assignments:
-            if _mentions(outline, value, makers, names.get(scope, set())):
-                names.setdefault(scope, set()).update(n.id for t in targets for n in _bound_names(t))
-            else:  # one that matched has added all it can
-                pending.append((targets, value, scope))
-        assignments = pending
-        if sum(len(v) for v in names.values()) == before:
-            return names
-
-
-def _bound_names(target: ast.expr) -> list[ast.Name]:
-    """The names an assignment to ``target`` binds as ``_targets`` sees them: a name, or the
-    names of a tuple or list (not the object of ``self.x = ...`` or ``x[i] = ...``)."""
-    if isinstance(target, ast.Name):
-        return [target]
-    if isinstance(target, (ast.Tuple, ast.List)):
-        return [e for e in target.elts if isinstance(e, ast.Name)]
-    return []
-
-
-def _mentions(outline: Outline, expr: ast.AST | None, makers: set[int], names: set[str]) -> bool:
-    """Whether ``expr``'s value may carry one of ``makers``' float32, as ``_Flow.value`` follows
-    it (loosely): not through comparisons, casts, integer results, indices or sizes."""
-    if isinstance(expr, ast.Name):
-        return expr.id in names
-    if isinstance(expr, ast.Call):
-        if id(expr) in makers:
-            return True
-        func = expr.func
-        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
-        if name in _NOT_FLOAT or name in _BUILTINS or name == "type_as" or (name or "").startswith("new_") \
-                or (name or "").endswith("_like") or (name == "to" and (expr.args or expr.keywords)
-                                                    and not _may_be_device(expr)):
-            return False
-        if any(n.startswith("torch.") for n in outline.qualified_names(func)):
-            return any(_mentions(outline, a, makers, names) for a in expr.args)
-        # A tensor's method keeps its tensor's dtype; another call (a module) makes its own.
-        return isinstance(func, ast.Attribute) and not (isinstance(func.value, ast.Name) and func.value.id == "self") \
-            and _mentions(outline, func.value, makers, names)
-    if isinstance(expr, ast.Attribute):  # `_Flow.value` follows only these attributes
-        return expr.attr in _SAME_VALUE_ATTRIBUTES and _mentions(outline, expr.value, makers, names)
-    if isinstance(expr, (ast.Subscript, ast.Starred)):
-        return _mentions(outline, expr.value, makers, names)
-    if isinstance(expr, ast.UnaryOp):
-        return not isinstance(expr.op, (ast.Invert, ast.Not)) and _mentions(outline, expr.operand, makers, names)
-    if isinstance(expr, ast.BinOp):
-        return _mentions(outline, expr.left, makers, names) or _mentions(outline, expr.right, makers, names)
-    if isinstance(expr, ast.IfExp):
-        return _mentions(outline, expr.body, makers, names) or _mentions(outline, expr.orelse, makers, names)
-    if isinstance(expr, (ast.List, ast.Tuple)):
-        return any(_mentions(outline, e, makers, names) for e in expr.elts)
-    return False
-
-
 def _may_be_device(to: ast.Call) -> bool:
     """A ``.to(...)`` call that may only move its tensor: ``_device_like`` arguments, loosely."""
     return not any(k.arg == "dtype" for k in to.keywords) and not any(
@@ -987,8 +919,11 @@ def _may_be_integral(expr: ast.expr, names: set[str]) -> bool:
 
 
 def _maybe_integral_names(outline: Outline) -> set[str]:
+    """The names an assignment anywhere in the file (plain or annotated, as ``_Flow`` binds
+    them) may give integers, as ``_may_be_integral`` reads them."""
     names: set[str] = set()
-    assignments = [(a.targets, a.value) for a in outline.nodes(ast.Assign)]
+    assignments = [(a.targets, a.value) for a in outline.nodes(ast.Assign)] \
+        + [([a.target], a.value) for a in outline.nodes(ast.AnnAssign) if a.value is not None]
     while True:
         before = len(names)
         pending = []
@@ -1032,20 +967,50 @@ def _subscript_elements(index: ast.expr) -> list[ast.expr]:
     return [index]
 
 
+# The makers ``_AstFlow.carried`` follows, as bits: a factory (reported wherever it meets a half
+# value) and a `.float()` of integers (only where the op needs equal dtypes).
+_FACTORY, _CAST = 1, 2
+
+
+def _callee_on_ast(func: ast.expr) -> str | None:
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+
+
+def _is_super(expr: ast.expr) -> bool:
+    return isinstance(expr, ast.Call) and not expr.args and getattr(expr.func, "id", None) == "super"
+
+
+def _self_or_super(expr: ast.expr) -> bool:
+    """What ``_Flow`` takes for no tensor of a method call: ``self``, ``super()``."""
+    return (isinstance(expr, ast.Name) and expr.id == "self") or _is_super(expr)
+
+
+def _self_rooted(expr: ast.expr) -> bool:
+    """Whether ``expr``'s code may start with ``self`` (what ``call_spelling`` asks of a
+    method's tensor): its leftmost name does (``self.model``, ``self_attn[0]``)."""
+    while isinstance(expr, (ast.Attribute, ast.Subscript, ast.Call)):
+        expr = expr.func if isinstance(expr, ast.Call) else expr.value
+    return isinstance(expr, ast.Name) and expr.id.startswith("self")
+
+
 class _AstFlow:
     """``_Flow`` on the ast, loosely, for ``may_fire``: bindings as ``_Flow.binding`` finds them
-    (the last one before a name in its function), ``_tensor_index``, and whether a value may be
-    half (``_Flow.value(...).kind in _HALF_KINDS``): a tensor parameter, a module's weight, a
+    (the last one before a name in its function), ``_tensor_index``, which makers' float32 a
+    value may carry (``_Flow.value(...).origin``), and whether a value may be half
+    (``_Flow.value(...).kind in _HALF_KINDS``: a tensor parameter, a module's weight, a
     `.half()`, a half ``dtype=``, a `lower_precision_fp` op, a loss's call of its model in a
-    project that enables autocast, or a name bound to one, through the calls and operators
-    ``_Flow`` follows. Built for the functions in ``within`` (by id; 0: the module's code) and
-    asked only of them."""
+    project that enables autocast, or a name bound to one) or made half (``kind == HALF``: from
+    a `.half()` or a half ``dtype=`` only), through the calls and operators ``_Flow`` follows.
+    Built for the functions in ``within`` (by id; 0: the module's code) and asked only of
+    them. ``makers``: the calls (by id) whose float32 check() may report, as bits."""
 
-    def __init__(self, outline: Outline, scopes: Scopes, within: set[int]):
+    def __init__(self, outline: Outline, scopes: Scopes, within: set[int], makers: dict[int, int]):
         self.outline = outline
+        self.makers = makers
         self.loss_places = {id(f) for f in loss_places_on_ast(outline)}
         self.lower_precision = _lower_precision_names()
-        self._memo: dict[int, bool] = {}
+        self._half: dict[tuple[int, bool], bool] = {}  # by id of the node and whether made half
+        self._carried: dict[int, int] = {}
         # By function and name, in source order: (start, end, value, index in an unpacking),
         # the value _PARAMETER for a tensor parameter, None for one that is not or a loop target.
         self.bindings: dict[int, dict[str, list[tuple]]] = {}
@@ -1125,64 +1090,188 @@ class _AstFlow:
             return self.tensor_index(value, scope, depth - 1)
         return False
 
-    def _name(self, name: ast.Name, scope: int, depth: int) -> bool:
+    def _bound_value(self, name: ast.Name, scope: int) -> ast.expr | None:
+        """The expression ``_Flow.value`` reads for ``name`` (None: a parameter, a loop or `with`
+        target, unbound, or what an unpacking takes no value from)."""
         last = self._binding(name, scope)
-        if last is None or last[2] is None:
-            return False
+        if last is None or last[2] is None or last[2] is _PARAMETER:
+            return None
         value, index = last[2], last[3]
-        if value is _PARAMETER:
-            return True
         if index is not None and isinstance(value, (ast.Tuple, ast.List)):
-            return index < len(value.elts) and self.may_be_half(value.elts[index], scope, depth - 1)
-        if isinstance(value, ast.List) and any(
-                self.may_be_half(e, scope, depth - 1) for e in self.appended.get((scope, name.id), ())):
-            return True
-        return self.may_be_half(value, scope, depth - 1)
+            element = value.elts[index] if index < len(value.elts) else None
+            return None if isinstance(element, ast.Starred) else element
+        if index is not None and isinstance(value, ast.Call) and index > 0 \
+                and _callee_on_ast(value.func) in _VALUES_AND_INDICES:
+            return None  # the indices
+        return value
 
-    def _dtype(self, expr: ast.expr, scope: int, depth: int) -> bool:
-        """``_Flow._dtype`` may give half: a half dtype, or ``y.dtype`` of a half ``y``."""
+    def _list_items(self, name: ast.Name, scope: int) -> list[ast.expr] | None:
+        """``_Flow.list_items``, loosely: the elements of the list literal ``name`` is bound to
+        and whatever ``name.append(...)`` adds anywhere in the function."""
+        last = self._binding(name, scope)
+        if last is None or last[3] is not None or not isinstance(last[2], ast.List):
+            return None
+        return [*last[2].elts, *self.appended.get((scope, name.id), ())]
+
+    def _operands(self, call: ast.Call, scope: int) -> list[ast.expr]:
+        """The values a torch function's result is promoted from (``_Flow._call``): its
+        positional arguments, the elements of a list or tuple among them, and what a list
+        built in the function holds."""
+        found = []
+        for arg in call.args:
+            items = self._list_items(arg, scope) if isinstance(arg, ast.Name) else None
+            if items is not None:
+                found.extend(items)
+            elif isinstance(arg, (ast.List, ast.Tuple)):
+                found.extend(arg.elts)
+            elif not isinstance(arg, ast.Starred):
+                found.append(arg)
+        return found
+
+    def _method_of(self, call: ast.Call) -> ast.expr | None:
+        """The tensor ``_Flow`` surely takes for a method call's receiver: ``x`` of ``x.f(...)``
+        where ``x`` is no ``self...`` or ``super()`` and ``f`` no torch function's name (the call
+        then gives ``x``'s value, whatever its arguments); None otherwise."""
+        func = call.func
+        if not isinstance(func, ast.Attribute) or _self_rooted(func.value) or _is_super(func.value):
+            return None
+        if any(n.startswith("torch.") for n in self.outline.qualified_names(func)):
+            return None
+        return func.value
+
+    def may_be_device(self, expr: ast.expr, scope: int, depth: int = 8) -> bool:
+        """``_device_like``, loosely: ``x.device``, a literal, a call of ``device``/``torch.device``,
+        a name with ``device`` in it, or one bound to any of those."""
+        if isinstance(expr, ast.Attribute):
+            return expr.attr == "device"
+        if isinstance(expr, (ast.Constant, ast.Starred)):
+            return True
+        if isinstance(expr, ast.Call):
+            return _callee_on_ast(expr.func) == "device" or "torch.device" in self.outline.qualified_names(expr.func)
+        if isinstance(expr, ast.Name):
+            if "device" in expr.id.lower() or depth == 0:
+                return True
+            last = self._binding(expr, scope)
+            return last is not None and last[2] not in (None, _PARAMETER) and last[3] is None \
+                and self.may_be_device(last[2], scope, depth - 1)
+        return False
+
+    def carried(self, expr: ast.expr | None, scope: int, depth: int = 200) -> int:
+        """The makers (as bits) whose float32 ``expr``'s value may carry, as ``_Flow.value``
+        keeps an origin: through names, indexing, `+ - * /`, a tensor's methods that keep its
+        values (not `.float()`, `.type_as`, `new_*`, nor a `.to(...)` given anything but a
+        device) and torch functions of it; not through a module or helper, `@`, or a cast."""
+        if depth == 0:
+            return _FACTORY | _CAST  # as far as it is worth following
+        key = id(expr)
+        if key not in self._carried:
+            self._carried[key] = self._carries(expr, scope, depth)
+        return self._carried[key]
+
+    def _carries(self, expr: ast.expr | None, scope: int, depth: int) -> int:
+        if isinstance(expr, ast.Name):
+            value = self._bound_value(expr, scope)
+            return self.carried(value, scope, depth - 1) if value is not None else 0
+        if isinstance(expr, (ast.Subscript, ast.Starred)):
+            return self.carried(expr.value, scope, depth - 1)
+        if isinstance(expr, ast.Attribute):
+            return self.carried(expr.value, scope, depth - 1) if expr.attr in _SAME_VALUE_ATTRIBUTES else 0
+        if isinstance(expr, ast.UnaryOp):
+            return 0 if isinstance(expr.op, (ast.Invert, ast.Not)) else self.carried(expr.operand, scope, depth - 1)
+        if isinstance(expr, ast.BinOp):  # `@` is a `lower_precision_fp` op: its result has no maker
+            return 0 if isinstance(expr.op, ast.MatMult) else \
+                self.carried(expr.left, scope, depth - 1) | self.carried(expr.right, scope, depth - 1)
+        if isinstance(expr, ast.IfExp):
+            return self.carried(expr.body, scope, depth - 1) | self.carried(expr.orelse, scope, depth - 1)
+        if not isinstance(expr, ast.Call):
+            return 0  # a list, a comparison, a constant: `_Flow.value` knows no maker in them
+        made = self.makers.get(id(expr))
+        if made is not None:
+            return made
+        func = expr.func
+        name = _callee_on_ast(func)
+        if name in _NOT_FLOAT or (isinstance(func, ast.Name) and func.id in _BUILTINS) \
+                or (not self.outline.qualified_names(func).isdisjoint(_LIKE_FACTORIES)
+                    and not self.outline.surely_qualified_names(func).isdisjoint(_LIKE_FACTORIES)):
+            return 0
+        torch = any(n.startswith("torch.") for n in self.outline.qualified_names(func))
+        found = 0
+        # A method of a tensor (which any `x.f` may be, unless it is a torch function): the
+        # tensor's maker, unless the method casts, makes a new tensor or takes another's dtype.
+        tensor = func.value if isinstance(func, ast.Attribute) and not _self_or_super(func.value) else None
+        if tensor is not None and name not in ("half", "bfloat16", "type_as") and not name.startswith("new_") \
+                and not (name == "float" and not expr.args) \
+                and not (name == "to" and (any(k.arg == "dtype" for k in expr.keywords)
+                                           or not all(self.may_be_device(a, scope) for a in expr.args))):
+            found = self.carried(tensor, scope, depth - 1)
+        # A torch function (`super().f(x)` and a module built and called at once are spelled
+        # as one): what it promotes its operands to. A helper or `self.f(...)` makes its own.
+        if torch or isinstance(func, ast.Call) or (isinstance(func, ast.Attribute) and _is_super(func.value)):
+            for operand in self._operands(expr, scope):
+                found |= self.carried(operand, scope, depth - 1)
+        return found
+
+    def _dtype(self, expr: ast.expr, scope: int, depth: int, made: bool) -> bool:
+        """``_Flow._dtype`` may give half (or, ``made``, HALF): a half dtype, or ``y.dtype`` of
+        such a ``y``."""
         if isinstance(expr, ast.Attribute):
             if expr.attr in _HALF_DTYPE_ATTRIBUTES:
                 return True
             if expr.attr == "dtype":
-                return self.may_be_half(expr.value, scope, depth - 1)
+                return self.may_be_half(expr.value, scope, depth - 1, made)
         return not self.outline.qualified_names(expr).isdisjoint(_HALF_DTYPES)
 
-    def may_be_half(self, expr: ast.expr | None, scope: int, depth: int = 200) -> bool:
+    def may_be_half(self, expr: ast.expr | None, scope: int, depth: int = 200, made: bool = False) -> bool:
+        """Whether ``expr``'s value may be half (``made``: made half, ``kind == HALF``)."""
         if depth == 0:
             return True  # as far as it is worth following
-        if id(expr) not in self._memo:
-            self._memo[id(expr)] = self._value(expr, scope, depth)
-        return self._memo[id(expr)]
+        key = (id(expr), made)
+        if key not in self._half:
+            self._half[key] = self._value(expr, scope, depth, made)
+        return self._half[key]
 
-    def _value(self, expr: ast.expr | None, scope: int, depth: int) -> bool:
+    def _value(self, expr: ast.expr | None, scope: int, depth: int, made: bool) -> bool:
         if isinstance(expr, ast.Name):
-            return self._name(expr, scope, depth)
+            return self._name(expr, scope, depth, made)
         if isinstance(expr, (ast.Subscript, ast.Starred)):
-            return self.may_be_half(expr.value, scope, depth - 1)
+            return self.may_be_half(expr.value, scope, depth - 1, made)
         if isinstance(expr, ast.Attribute):
-            return expr.attr in ("weight", "bias") or (
-                expr.attr in _SAME_VALUE_ATTRIBUTES and self.may_be_half(expr.value, scope, depth - 1))
+            return (expr.attr in ("weight", "bias") and not made) or (
+                expr.attr in _SAME_VALUE_ATTRIBUTES and self.may_be_half(expr.value, scope, depth - 1, made))
         if isinstance(expr, ast.UnaryOp):
-            return not isinstance(expr.op, (ast.Invert, ast.Not)) and self.may_be_half(expr.operand, scope, depth - 1)
-        if isinstance(expr, ast.BinOp):
-            return isinstance(expr.op, ast.MatMult) or self.may_be_half(expr.left, scope, depth - 1) \
-                or self.may_be_half(expr.right, scope, depth - 1)
+            return not isinstance(expr.op, (ast.Invert, ast.Not)) \
+                and self.may_be_half(expr.operand, scope, depth - 1, made)
+        if isinstance(expr, ast.BinOp):  # `@` is half under autocast whatever it multiplies
+            return (isinstance(expr.op, ast.MatMult) and not made) or self.may_be_half(expr.left, scope, depth - 1, made) \
+                or self.may_be_half(expr.right, scope, depth - 1, made)
         if isinstance(expr, ast.IfExp):
-            return self.may_be_half(expr.body, scope, depth - 1) or self.may_be_half(expr.orelse, scope, depth - 1)
+            return self.may_be_half(expr.body, scope, depth - 1, made) \
+                or self.may_be_half(expr.orelse, scope, depth - 1, made)
         if isinstance(expr, (ast.List, ast.Tuple)):
-            return any(self.may_be_half(e, scope, depth - 1) for e in expr.elts)
+            return any(self.may_be_half(e, scope, depth - 1, made) for e in expr.elts)
         if isinstance(expr, ast.Call):
-            return self._call(expr, scope, depth)
+            return self._call(expr, scope, depth, made)
         return False
 
-    def _call(self, call: ast.Call, scope: int, depth: int) -> bool:
+    def _name(self, name: ast.Name, scope: int, depth: int, made: bool) -> bool:
+        last = self._binding(name, scope)
+        if last is not None and last[2] is _PARAMETER:
+            return not made  # the activations', never made half
+        value = self._bound_value(name, scope)
+        if value is None:
+            return False
+        if isinstance(value, ast.List) and any(
+                self.may_be_half(e, scope, depth - 1, made) for e in self.appended.get((scope, name.id), ())):
+            return True
+        return self.may_be_half(value, scope, depth - 1, made)
+
+    def _call(self, call: ast.Call, scope: int, depth: int, made: bool) -> bool:
         func = call.func
-        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        name = _callee_on_ast(func)
         dtype = next((k.value for k in call.keywords if k.arg == "dtype"), None)
         names = self.outline.qualified_names(func)
         if not names.isdisjoint(_FACTORIES) or (name in _FACTORY_NAMES and any(k.arg == "device" for k in call.keywords)):
-            return dtype is not None and self._dtype(dtype, scope, depth)  # else float32, or not known
+            return dtype is not None and self._dtype(dtype, scope, depth, made)  # else float32, or not known
         if name in ("half", "bfloat16"):
             return True
         receiver = func.value if isinstance(func, ast.Attribute) \
@@ -1191,28 +1280,48 @@ class _AstFlow:
         method = name if receiver is not None else None
         like = not names.isdisjoint(_LIKE_FACTORIES)
         if dtype is not None and (method == "to" or (method or "").startswith("new_") or like):
-            return self._dtype(dtype, scope, depth)
+            return self._dtype(dtype, scope, depth, made)
+        if (method or "").startswith("new_"):
+            return self.may_be_half(receiver, scope, depth - 1, made)
+        if like:
+            return bool(call.args) and self.may_be_half(call.args[0], scope, depth - 1, made)
+        if (method == "float" and not call.args) or name in _NOT_FLOAT \
+                or (isinstance(func, ast.Name) and func.id in _BUILTINS):
+            return False
+        tensor = self._method_of(call)
+        if tensor is not None:  # `_Flow` reads the tensor, not the arguments
+            if name == "type_as":
+                return bool(call.args) and self.may_be_half(call.args[0], scope, depth - 1, made)
+            if name == "to":
+                return self._to(call, tensor, scope, depth, made)
+            return not _float32_everywhere(f"torch.Tensor.{name}") and self.may_be_half(tensor, scope, depth - 1, made)
         if method == "to" and call.args and ((isinstance(call.args[0], ast.Attribute) and call.args[0].attr
                                               in _DTYPE_ATTRIBUTES) or not self.outline.qualified_names(
                                                   call.args[0]).isdisjoint(DTYPES)):
-            return self._dtype(call.args[0], scope, depth)
-        if (method or "").startswith("new_"):
-            return self.may_be_half(receiver, scope, depth - 1)
-        if like:
-            return bool(call.args) and self.may_be_half(call.args[0], scope, depth - 1)
-        if name in self.lower_precision or (isinstance(func, ast.Call) and getattr(
-                func.func, "attr", getattr(func.func, "id", None)) in self.lower_precision):
+            return self._dtype(call.args[0], scope, depth, made)
+        if not made and (name in self.lower_precision or (isinstance(func, ast.Call) and getattr(
+                func.func, "attr", getattr(func.func, "id", None)) in self.lower_precision)):
             return True  # half under autocast whatever goes in
-        if (name == "float" and not call.args) or name in _NOT_FLOAT \
-                or (isinstance(func, ast.Name) and func.id in _BUILTINS):
-            return False
-        spellings = {n for n in names if n.startswith("torch.")} or (
-            {f"torch.Tensor.{name}"} if isinstance(func, ast.Attribute) and not ast.unparse(func.value).startswith("self")
-            else set())
+        torch = {n for n in names if n.startswith("torch.")}
+        spellings = torch or ({f"torch.Tensor.{name}"} if isinstance(func, ast.Attribute) and not _self_rooted(func.value)
+                              else set())
         if spellings and all(_float32_everywhere(s) for s in spellings):
             return False  # float32 under autocast, whatever goes in
+        if made and not torch and (isinstance(func, ast.Name) or receiver is None and not isinstance(func, ast.Call)):
+            return False  # a helper, `self.f(...)`: its result is the activations', never made half
         operands = [*call.args, *(k.value for k in call.keywords), *([receiver] if receiver is not None else [])]
-        return any(self.may_be_half(o, scope, depth - 1) for o in operands) or self._model_call(call, scope)
+        return any(self.may_be_half(o, scope, depth - 1, made) for o in operands) \
+            or (not made and self._model_call(call, scope))
+
+    def _to(self, call: ast.Call, tensor: ast.expr, scope: int, depth: int, made: bool) -> bool:
+        """``_Flow._to``: the first argument that is a dtype or no device decides (a cast, or
+        `.to(other)`: other's dtype); with only devices, the tensor's value."""
+        for arg in call.args:
+            if self._dtype(arg, scope, depth, made) or self.may_be_half(arg, scope, depth - 1, made):
+                return True
+            if not self.may_be_device(arg, scope):
+                return False
+        return self.may_be_half(tensor, scope, depth - 1, made)
 
     def _model_call(self, call: ast.Call, scope: int) -> bool:
         """``_model_call``, loosely (any method ``self.name`` of a loss place), in a project
@@ -1226,87 +1335,99 @@ class _AstFlow:
 
 def _may_fire(outline: Outline) -> bool:
     """What check() reports, as far as the ast shows it: a float32 maker placed on a device
-    (or a `.float()`), or a name assigned from one, in a place where two values meet (for
-    `.float()`, one that needs equal dtypes)."""
+    (or a `.float()` of integers) whose value, as ``_Flow`` follows it, may meet a half value
+    where check() looks: an index-put or scatter (for `.float()` too), a half module's call,
+    an RNN's state, or (a factory only) a concatenation, sum or product in a model (where the
+    activations may be half) or elsewhere with what the file made half."""
     calls = outline.nodes(ast.Call)
     moved = {id(c.func.value) for c in calls if isinstance(c.func, ast.Attribute)
              and (c.func.attr == "cuda" or (c.func.attr == "to" and _may_be_device(c)))}
     factories = {id(c) for c in calls if (id(c) in moved or any(k.arg == "device" for k in c.keywords))
                  and _may_make_float32(outline, c)}
+    index_puts = [a for a in outline.nodes(ast.Assign) if not isinstance(a.value, ast.Constant)
+                  and any(isinstance(t, ast.Subscript) for t in a.targets)]
+    strict_calls = [c for c in calls if isinstance(c.func, ast.Attribute) and c.func.attr in _STRICT_METHODS]
     floats = [c for c in calls if isinstance(c.func, ast.Attribute) and c.func.attr == "float" and not c.args]
-    # Only a name's cast asks which names hold integers.
-    integral = _maybe_integral_names(outline) \
-        if any(isinstance(_behind_indexing(c.func.value), ast.Name) for c in floats) else set()
-    casts = {id(c) for c in floats if _may_be_integral(c.func.value, integral)}
+    casts = set()
+    # A `.float()` is reported only where dtypes must agree (an index-put, a scatter, a half
+    # module's call), and only a name's cast asks which names hold integers.
+    if floats and (index_puts or strict_calls or _makes_half(outline)):
+        integral = _maybe_integral_names(outline) \
+            if any(isinstance(_behind_indexing(c.func.value), ast.Name) for c in floats) else set()
+        casts = {id(c) for c in floats if _may_be_integral(c.func.value, integral)}
     if not factories and not casts:
         return False
     scopes = outline.scopes
-    tainted_by_factories = _tainted(outline, factories, scopes)
-    makers = factories | casts
-    tainted_by_makers = _tainted(outline, makers, scopes) if casts else tainted_by_factories
-
-    def from_factories(node: ast.AST) -> set[str]:  # in the function ``node`` is in
-        return tainted_by_factories.get(scopes[id(node)], set())
-
-    def from_makers(node: ast.AST) -> set[str]:
-        return tainted_by_makers.get(scopes[id(node)], set())
-
+    makers = {**dict.fromkeys(factories, _FACTORY), **dict.fromkeys(casts, _CAST)}
     # Two values meet where a maker's value is, so only in a function that holds a maker.
-    flow = _AstFlow(outline, scopes, {scopes[m] for m in makers})
+    flow = _AstFlow(outline, scopes, {scopes[m] for m in makers}, makers)
 
-    def meet(node: ast.AST, float32: ast.expr, other: ast.expr, names: set[str], makers: set[int]) -> bool:
-        """A value one of ``makers`` made float32 may meet a half value there."""
-        return _mentions(outline, float32, makers, names) and flow.may_be_half(other, scopes[id(node)])
+    made_half = _makes_half(outline)
 
-    index_puts = [a for a in outline.nodes(ast.Assign) if not isinstance(a.value, ast.Constant)
-                  and any(isinstance(t, ast.Subscript) for t in a.targets)]
+    @cache
+    def in_model() -> set[int]:
+        return _in_model_on_ast(outline)
+
+    def meet(node: ast.AST, float32: ast.expr, other: ast.expr, makers: int, promotes: bool = False) -> bool:
+        """A value one of ``makers`` made float32 may meet a half value there; where the op
+        ``promotes``, a half value in a model, elsewhere only one the file made half."""
+        scope = scopes[id(node)]
+        if not flow.carried(float32, scope) & makers:
+            return False
+        if not promotes or id(node) in in_model():
+            return flow.may_be_half(other, scope)
+        return made_half and flow.may_be_half(other, scope, made=True)
+
     for a in index_puts:
         if any(isinstance(t, ast.Subscript)
-               and (meet(a, t.value, a.value, from_makers(a), makers) or meet(a, a.value, t.value, from_makers(a), makers))
+               and (meet(a, t.value, a.value, _FACTORY | _CAST) or meet(a, a.value, t.value, _FACTORY | _CAST))
                and any(flow.tensor_index(i, scopes[id(a)]) for i in _subscript_elements(t.slice))
                for t in a.targets):
             return True
-    for c in calls:
-        if not (isinstance(c.func, ast.Attribute) and c.func.attr in _STRICT_METHODS):
-            continue
+    for c in strict_calls:
         position, keyword = _STRICT_METHODS[c.func.attr]
         source = next((k.value for k in c.keywords if k.arg == keyword),
                       c.args[position] if len(c.args) > position else None)
-        if source is not None and (meet(c, c.func.value, source, from_makers(c), makers)
-                                   or meet(c, source, c.func.value, from_makers(c), makers)):
+        if source is not None and (meet(c, c.func.value, source, _FACTORY | _CAST)
+                                   or meet(c, source, c.func.value, _FACTORY | _CAST)):
             return True
-    # Values that promote meet half values in a model, or where the file makes some half.
-    made_half = any(a.attr in ("half", "bfloat16", "float16") for a in outline.nodes(ast.Attribute))
-    # Outside a model or region only a value the file makes half is half.
-    anywhere = made_half
     half_modules = _may_be_half_modules(outline) if made_half else set()
-    in_model = set() if anywhere else _in_model_on_ast(outline)
+    # The last names half modules may be called by (None: `models[0]`), not to render every call.
+    half_module_names = {m.rsplit(".", 1)[-1] for m in half_modules} | {None}
     recurrent = bool(outline.calls_to(_RECURRENT))
-    for c in calls:
-        if half_modules and ast.unparse(c.func) in half_modules \
-                and any(_mentions(outline, a, makers, from_makers(c))
-                        for a in [*c.args, *(k.value for k in c.keywords)]):
+    for c in calls if half_modules or recurrent else ():
+        arguments = [*c.args, *(k.value for k in c.keywords)]
+        if half_modules and _callee_on_ast(c.func) in half_module_names \
+                and ast.unparse(c.func) in half_modules and any(flow.carried(a, scopes[id(c)]) for a in arguments):
             return True  # passed to a half module
-        if not (anywhere or id(c) in in_model):
-            continue
-        if recurrent and any(_mentions(outline, a, factories, from_factories(c)) for a in c.args):
-            return True
+        if recurrent and len(arguments) > 1 and any(flow.carried(e, scopes[id(c)]) & _FACTORY for a in arguments
+                                                    for e in (a.elts if isinstance(a, ast.Tuple) else [a])) \
+                and any(flow.may_be_half(a, scopes[id(c)]) for a in arguments):
+            return True  # an RNN's state
+    if not made_half and not in_model():
+        return False  # nowhere a value that promotes may meet a half one
+    lower_precision = _lower_precision_names()
+    for c in calls:
         if not outline.qualified_names(c.func).isdisjoint(_CONCATENATIONS) and any(
-                meet(c, e, other, from_factories(c), factories)
+                meet(c, e, other, _FACTORY, promotes=True)
                 for group in [*c.args, *(k.value for k in c.keywords)] if isinstance(group, (ast.List, ast.Tuple))
                 for e in group.elts for other in group.elts if other is not e):
             return True
-    lower_precision = _lower_precision_names()
-    for c in calls:
-        name = c.func.attr if isinstance(c.func, ast.Attribute) else getattr(c.func, "id", None)
         operands = [*c.args, *([c.func.value] if isinstance(c.func, ast.Attribute) else [])]
-        if (anywhere or id(c) in in_model) and name in lower_precision and any(
-                meet(c, e, other, from_factories(c), factories) for e in operands for other in operands if other is not e):
+        if _callee_on_ast(c.func) in lower_precision and any(
+                meet(c, e, other, _FACTORY, promotes=True) for e in operands for other in operands if other is not e):
             return True
-    return any((anywhere or id(b) in in_model) and isinstance(b.op, (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.MatMult))
-               and any(meet(b, side, other, from_factories(b), factories)
+    return any(isinstance(b.op, (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.MatMult))
+               and any(meet(b, side, other, _FACTORY, promotes=True)
                        for side, other in ((b.left, b.right), (b.right, b.left)))
                for b in outline.nodes(ast.BinOp))
+
+
+def _makes_half(outline: Outline) -> bool:
+    """Whether the file may make something half: `.half()`, `.bfloat16()`, a half dtype (by its
+    attribute, or imported by name)."""
+    return any(a.attr in _HALF_DTYPE_ATTRIBUTES for a in outline.nodes(ast.Attribute)) or any(
+        a.name in _HALF_DTYPE_ATTRIBUTES for i in outline.nodes(ast.ImportFrom) for a in i.names)
 
 
 def _may_be_half_modules(outline: Outline) -> set[str]:
@@ -1710,6 +1831,30 @@ class MultiHead(nn.Module):
             out[task_mask] = self.heads[str(task.item())](x[task_mask])
         return out
 """, at=((6, 15, "and line 9 index-puts `self.heads[str(task.item())](x[task_mask])` into it"),)),
+        # Moved by a name bound to a device; the activations reshaped by a method of theirs.
+        Invalid("""
+import torch
+from torch import nn
+class Head(nn.Module):
+    def forward(self, x):
+        dev = x.device
+        bias = torch.ones(x.shape[0], 1).to(dev)
+        return torch.cat([x.flatten(1), bias], dim=1)
+""", at=((7, 16, "line 8 concatenates it with `x.flatten(1)`"),)),
+        # Outside a model, with what the file made half (and reshaped).
+        Invalid("""
+import torch
+def pad_tokens(hidden):
+    tokens = hidden.half().transpose(0, 1)
+    pad = torch.zeros(tokens.shape[0], 1, device=tokens.device)
+    return torch.cat([tokens, pad], dim=1)
+""", fixed="""
+import torch
+def pad_tokens(hidden):
+    tokens = hidden.half().transpose(0, 1)
+    pad = tokens.new_zeros(tokens.shape[0], 1)
+    return torch.cat([tokens, pad], dim=1)
+""", at=((5, 11, "`torch.zeros` without `dtype=` makes a float32 tensor, and line 6 concatenates it with `tokens`"),)),
         # An RNN's initial state: a half model's LSTM needs it in its input's dtype.
         Invalid("""
 import torch

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import ast
+from typing import Callable
 
 import libcst as cst
 
@@ -55,16 +56,83 @@ def _called(call: ast.Call) -> str | None:
     return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
 
 
-def _guarded_epsilons(outline: Outline, tiny) -> list[tuple[ast.expr, ast.expr]]:
-    """(epsilon, guard) where ``_guard`` may find the epsilon (a ``tiny`` node) guarding
-    something that ``_guarded_op`` may find a division, log or root of: the guard (``x + eps``,
-    a clamp with the epsilon among its arguments) divides, is the first argument of a log or
-    root, or is the receiver of one, or is assigned to a name used so later in the file."""
+def _tiny_names(outline: Outline) -> Callable[[int], frozenset[str]]:
+    """The names ``_epsilon`` reads as a tiny epsilon in a function (by id in ``outline.scopes``;
+    0 at module level): a parameter (not positional-only) with a tiny default the function
+    never rebinds, else the one plain assignment of a tiny literal the function (nested ones
+    included) makes to the name, else a module constant bound once at the top level."""
+    assigned: dict[str, list[ast.Assign]] = {}  # plain `name = ...` statements, by name
+    for a in outline.nodes(ast.Assign):
+        for name in {t.id for t in a.targets if isinstance(t, ast.Name)}:
+            assigned.setdefault(name, []).append(a)
+    otherwise: dict[str, list[ast.stmt]] = {}  # `name += ...`, `name: T (= ...)`
+    for kind in (ast.AugAssign, ast.AnnAssign):
+        for a in outline.nodes(kind):
+            if isinstance(a.target, ast.Name):
+                otherwise.setdefault(a.target.id, []).append(a)
+    module_values: dict[str, list[ast.expr]] = {}
+    for a in outline.tree.body:
+        if isinstance(a, ast.Assign):
+            for name in {t.id for t in a.targets if isinstance(t, ast.Name)}:
+                module_values.setdefault(name, []).append(a.value)
+        elif isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name) and a.value is not None:
+            module_values.setdefault(a.target.id, []).append(a.value)
+    module_tiny = frozenset(n for n, values in module_values.items() if len(values) == 1 and _tiny_float(values[0]))
+    functions = {id(f): f for kind in (ast.FunctionDef, ast.AsyncFunctionDef) for f in outline.nodes(kind)}
+    # Only these can be tiny anywhere: a tiny default or assigned value, a tiny module constant.
+    candidates = module_tiny | {name for name, found in assigned.items() if any(_tiny_float(a.value) for a in found)}
+    candidates |= {a.arg for f in functions.values() for a, d in _parameter_defaults(f) if _tiny_float(d)}
+    found_in: dict[int, frozenset[str]] = {0: module_tiny}
+
+    def tiny_in(scope: int) -> frozenset[str]:
+        if scope not in found_in:
+            function = functions[scope]
+            defaults = {a.arg: d for a, d in _parameter_defaults(function)}
+            parameters = {a.arg for a in function.args.args + function.args.kwonlyargs}
+            found = set()
+            for name in candidates:
+                local = [a for a in assigned.get(name, ()) if contains(function, a)]
+                rebound = bool(local) or any(contains(function, a) for a in otherwise.get(name, ()))
+                if name in parameters:
+                    tiny = _tiny_float(defaults.get(name)) and not rebound
+                elif local:
+                    tiny = len(local) == 1 and _tiny_float(local[0].value) \
+                        and not any(contains(function, a) for a in otherwise.get(name, ()))
+                else:
+                    tiny = name in module_tiny
+                if tiny:
+                    found.add(name)
+            found_in[scope] = frozenset(found)
+        return found_in[scope]
+
+    return tiny_in
+
+
+def _parameter_defaults(function: ast.FunctionDef) -> list[tuple[ast.arg, ast.expr]]:
+    """The parameters libcst lists as ``params`` and ``kwonly_params`` that have a default,
+    with it."""
+    positional = function.args.posonlyargs + function.args.args
+    found = [(a, d) for a, d in zip(positional[::-1], function.args.defaults[::-1])
+             if a in function.args.args]
+    return found + [(a, d) for a, d in zip(function.args.kwonlyargs, function.args.kw_defaults) if d is not None]
+
+
+def _guarded_epsilons(outline: Outline, tiny_in: Callable[[int], frozenset[str]]) -> list[tuple[ast.expr, ast.expr]]:
+    """(epsilon, guard) where ``_guard`` may find the epsilon (a tiny literal, or a name
+    ``tiny_in`` the guard's function) guarding something that ``_guarded_op`` may find a
+    division, log or root of: the guard (``x + eps``, a clamp with the epsilon among its
+    arguments) divides, is the first argument of a log or root, or is the receiver of one, or
+    is assigned to a name used so later in the file."""
+    scopes = outline.scopes
+
+    def tiny(node: ast.expr, guard: ast.expr) -> bool:
+        return _tiny_float(node) or isinstance(node, ast.Name) and node.id in tiny_in(scopes[id(guard)])
+
     calls = outline.nodes(ast.Call)
     guards = [(side, b) for b in outline.nodes(ast.BinOp) if isinstance(b.op, ast.Add)
-              for side in (b.left, b.right) if tiny(side)]
+              for side in (b.left, b.right) if tiny(side, b)]
     guards += [(a, c) for c in calls if _called(c) in _CLAMPS
-               for a in (*c.args, *(k.value for k in c.keywords)) if tiny(a)]
+               for a in (*c.args, *(k.value for k in c.keywords)) if tiny(a, c)]
     if not guards:
         return []
     singular = [b.right for b in outline.nodes(ast.BinOp) if isinstance(b.op, ast.Div)]
@@ -85,36 +153,26 @@ def _guarded_epsilons(outline: Outline, tiny) -> list[tuple[ast.expr, ast.expr]]
 
 def _may_fire(outline: Outline) -> bool:
     """A float literal the rule would call tiny (libcst's ``Float`` nodes are the ``float``
-    constants of Python's ast), and either it or a name that may stand for one inside a region;
-    or an epsilon that guards a division, log or root (``_guarded_epsilons``), inside a loss
-    place by name in a project that enables float16 autocast, or in a class of this file
-    converted to float16, or in a public function with a ``Tensor`` parameter (in a file with
-    a norm or probability) that does not name float16 itself."""
+    constants of Python's ast), and either it or a name that stands for one where it is used
+    (``_tiny_names``) inside a region; or an epsilon that guards a division, log or root
+    (``_guarded_epsilons``), inside a loss place by name in a project that enables float16
+    autocast, or in a class of this file converted to float16, or in a public function with a
+    ``Tensor`` parameter (in a file with a norm or probability) that does not name float16
+    itself."""
     tiny_constants = [c for c in outline.nodes(ast.Constant) if _tiny_float(c)]
     if not tiny_constants:
         return False
-    tiny_names = {a.arg for f in outline.nodes(ast.arguments)
-                  for a, d in zip((f.posonlyargs + f.args)[::-1], f.defaults[::-1]) if _tiny_float(d)}
-    tiny_names |= {a.arg for f in outline.nodes(ast.arguments)
-                   for a, d in zip(f.kwonlyargs, f.kw_defaults) if d is not None and _tiny_float(d)}
-    tiny_names |= {t.id for a in outline.tree.body if isinstance(a, (ast.Assign, ast.AnnAssign))
-                   and _tiny_float(a.value) for t in (a.targets if isinstance(a, ast.Assign) else [a.target])
-                   if isinstance(t, ast.Name)}
-    # and a function's local constants (`eps = 1e-8` in its body)
-    tiny_names |= {t.id for a in outline.nodes(ast.Assign) if _tiny_float(a.value)
-                   for t in a.targets if isinstance(t, ast.Name)}
-
-    def tiny(node: ast.AST) -> bool:
-        return _tiny_float(node) or isinstance(node, ast.Name) and node.id in tiny_names
-
-    # In a float16 region (_check_operand, _check_keyword): where the epsilon is written.
+    tiny_in = _tiny_names(outline)
+    # In a float16 region (_check_operand, _check_keyword): where the epsilon is written. What
+    # the region holds is in the function around it (or at module level: scope 0).
     if calls_enabled_autocast(outline):
-        spans = [((first.lineno, first.col_offset), (last.end_lineno, last.end_col_offset))
-                 for first, last, _ in region_spans(outline)]
-        epsilons = [*tiny_constants, *(n for n in outline.nodes(ast.Name) if n.id in tiny_names)]
-        if any(start <= (e.lineno, e.col_offset) < end for e in epsilons for start, end in spans):
+        spans = [((first.lineno, first.col_offset), (last.end_lineno, last.end_col_offset), scope)
+                 for first, last, scope in region_spans(outline)]
+        if any(start <= (c.lineno, c.col_offset) < end for c in tiny_constants for start, end, _ in spans) or any(
+                start <= (n.lineno, n.col_offset) < end and n.id in tiny_in(scope)
+                for n in outline.nodes(ast.Name) for start, end, scope in spans):
             return True
-    guards = _guarded_epsilons(outline, tiny)
+    guards = _guarded_epsilons(outline, tiny_in)
     if not guards:
         return False
     guarded = [eps for eps, _ in guards]
@@ -759,6 +817,16 @@ def quaternion_exp_to_log(quaternion: Tensor, eps: float = 1.0e-8) -> Tensor:
     norm_q: Tensor = torch.norm(vector, p=2, dim=-1, keepdim=True).clamp(min=eps)
     return vector * torch.acos(torch.clamp(quaternion[..., 0:1], min=-1.0, max=1.0)) / norm_q
 """, at=((6, 78, "`eps` (line 4) is below float16's smallest value (≈5.96e-8) and rounds to 0 when this runs in float16 (a float16 `quaternion` or model), where the norm it guards reaches 0: the division"),)),
+        # A local constant: what `eps` holds in this function, not in another one.
+        Invalid("""
+import torch
+from torch import Tensor
+def unit(v: Tensor) -> Tensor:
+    eps = 1e-10
+    return v / (torch.linalg.norm(v, dim=-1, keepdim=True) + eps)
+def soften(v: Tensor, eps: float = 1e-3) -> Tensor:
+    return v / (v.norm() + eps)
+""", at=((6, 62, "`eps` (line 5) is below float16's smallest value (≈5.96e-8) and rounds to 0 when this runs in float16 (a float16 `v` or model), where the norm it guards reaches 0: the division"),)),
         # A clamp guards a root taken of it (the clamp is the method's receiver).
         Invalid("""
 import torch

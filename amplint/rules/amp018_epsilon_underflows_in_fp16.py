@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import ast
+from typing import NamedTuple
 
 import libcst as cst
 
@@ -55,123 +56,182 @@ def _called(call: ast.Call) -> str | None:
     return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
 
 
-def _guarded_epsilons(outline: Outline, tiny) -> list[tuple[ast.expr, ast.expr]]:
-    """(epsilon, guard) where ``_guard`` may find the epsilon (a ``tiny`` node) guarding
-    something that ``_guarded_op`` may find a division, log or root of: the guard (``x + eps``,
-    a clamp with the epsilon among its arguments) divides, is the first argument of a log or
-    root, or is the receiver of one, or is assigned to a name used so later in the file."""
+class _TinyNames:
+    """The names ``_epsilon`` reads as a tiny epsilon in a function (by id; 0 at module level):
+    a parameter (not positional-only) with a tiny default the function never rebinds, else the
+    one plain assignment of a tiny literal the function (nested ones included) makes to the
+    name, else a module constant bound once at the top level. ``candidates``: the names that
+    may be one somewhere."""
+
+    def __init__(self, outline: Outline, tiny_constants: list[ast.Constant]):
+        tiny = {id(c) for c in tiny_constants}
+        module_values: dict[str, list[ast.expr]] = {}
+        for a in outline.tree.body:
+            if isinstance(a, ast.Assign):
+                for name in {t.id for t in a.targets if isinstance(t, ast.Name)}:
+                    module_values.setdefault(name, []).append(a.value)
+            elif isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name) and a.value is not None:
+                module_values.setdefault(a.target.id, []).append(a.value)
+        self.module = frozenset(n for n, values in module_values.items() if len(values) == 1 and id(values[0]) in tiny)
+        self.candidates = self.module | {t.id for a in outline.nodes(ast.Assign) if id(a.value) in tiny
+                                         for t in a.targets if isinstance(t, ast.Name)}
+        self.candidates |= {a.arg for f in outline.nodes(ast.arguments)
+                            if any(id(d) in tiny for d in (*f.defaults, *f.kw_defaults))
+                            for a in (*f.posonlyargs, *f.args, *f.kwonlyargs)}
+        # Of the candidates: plain `name = ...` statements, and `name += ...`, `name: T (= ...)`.
+        self._assigned: dict[str, list[ast.Assign]] = {}
+        self._otherwise: dict[str, list[ast.stmt]] = {}
+        if self.candidates:
+            for a in outline.nodes(ast.Assign):
+                for name in {t.id for t in a.targets if isinstance(t, ast.Name)} & self.candidates:
+                    self._assigned.setdefault(name, []).append(a)
+            for kind in (ast.AugAssign, ast.AnnAssign):
+                for a in outline.nodes(kind):
+                    if isinstance(a.target, ast.Name) and a.target.id in self.candidates:
+                        self._otherwise.setdefault(a.target.id, []).append(a)
+        self._functions = {id(f): f for kind in (ast.FunctionDef, ast.AsyncFunctionDef) for f in outline.nodes(kind)}
+        self._found: dict[int, frozenset[str]] = {0: self.module}
+
+    def __call__(self, scope: int) -> frozenset[str]:
+        if scope not in self._found:
+            self._found[scope] = frozenset(n for n in self.candidates if self._tiny_in(self._functions[scope], n))
+        return self._found[scope]
+
+    def _tiny_in(self, function: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> bool:
+        local = [a for a in self._assigned.get(name, ()) if contains(function, a)]
+        otherwise = any(contains(function, a) for a in self._otherwise.get(name, ()))
+        if any(a.arg == name for a in function.args.args + function.args.kwonlyargs):
+            default = next((d for a, d in _parameter_defaults(function) if a.arg == name), None)
+            return _tiny_float(default) and not local and not otherwise
+        if local:
+            return len(local) == 1 and _tiny_float(local[0].value) and not otherwise
+        return name in self.module
+
+
+def _parameter_defaults(function: ast.FunctionDef) -> list[tuple[ast.arg, ast.expr]]:
+    """The parameters libcst lists as ``params`` and ``kwonly_params`` that have a default,
+    with it."""
+    positional = function.args.posonlyargs + function.args.args
+    found = [(a, d) for a, d in zip(positional[::-1], function.args.defaults[::-1])
+             if a in function.args.args]
+    return found + [(a, d) for a, d in zip(function.args.kwonlyargs, function.args.kw_defaults) if d is not None]
+
+
+class _Guard(NamedTuple):
+    """A tiny epsilon outside any region as check() may read it: the guard that holds it
+    (``x + eps``, a clamp), the innermost function around it (``enclosing_function``) and what
+    ``_guard`` may find the guard guards (two values where the clamp's spelling leaves open
+    whether it is ``torch.clamp(x, ...)`` or ``x.clamp(...)``)."""
+    epsilon: ast.expr
+    guard: ast.expr
+    function: ast.FunctionDef | ast.AsyncFunctionDef
+    values: list[ast.expr]
+
+
+def _guarded_epsilons(outline: Outline, tiny_constants: list[ast.Constant], tiny_in: _TinyNames) -> list[_Guard]:
+    """The epsilons (a tiny literal, or a name ``tiny_in`` the guard's function) in a function
+    whose guard ``_guarded_op`` may find guarding a division, log or root: the guard divides,
+    is the first argument of a log or root, or is the receiver of one, or is assigned to a
+    name used so later in the function."""
+    tiny = {id(c) for c in tiny_constants}
+
+    def may_be_tiny(node: ast.expr) -> bool:
+        return id(node) in tiny or isinstance(node, ast.Name) and node.id in tiny_in.candidates
+
+    found = [(side, b, [other]) for b in outline.nodes(ast.BinOp) if isinstance(b.op, ast.Add)
+             for side, other in ((b.left, b.right), (b.right, b.left)) if may_be_tiny(side)]
     calls = outline.nodes(ast.Call)
-    guards = [(side, b) for b in outline.nodes(ast.BinOp) if isinstance(b.op, ast.Add)
-              for side in (b.left, b.right) if tiny(side)]
-    guards += [(a, c) for c in calls if _called(c) in _CLAMPS
-               for a in (*c.args, *(k.value for k in c.keywords)) if tiny(a)]
+    found += [(a, c, values) for c in calls if _called(c) in _CLAMPS or _torch_clamp(outline.qualified_names(c.func))
+              for a in (*(s.value if isinstance(s, ast.Starred) else s for s in c.args), *(k.value for k in c.keywords))
+              if may_be_tiny(a) and (values := _clamped_values(outline, c, a))]
+    # enclosing_function: the innermost function around the guard (a decorator's too).
+    functions = sorted((f for kind in (ast.FunctionDef, ast.AsyncFunctionDef) for f in outline.nodes(kind)),
+                       key=lambda f: (f.lineno, f.col_offset))
+    guards = []
+    for eps, guard, values in found:
+        function = next((f for f in reversed(functions) if contains(f, guard)), None)
+        if function is not None and (id(eps) in tiny or eps.id in tiny_in(id(function))):
+            guards.append(_Guard(eps, guard, function, values))
     if not guards:
         return []
+    singular_calls = [c for c in calls if _called(c) in _SINGULAR]
     singular = [b.right for b in outline.nodes(ast.BinOp) if isinstance(b.op, ast.Div)]
-    singular += [a for c in calls if _called(c) in _SINGULAR for a in (*c.args[:1], *(k.value for k in c.keywords))]
+    singular += [a for c in singular_calls for a in (*c.args[:1], *(k.value for k in c.keywords))]
     singular += [a.value for a in outline.nodes(ast.Attribute) if a.attr in _SINGULAR]
     taken_at_zero = {id(e) for e in singular}
-    # Where each name is divided by, or its log or root taken.
-    uses: dict[str, list[tuple[int, int]]] = {}
+    # Where each name is divided by, or its log or root taken (a keyword's name is a libcst
+    # ``Name`` there too).
+    uses: dict[str, list[ast.Name | ast.keyword]] = {}
     for e in singular:
         if isinstance(e, ast.Name):
-            uses.setdefault(e.id, []).append((e.lineno, e.col_offset))
+            uses.setdefault(e.id, []).append(e)
+    for k in (k for c in singular_calls for k in c.keywords if k.arg is not None):
+        uses.setdefault(k.arg, []).append(k)
     assigned = {id(a.value): [t.id for t in (a.targets if isinstance(a, ast.Assign) else [a.target])
                               if isinstance(t, ast.Name)]
                 for kind in (ast.Assign, ast.AnnAssign) for a in outline.nodes(kind) if a.value is not None}
-    return [(eps, guard) for eps, guard in guards if id(guard) in taken_at_zero or any(
-        at > (guard.lineno, guard.col_offset) for name in assigned.get(id(guard), ()) for at in uses.get(name, ()))]
+    return [g for g in guards if id(g.guard) in taken_at_zero or any(
+        (use.lineno, use.col_offset) > (g.guard.lineno, g.guard.col_offset) and contains(g.function, use)
+        for name in assigned.get(id(g.guard), ()) for use in uses.get(name, ()))]
 
 
-def _may_fire(outline: Outline) -> bool:
-    """A float literal the rule would call tiny (libcst's ``Float`` nodes are the ``float``
-    constants of Python's ast), and either it or a name that may stand for one inside a region;
-    or an epsilon that guards a division, log or root (``_guarded_epsilons``), inside a loss
-    place by name in a project that enables float16 autocast, or in a class of this file
-    converted to float16, or in a public function with a ``Tensor`` parameter (in a file with
-    a norm or probability) that does not name float16 itself."""
-    tiny_constants = [c for c in outline.nodes(ast.Constant) if _tiny_float(c)]
-    if not tiny_constants:
-        return False
-    tiny_names = {a.arg for f in outline.nodes(ast.arguments)
-                  for a, d in zip((f.posonlyargs + f.args)[::-1], f.defaults[::-1]) if _tiny_float(d)}
-    tiny_names |= {a.arg for f in outline.nodes(ast.arguments)
-                   for a, d in zip(f.kwonlyargs, f.kw_defaults) if d is not None and _tiny_float(d)}
-    tiny_names |= {t.id for a in outline.tree.body if isinstance(a, (ast.Assign, ast.AnnAssign))
-                   and _tiny_float(a.value) for t in (a.targets if isinstance(a, ast.Assign) else [a.target])
-                   if isinstance(t, ast.Name)}
-    # and a function's local constants (`eps = 1e-8` in its body)
-    tiny_names |= {t.id for a in outline.nodes(ast.Assign) if _tiny_float(a.value)
-                   for t in a.targets if isinstance(t, ast.Name)}
-
-    def tiny(node: ast.AST) -> bool:
-        return _tiny_float(node) or isinstance(node, ast.Name) and node.id in tiny_names
-
-    # In a float16 region (_check_operand, _check_keyword): where the epsilon is written.
-    if calls_enabled_autocast(outline):
-        spans = [((first.lineno, first.col_offset), (last.end_lineno, last.end_col_offset))
-                 for first, last, _ in region_spans(outline)]
-        epsilons = [*tiny_constants, *(n for n in outline.nodes(ast.Name) if n.id in tiny_names)]
-        if any(start <= (e.lineno, e.col_offset) < end for e in epsilons for start, end in spans):
-            return True
-    guards = _guarded_epsilons(outline, tiny)
-    if not guards:
-        return False
-    guarded = [eps for eps, _ in guards]
-    # Where a loss is computed, in a project that enables float16 autocast elsewhere
-    # (_check_project_float16).
-    if outline.project is not None and outline.project.path is not None and any(
-            contains(f, e) for f in named_loss_places_on_ast(outline, outline.project.path) for e in guarded) \
-            and outline.project.float16_autocast:
-        return True
-    calls = outline.nodes(ast.Call)
-    # A class of this file whose instances it converts to float16 (_halved_classes; the dtype
-    # named anyhow: the check resolves it).
-    if any(contains(cls, e) for cls in _may_be_halved_classes(outline, calls) for e in guarded):
-        return True
-    # Else a public function with a ``Tensor`` parameter that guards a division, log or root
-    # itself (the guard's function is the one _check_caller_dtype reads).
-    if not any(_may_make_zero(outline, c) for c in calls):
-        return False
-    private_classes = [c for c in outline.nodes(ast.ClassDef) if c.name.startswith("_") and not c.name.endswith("__")]
-    methods = {id(m) for c in outline.nodes(ast.ClassDef) for m in c.body}
-    for kind in (ast.FunctionDef, ast.AsyncFunctionDef):
-        for f in outline.nodes(kind):
-            if (f.name.startswith("_") and not f.name.endswith("__")) or not any(
-                    a.annotation is not None and "Tensor" in ast.dump(a.annotation)
-                    for a in f.args.args + f.args.kwonlyargs) or not any(contains(f, e) for e in guarded) \
-                    or any(contains(c, f) for c in private_classes):
-                continue
-            if any(isinstance(n, (ast.Name, ast.Attribute))
-                   and not outline.surely_qualified_names(n).isdisjoint(_HALF_AWARE) for n in ast.walk(f)):
-                continue  # _handles_half
-            if _may_reach_caller_zero(outline, f, [guard for eps, guard in guards if contains(f, eps)],
-                                      id(f) in methods):
-                return True
-    return False
+def _torch_clamp(names: frozenset[str]) -> bool:
+    return any(q.startswith("torch.") and q.rsplit(".", 1)[-1] in _CLAMPS for q in names)
 
 
-def _may_make_zero(outline: Outline, call: ast.Call, owner: str | None = None) -> bool:
-    """``_zero_producer`` on the ast, loosely (a norm or probability by the callee's last name or
-    that of what it may stand for); with ``owner``, also a call of a method of it (a
-    submodule's forward, ``_module_outputs``)."""
+def _clamped_values(outline: Outline, call: ast.Call, eps: ast.expr) -> list[ast.expr]:
+    """What ``_guard`` may find ``call`` guards with ``eps``: the first positional argument of
+    a clamp that may be torch's (``eps`` its ``min=`` or second positional argument), the
+    receiver of a clamp method that no import surely names (``eps`` its ``min=`` or first
+    positional argument). libcst's positional arguments include ``*args`` and ``**kwargs``."""
+    positional = [*(a.value if isinstance(a, ast.Starred) else a for a in call.args),
+                  *(k.value for k in call.keywords if k.arg is None)]
+    is_min = any(k.arg == "min" and k.value is eps for k in call.keywords)
     func = call.func
-    return _called(call) in _ZERO_PRODUCERS \
-        or any(q.rsplit(".", 1)[-1] in _ZERO_PRODUCERS for q in outline.qualified_names(func)) \
-        or owner is not None and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) \
-        and func.value.id == owner
+    values = []
+    if _torch_clamp(outline.qualified_names(func)) and positional \
+            and (is_min or len(positional) > 1 and positional[1] is eps):
+        values.append(positional[0])
+    if isinstance(func, ast.Attribute) and func.attr in _CLAMPS and not outline.surely_qualified_names(func) \
+            and (is_min or positional and positional[0] is eps):
+        values.append(func.value)
+    return values
 
 
-def _may_reach_caller_zero(outline: Outline, function: ast.FunctionDef, guards: list[ast.expr],
-                           method: bool) -> bool:
-    """``_caller_tensor`` on the ast, loosely: what ``guards`` (in ``function``) are computed
-    from, following each name the function's assignments bind (also attribute and keyword
-    names, which are names to libcst's ``_slice`` too), holds one of its ``Tensor`` parameters
-    and a call ``_may_make_zero`` accepts (of the first parameter's methods too where the
-    function is a ``method``). No widening is looked for."""
-    tensors = {a.arg for a in function.args.args + function.args.kwonlyargs
-               if a.annotation is not None and "Tensor" in ast.dump(a.annotation)}
-    owner = function.args.args[0].arg if method and function.args.args else None
+class _Slice:
+    """``_slice`` on the ast: the nodes a guarded value is computed from, following the names
+    the function's assignments bind (``bound``), not into an index or a tensor's metadata
+    (``_data_walk``), visited as libcst visits them; and the names among them, libcst's
+    ``Name`` nodes (an attribute's, a keyword's and a lambda parameter's too)."""
+
+    def __init__(self, roots: list[ast.expr], bound: dict[str, list[ast.expr]]):
+        self.nodes: list[ast.AST] = []
+        self.names: set[str] = set()
+        pending = list(roots)
+        while pending:
+            stack = [pending.pop()]
+            while stack:
+                node = stack.pop()
+                self.nodes.append(node)
+                if isinstance(node, ast.Attribute) and node.attr in _METADATA or isinstance(node, ast.Call) \
+                        and isinstance(node.func, ast.Attribute) and node.func.attr in _METADATA:
+                    continue
+                if isinstance(node, ast.Subscript):
+                    stack.append(node.value)
+                    continue
+                for name in _names_in(node, deep=False):
+                    if name not in self.names:
+                        self.names.add(name)
+                        pending.extend(bound.get(name, ()))
+                stack.extend(ast.iter_child_nodes(node))
+
+    def calls(self) -> list[ast.Call]:
+        return [n for n in self.nodes if isinstance(n, ast.Call)]
+
+
+def _bound_values_on_ast(outline: Outline, function: ast.AST) -> dict[str, list[ast.expr]]:
+    """``_bound_values``: every name in an assignment's targets in ``function`` (nested
+    functions too), with the values assigned."""
     bound: dict[str, list[ast.expr]] = {}
     for kind in (ast.Assign, ast.AnnAssign):
         for a in outline.nodes(kind):
@@ -179,15 +239,180 @@ def _may_reach_caller_zero(outline: Outline, function: ast.FunctionDef, guards: 
                 for target in (a.targets if isinstance(a, ast.Assign) else [a.target]):
                     for name in _names_in(target):
                         bound.setdefault(name, []).append(a.value)
-    pending, seen, zero = list(guards), set(), False
-    while pending:
-        for node in ast.walk(pending.pop()):
-            for name in _names_in(node, deep=False):
-                if name not in seen:
-                    seen.add(name)
-                    pending.extend(bound.get(name, ()))
-            zero = zero or isinstance(node, ast.Call) and _may_make_zero(outline, node, owner)
-    return zero and not tensors.isdisjoint(seen)
+    return bound
+
+
+_WIDE_DTYPES = frozenset(name for name, dtype in DTYPES.items() if dtype in _WIDE)
+
+
+def _surely_widens(outline: Outline, call: ast.Call, bound: dict[str, list[ast.expr]]) -> bool:
+    """``_widens`` where its imports surely name the dtype (``surely_qualified_names``): then
+    check() drops the guarded value on every path outside regions."""
+    func = call.func
+    if isinstance(func, ast.Attribute):
+        if func.attr in ("float", "double") and not call.args and not call.keywords:
+            return True
+        if func.attr in ("to", "type") and any(
+                _surely_fixed_dtype(outline, a, bound) for a in (*call.args, *(k.value for k in call.keywords
+                                                                              if k.arg == "dtype"))):
+            return True
+    return any(k.arg == "dtype" and _surely_fixed_dtype(outline, k.value, bound) for k in call.keywords)
+
+
+def _surely_fixed_dtype(outline: Outline, expr: ast.expr, bound: dict[str, list[ast.expr]]) -> bool:
+    """``_fixed_dtype``: the dtype of something ``self`` holds, or float32/float64 named in the
+    expression or in what the function assigns the name."""
+    if isinstance(expr, ast.Attribute) and expr.attr == "dtype":
+        root = expr.value
+        while isinstance(root, (ast.Attribute, ast.Subscript)):
+            root = root.value
+        return isinstance(root, ast.Name) and root.id == "self"
+    values = bound.get(expr.id, []) if isinstance(expr, ast.Name) else []
+    return any(isinstance(part, (ast.Name, ast.Attribute))
+               and not outline.surely_qualified_names(part).isdisjoint(_WIDE_DTYPES)
+               for node in (expr, *values) for part in ast.walk(node))
+
+
+def _may_fire(outline: Outline) -> bool:
+    """A float literal the rule would call tiny (libcst's ``Float`` nodes are the ``float``
+    constants of Python's ast), and either it or a name that stands for one where it is used
+    (``_TinyNames``) inside a region; or an epsilon in a function that guards a division, log
+    or root (``_guarded_epsilons``) of a value that no cast on its way surely widens
+    (``_surely_widens``), inside a loss place by name in a project that enables float16
+    autocast (the value not a count nor computed from the labels), or in a class of this file
+    converted to float16, or in a public function (that does not name float16 itself) with a
+    ``Tensor`` parameter the value is computed from together with a norm or probability."""
+    tiny_constants = [c for c in outline.nodes(ast.Constant)
+                      if type(c.value) is float and 0 < c.value < FP16_SMALLEST]
+    if not tiny_constants:
+        return False
+    tiny_in = _TinyNames(outline, tiny_constants)
+    # In a float16 region (_check_operand, _check_keyword): where the epsilon is written. What
+    # the region holds is in the function around it (or at module level: scope 0).
+    if calls_enabled_autocast(outline):
+        spans = [((first.lineno, first.col_offset), (last.end_lineno, last.end_col_offset), scope)
+                 for first, last, scope in region_spans(outline)]
+        if any(start <= (c.lineno, c.col_offset) < end for c in tiny_constants for start, end, _ in spans) or any(
+                start <= (n.lineno, n.col_offset) < end and n.id in tiny_in(scope)
+                for n in outline.nodes(ast.Name) for start, end, scope in spans):
+            return True
+    guards = _guarded_epsilons(outline, tiny_constants, tiny_in)
+    bound_in: dict[int, dict[str, list[ast.expr]]] = {}
+    # Every path outside regions reads the guarded value's slice and drops a widened one.
+    guarded: list[tuple[_Guard, ast.expr, dict, _Slice]] = []
+    for g in guards:
+        if id(g.function) not in bound_in:
+            bound_in[id(g.function)] = _bound_values_on_ast(outline, g.function)
+        bound = bound_in[id(g.function)]
+        for value in g.values:
+            slice_ = _Slice([value], bound)
+            if not any(_surely_widens(outline, c, bound) for c in slice_.calls()):
+                guarded.append((g, value, bound, slice_))
+    if not guarded:
+        return False
+    half_aware: dict[int, bool] = {}
+
+    def handles_half(function: ast.AST) -> bool:  # _handles_half, where imports surely decide it
+        if id(function) not in half_aware:
+            half_aware[id(function)] = any(
+                isinstance(n, (ast.Name, ast.Attribute)) and not outline.surely_qualified_names(n).isdisjoint(
+                    _HALF_AWARE) for n in ast.walk(function))
+        return half_aware[id(function)]
+
+    calls = outline.nodes(ast.Call)
+    # A class of this file whose instances it converts to float16 (_halved_classes; the dtype
+    # named anyhow: the check resolves it).
+    if any(contains(cls, g.epsilon) for cls in _may_be_halved_classes(outline, calls) for g, *_ in guarded):
+        return True
+    # Where a loss is computed, in a project that enables float16 autocast elsewhere
+    # (_check_project_float16): not a count, not computed from the labels.
+    if outline.project is not None and outline.project.path is not None:
+        places = named_loss_places_on_ast(outline, outline.project.path)
+        if any(any(contains(f, g.epsilon) for f in places) and not handles_half(g.function)
+               and not _counts(value, bound) and _GROUND_TRUTH.isdisjoint(
+                   part for name in slice_.names for part in name.lower().split("_"))
+               for g, value, bound, slice_ in guarded) and outline.project.float16_autocast:
+            return True
+    # Else a public function with a ``Tensor`` parameter that guards a division, log or root
+    # itself (_check_caller_dtype).
+    if not any(_may_make_zero(outline, c) for c in calls):
+        return False
+    private_classes = [c for c in outline.nodes(ast.ClassDef) if c.name.startswith("_") and not c.name.endswith("__")]
+    method_of = {id(m): c for c in outline.nodes(ast.ClassDef) for m in c.body}
+    for g, _, bound, slice_ in guarded:
+        f = g.function
+        tensors = {a.arg for a in f.args.args + f.args.kwonlyargs
+                   if a.annotation is not None and "Tensor" in ast.dump(a.annotation)}
+        if (f.name.startswith("_") and not f.name.endswith("__")) or tensors.isdisjoint(slice_.names) \
+                or any(contains(c, f) for c in private_classes):
+            continue
+        owner = f.args.args[0].arg if f.args.args else None
+        submodules = _submodules_making_zero(outline, method_of[id(f)]) if id(f) in method_of else frozenset()
+        if any(_may_make_zero(outline, c) and not _surely_model_output(outline, c, owner, bound)
+               or isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)
+               and c.func.value.id == owner and c.func.attr in submodules
+               for c in slice_.calls()) and not handles_half(f):
+            return True
+    return False
+
+
+def _counts(value: ast.expr, bound: dict[str, list[ast.expr]]) -> bool:
+    """``number`` in _check_project_float16: an operand of the guarded value is a Python number
+    (an integer, a size, a count, ``len(...)``) or a name the function assigns one."""
+    def number(expr: ast.expr) -> bool:
+        if isinstance(expr, ast.Constant):
+            return type(expr.value) is int
+        if isinstance(expr, (ast.Tuple, ast.List)):
+            return bool(expr.elts) and all(number(e) for e in expr.elts)
+        if isinstance(expr, ast.Call):
+            return isinstance(expr.func, ast.Attribute) and expr.func.attr in _COUNTS \
+                or isinstance(expr.func, ast.Name) and expr.func.id == "len"
+        return False
+
+    operands = [value.left, value.right] if isinstance(value, ast.BinOp) else [value]
+    return any(number(o) or isinstance(o, ast.Name) and any(number(v) for v in bound.get(o.id, ()))
+               for o in operands)
+
+
+def _may_make_zero(outline: Outline, call: ast.Call) -> bool:
+    """``_zero_producer`` on the ast, loosely: a norm or probability by the callee's last name or
+    that of what it may stand for."""
+    return bool(_zero_names(outline, call) & _ZERO_PRODUCERS)
+
+
+def _zero_names(outline: Outline, call: ast.Call) -> set[str]:
+    return {_called(call), *(q.rsplit(".", 1)[-1] for q in outline.qualified_names(call.func))}
+
+
+def _surely_model_output(outline: Outline, call: ast.Call, owner: str | None,
+                         bound: dict[str, list[ast.expr]]) -> bool:
+    """A norm (surely not a probability) that ``_model_output`` drops: its arguments come from a
+    call on ``self`` (``self.net(x)``), followed through the function's assignments."""
+    if owner not in ("self", "cls") or not _zero_names(outline, call).isdisjoint(_PROBABILITIES):
+        return False
+    for node in _Slice([*call.args, *(k.value for k in call.keywords)], bound).calls():
+        root = node.func
+        while isinstance(root, (ast.Attribute, ast.Subscript, ast.Call)):
+            root = root.func if isinstance(root, ast.Call) else root.value
+        if isinstance(root, ast.Name) and root.id == owner:
+            return True
+    return False
+
+
+def _submodules_making_zero(outline: Outline, owner: ast.ClassDef) -> frozenset[str]:
+    """``_module_outputs`` on the ast, loosely: the attributes ``owner`` assigns an instance of
+    a class of this file whose ``forward`` returns something with a norm or probability in it."""
+    making_zero = {c.name for c in outline.nodes(ast.ClassDef) if any(
+        isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and m.name == "forward" and any(
+            isinstance(n, ast.Call) and _may_make_zero(outline, n)
+            for r in outline.nodes(ast.Return) if r.value is not None and contains(m, r) for n in ast.walk(r.value))
+        for m in c.body)}
+    if not making_zero:
+        return frozenset()
+    return frozenset(t.attr for a in outline.nodes(ast.Assign) if contains(owner, a)
+                     for t in a.targets if isinstance(t, ast.Attribute)
+                     if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in making_zero
+                            for n in ast.walk(a.value)))
 
 
 def _names_in(node: ast.AST, deep: bool = True) -> list[str]:
@@ -759,6 +984,46 @@ def quaternion_exp_to_log(quaternion: Tensor, eps: float = 1.0e-8) -> Tensor:
     norm_q: Tensor = torch.norm(vector, p=2, dim=-1, keepdim=True).clamp(min=eps)
     return vector * torch.acos(torch.clamp(quaternion[..., 0:1], min=-1.0, max=1.0)) / norm_q
 """, at=((6, 78, "`eps` (line 4) is below float16's smallest value (≈5.96e-8) and rounds to 0 when this runs in float16 (a float16 `quaternion` or model), where the norm it guards reaches 0: the division"),)),
+        # A local constant: what `eps` holds in this function, not in another one.
+        Invalid("""
+import torch
+from torch import Tensor
+def unit(v: Tensor) -> Tensor:
+    eps = 1e-10
+    return v / (torch.linalg.norm(v, dim=-1, keepdim=True) + eps)
+def soften(v: Tensor, eps: float = 1e-3) -> Tensor:
+    return v / (v.norm() + eps)
+""", at=((6, 62, "`eps` (line 5) is below float16's smallest value (≈5.96e-8) and rounds to 0 when this runs in float16 (a float16 `v` or model), where the norm it guards reaches 0: the division"),)),
+        # A cast to the dtype of another input keeps the caller's dtype (the function below
+        # widens to float32, and reports nothing).
+        Invalid("""
+import torch
+from torch import Tensor
+def cosine(a: Tensor, b: Tensor, eps: float = 1e-8) -> Tensor:
+    b = b.to(a.dtype)
+    return (a * b).sum(-1) / (a.norm(dim=-1) * b.norm(dim=-1) + eps)
+def cosine_wide(a: Tensor, b: Tensor, eps: float = 1e-8) -> Tensor:
+    a, b = a.float(), b.float()
+    return (a * b).sum(-1) / (a.norm(dim=-1) * b.norm(dim=-1) + eps)
+""", at=((6, 65, "`eps` (line 4) is below float16's smallest value (≈5.96e-8) and rounds to 0 when this runs in float16 (a float16 `a` or model), where the norm it guards reaches 0: the division"),)),
+        # A loss in a project that enables float16 autocast elsewhere: the labels only index
+        # the prediction, which the guarded value is computed from.
+        Invalid("""
+import torch
+from torch import nn
+class MaskedRangeLoss(nn.Module):
+    def forward(self, pred, target, target_mask):
+        picked = pred[target_mask]
+        low, high = picked.min(), picked.max()
+        scaled = (picked - low) / (high - low + 1e-8)
+        return ((scaled - target[target_mask]) ** 2).mean()
+""", at=((8, 49, "`1e-8` is below float16's smallest value (≈5.96e-8) and rounds to 0 in float16, and this project runs code under float16 autocast (trainer.py:4): if `MaskedRangeLoss.forward` runs there, the division"),),
+            project=(("trainer.py", """
+import torch
+def train_step(loss_fn, batch):
+    with torch.autocast("cuda"):
+        return loss_fn(*batch)
+"""),)),
         # A clamp guards a root taken of it (the clamp is the method's receiver).
         Invalid("""
 import torch

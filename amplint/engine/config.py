@@ -82,12 +82,16 @@ class Config:
             return {n for n in names if self.is_excluded(folder / n)}
         if rel_folder and self._excludes(rel_folder, whole=False):
             return set(names)
-        part_matches = _exclusion(tuple(self.exclude + self.extend_exclude))[0]
+        part_matches = self._exclusion[0]
         return {n for n in names if part_matches(n)
                 or self._excludes(f"{rel_folder}/{n}" if rel_folder else n, parts=False)}
 
+    @property
+    def _exclusion(self) -> tuple[Callable[[str], bool], Callable[[str], bool]]:
+        return _exclusion(tuple(self.exclude + self.extend_exclude))
+
     def _excludes(self, rel: str, parts: bool = True, whole: bool = True) -> bool:
-        part_matches, whole_matches = _exclusion(tuple(self.exclude + self.extend_exclude))
+        part_matches, whole_matches = self._exclusion
         if parts and any(part_matches(part) for part in rel.split("/") if part not in ("", ".")):
             return True
         return whole and whole_matches(rel)

@@ -5,6 +5,7 @@ on disk, the real CLI; `-v` says how many files the cache answered."""
 
 import json
 import re
+from pathlib import Path
 
 from click.testing import CliRunner
 
@@ -222,3 +223,40 @@ def train(model, optimizer, loss, bound):
     checked, cached, findings = _check(tmp_path)
     assert (checked, cached) == (2, 2)
     assert "demo/trainer.py" not in findings
+
+
+def test_the_process_that_reads_a_project_checks_the_files_it_parsed(tmp_path, monkeypatch):
+    """A project's facts are read by one process, which parses the modules that mention
+    autocast: that process checks those files itself, from the outlines it kept, with the
+    findings a check from scratch makes; the others are left for the chunks."""
+    from amplint.engine import project, project_index
+    from amplint.engine.config import Config
+    from amplint.engine.outline import Outline
+    from amplint.engine.rule import all_rules
+
+    files = {**FILES, "demo/step.py": """\
+import torch
+
+
+def step(model, x):
+    with torch.autocast("cuda"):
+        model(x).sum().backward()
+"""}
+    _write(tmp_path, files)
+    monkeypatch.chdir(tmp_path)
+    rules = [r for r in all_rules() if r.on_by_default]
+    options = project.Options()
+    project._init_worker([(Config(tmp_path), None)])
+    tasks = {i: (Path(name), rules, 0) for i, name in enumerate(sorted(files)) if name.endswith(".py")}
+    project_index.forget()
+    facts, checked = project._read_project_in_worker(tmp_path.resolve(), tasks, options)
+    assert sorted(str(tasks[i][0]) for i in checked) == ["demo/step.py", "demo/trainer.py", "demo/utils.py"]
+    assert [d.code for i in checked if tasks[i][0].name == "step.py" for d in checked[i].diagnostics] == ["AMP009", "AMP001"]
+    assert ("autocast_wrappers", tmp_path.resolve()) in facts
+    project_index.forget()
+    for index, result in checked.items():
+        again = project.check_file(tasks[index][0], rules, options, *project._worker_state[0])
+        assert result.diagnostics == again.diagnostics
+    # What was kept and not taken is let go.
+    assert Outline.parse("x = 1\n", keep=True).tree is Outline.parse("x = 1\n").tree
+    assert Outline.parse("x = 1\n").tree is not Outline.parse("x = 1\n").tree

@@ -83,6 +83,17 @@ class Scopes(dict):
                 stack.append((end, key, is_class))
 
 
+# Outlines a project's scan made (``keep=True``), by text, until the check of the same text in
+# the same process takes them (``Outline.parse``): the files a project's scan reads are mostly
+# those its checks outline again. A tree takes about 30 times its text's size: the texts of
+# those held add up to at most _KEPT_CHARACTERS (the oldest go first).
+_KEPT: dict[str, "Outline"] = {}
+_KEPT_CHARACTERS = 4_000_000
+# What a kept outline hands on: what it read of its tree alone (the rest, such as what a name
+# stands for, may depend on the project the next reader gives it).
+_CARRIED = ("_by_type", "scopes")
+
+
 class Outline:
     # What the prefilter may ask of the checked file's project (``project_index.ProjectHints``;
     # None for text whose path names no file on disk): set by the runner before ``may_fire``.
@@ -93,12 +104,30 @@ class Outline:
         self._qualified: dict[int, frozenset[str]] = {}  # by id of the node (the tree keeps them alive)
 
     @classmethod
-    def parse(cls, source: str) -> "Outline | None":
-        """None when Python cannot parse it (libcst then reports why)."""
+    def parse(cls, source: str, keep: bool = False) -> "Outline | None":
+        """None when Python cannot parse it (libcst then reports why). With ``keep``, the
+        outline is also kept for the next ``parse`` of the same text, which takes it (its tree
+        and node index, ``_CARRIED``)."""
+        kept = _KEPT.pop(source, None)
+        if kept is not None:
+            outline = cls(kept.tree)
+            outline.__dict__.update((k, kept.__dict__[k]) for k in _CARRIED if k in kept.__dict__)
+            return outline
         try:
-            return cls(ast.parse(source))
+            outline = cls(ast.parse(source))
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             return None
+        if keep and len(source) <= _KEPT_CHARACTERS:
+            held = sum(map(len, _KEPT)) + len(source)
+            while held > _KEPT_CHARACTERS:
+                held -= len(oldest := next(iter(_KEPT)))
+                del _KEPT[oldest]
+            _KEPT[source] = outline
+        return outline
+
+    @staticmethod
+    def forget_kept() -> None:
+        _KEPT.clear()
 
     @cached_property
     def _by_type(self) -> dict[type, list[ast.AST]]:

@@ -21,6 +21,7 @@ from .cache import Cache
 from .config import Config, ConfigError, Resolver
 from .diagnostics import Diagnostic, Location
 from .discovery import python_files
+from .outline import Outline
 from .rule import Rule
 from .runner import INTERNAL_ERROR, SYNTAX_ERROR, FileResult, lint_source
 from .tree import parse
@@ -236,7 +237,8 @@ def _in_pool(tasks, options: Options, profiles: list[_Profile]) -> Iterator[File
         members.setdefault(root, []).append(index)
     worker_options = Options(**{**options.__dict__, "progress": None})  # a callback stays here
     shared = [(p.config, p.cache) for p in profiles]
-    placed: list[tuple[Future, int] | None] = [None] * len(tasks)  # per task: its chunk and its place there
+    # Per task: its chunk and its place there, or its result.
+    placed: list[tuple[Future, int] | FileResult | None] = [None] * len(tasks)
     with ProcessPoolExecutor(options.jobs, mp_context=context, initializer=_init_worker, initargs=(shared,)) as pool:
 
         def hand_out(indices: list[int], facts: dict) -> None:
@@ -246,13 +248,17 @@ def _in_pool(tasks, options: Options, profiles: list[_Profile]) -> Iterator[File
                 for place, index in enumerate(chunk):
                     placed[index] = (future, place)
 
-        reading = {pool.submit(project_index.project_facts, root): root for root in ordered}
+        reading = {pool.submit(_read_project_in_worker, root, {i: tasks[i] for i in members[root]},
+                               worker_options): root for root in ordered}
         if None in members:
             hand_out(members[None], {})
         for done in as_completed(reading):
-            hand_out(members[reading[done]], done.result())
-        for future, place in placed:
-            yield future.result()[place]
+            facts, checked = done.result()
+            for index, result in checked.items():
+                placed[index] = result
+            hand_out([i for i in members[reading[done]] if i not in checked], facts)
+        for entry in placed:
+            yield entry if isinstance(entry, FileResult) else entry[0].result()[entry[1]]
 
 
 _worker_state: list[tuple] = []  # per profile: (policy loader, cache)
@@ -261,6 +267,19 @@ _worker_state: list[tuple] = []  # per profile: (policy loader, cache)
 def _init_worker(profiles: list[tuple[Config, Cache | None]]) -> None:
     global _worker_state
     _worker_state = [(policy_loader(config), cache) for config, cache in profiles]
+
+
+def _read_project_in_worker(root: Path, tasks: dict[int, tuple], options: Options) -> tuple[dict, dict]:
+    """A project's facts (``project_index.project_facts``), and the results of its files
+    that reading them parsed: checked in this process, which keeps their outlines."""
+    facts = project_index.project_facts(root)
+    parsed = project_index.parsed_here()
+    names = {path.name for path in parsed}
+    checked = {index: check_file(path, rules, options, *_worker_state[key])
+               for index, (path, rules, key) in tasks.items()
+               if path.name in names and Path(os.path.realpath(path)) in parsed}
+    Outline.forget_kept()  # those no check took
+    return facts, checked
 
 
 def _check_in_worker(chunk, options: Options, facts: dict) -> list[FileResult]:

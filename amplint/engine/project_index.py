@@ -199,6 +199,13 @@ def keep_summaries(folder: Path, linter: str) -> None:
 
 
 _SUMMARIES: dict[Path, dict | None] = {}  # this run's, by path
+_PARSED: set[Path] = set()  # the modules this process parsed for them
+
+
+def parsed_here() -> set[Path]:
+    """The modules this process has parsed for their summaries, and whose outlines it keeps
+    for their checks (``Outline.parse``): checked here, they are not parsed again."""
+    return _PARSED
 
 
 def _summary(path: Path) -> dict | None:
@@ -223,7 +230,9 @@ def _summarize(path: Path) -> dict | None:
             return json.loads(entry.read_text(encoding="utf-8"))["summary"]
         except (OSError, ValueError, KeyError, TypeError):
             pass
-    outline = _outline_of(data)
+    outline = _outline_of(data, keep=True)
+    if outline is not None:
+        _PARSED.add(path)
     summary = None if outline is None else {
         "sites": _sites_of(outline),
         "defs": sorted({n.name for kind in (ast.FunctionDef, ast.AsyncFunctionDef) for n in outline.nodes(kind)}),
@@ -233,10 +242,11 @@ def _summarize(path: Path) -> dict | None:
     return summary
 
 
-def _outline_of(data: bytes | None) -> Outline | None:
-    """A project module's outline; None when it cannot be read, decoded or parsed."""
+def _outline_of(data: bytes | None, keep: bool = False) -> Outline | None:
+    """A project module's outline; None when it cannot be read, decoded or parsed. ``keep``:
+    for this process's check of the file (``Outline.parse``)."""
     try:
-        return Outline.parse(source_io.decode(data).text) if data is not None else None
+        return Outline.parse(source_io.decode(data).text, keep) if data is not None else None
     except source_io.SourceError:
         return None
 
@@ -794,6 +804,8 @@ def forget() -> None:
     _python_files.cache_clear()
     _read.cache_clear()
     _SUMMARIES.clear()
+    _PARSED.clear()
+    Outline.forget_kept()
     _STORE.clear()
     _FACTS.clear()
     _folder_root.cache_clear()

@@ -225,10 +225,11 @@ def train(model, optimizer, loss, bound):
     assert "demo/trainer.py" not in findings
 
 
-def test_the_process_that_reads_a_project_checks_the_files_it_parsed(tmp_path, monkeypatch):
+def test_the_process_that_reads_a_project_settles_what_it_can(tmp_path, monkeypatch):
     """A project's facts are read by one process, which parses the modules that mention
-    autocast: that process checks those files itself, from the outlines it kept, with the
-    findings a check from scratch makes; the others are left for the chunks."""
+    autocast: that process checks those files itself, from the outlines it kept, and settles
+    the files in whose bytes (read for the facts) the prefilter finds nothing to check. Each
+    result is the one a check from scratch gives; the files left are those a rule may fire on."""
     from amplint.engine import project, project_index
     from amplint.engine.config import Config
     from amplint.engine.outline import Outline
@@ -241,7 +242,7 @@ import torch
 def step(model, x):
     with torch.autocast("cuda"):
         model(x).sum().backward()
-"""}
+""", "demo/data.py": "import json\n\n\ndef load(path):\n    return json.load(open(path))\n"}
     _write(tmp_path, files)
     monkeypatch.chdir(tmp_path)
     rules = [r for r in all_rules() if r.on_by_default]
@@ -249,14 +250,17 @@ def step(model, x):
     project._init_worker([(Config(tmp_path), None)])
     tasks = {i: (Path(name), rules, 0) for i, name in enumerate(sorted(files)) if name.endswith(".py")}
     project_index.forget()
-    facts, checked = project._read_project_in_worker(tmp_path.resolve(), tasks, options)
-    assert sorted(str(tasks[i][0]) for i in checked) == ["demo/step.py", "demo/trainer.py", "demo/utils.py"]
-    assert [d.code for i in checked if tasks[i][0].name == "step.py" for d in checked[i].diagnostics] == ["AMP009", "AMP001"]
+    facts, settled = project._read_project_in_worker(tmp_path.resolve(), tasks, options)
     assert ("autocast_wrappers", tmp_path.resolve()) in facts
+    assert sorted(str(tasks[i][0]) for i in set(tasks) - set(settled)) == \
+        ["demo/legacy.py", "demo/losses.py", "demo/models.py"]
+    assert [d.code for i in settled if tasks[i][0].name == "step.py" for d in settled[i].diagnostics] == \
+        ["AMP009", "AMP001"]
     project_index.forget()
-    for index, result in checked.items():
+    for index, result in settled.items():
         again = project.check_file(tasks[index][0], rules, options, *project._worker_state[0])
-        assert result.diagnostics == again.diagnostics
-    # What was kept and not taken is let go.
+        assert (result.path, result.diagnostics, result.dependencies) == \
+            (again.path, again.diagnostics, again.dependencies)
+    # An outline kept is taken by the next parse of the same text, and only by it.
     assert Outline.parse("x = 1\n", keep=True).tree is Outline.parse("x = 1\n").tree
     assert Outline.parse("x = 1\n").tree is not Outline.parse("x = 1\n").tree

@@ -74,10 +74,11 @@ class Config:
         the root), or a folder above it."""
         return self._excludes(_relative(path, self.root))
 
-    def excluded_names(self, folder: Path, names: Iterable[str]) -> set[str]:
+    def excluded_names(self, folder: Path, names: Iterable[str], real: str | None = None) -> set[str]:
         """Those of ``names`` whose ``folder / name`` ``is_excluded``: the folder's part of the
-        question answered once (discovery asks it of every entry of every folder)."""
-        rel_folder = _relative_folder(str(folder) or ".", str(self.root))
+        question answered once (discovery asks it of every entry of every folder). ``real``:
+        the folder with its symlinks resolved, where the caller knows it."""
+        rel_folder = _relative_folder(str(folder) or ".", str(self.root), real)
         if rel_folder is None:  # outside the root: matched as given
             return {n for n in names if self.is_excluded(folder / n)}
         if rel_folder and self._excludes(rel_folder, whole=False):
@@ -120,11 +121,11 @@ def _resolved(folder: str) -> Path:
 
 
 @lru_cache(maxsize=4096)
-def _relative_folder(folder: str, root: str) -> str | None:
-    """``folder`` relative to ``root`` (``""`` for the root itself), symlinks resolved, as a
-    POSIX path; None when it lies outside."""
+def _relative_folder(folder: str, root: str, real: str | None = None) -> str | None:
+    """``folder`` relative to ``root`` (``""`` for the root itself), symlinks resolved (or
+    ``real``, the folder resolved), as a POSIX path; None when it lies outside."""
     try:
-        rel = Path(folder).resolve().relative_to(_resolved(root)).as_posix()
+        rel = (Path(real) if real else Path(folder).resolve()).relative_to(_resolved(root)).as_posix()
     except ValueError:
         return None
     return "" if rel == "." else rel
@@ -313,21 +314,27 @@ class Resolver:
         self._given_rules = rules  # a caller's own selection, for every configuration
         self._default: Config | None = None
         self._by_folder: dict[str, Config] = {}
+        self._by_given_folder: dict[str, Config] = {}
         self._by_resolved: dict[Path, Config] = {}
         self._rules: dict[int, list[type[Rule]]] = {}
 
-    def for_folder(self, folder: Path) -> Config:
-        """The configuration of the files in ``folder``."""
+    def for_folder(self, folder: Path, real: str | None = None) -> Config:
+        """The configuration of the files in ``folder`` (``real``: with its symlinks resolved,
+        where the caller knows it)."""
         if self.fixed is not None:
             return self.fixed
         key = os.path.abspath(folder)
         config = self._by_folder.get(key)
         if config is None:
-            config = self._by_folder[key] = self._nearest(Path(key).resolve())
+            config = self._by_folder[key] = self._nearest(Path(real) if real else Path(key).resolve())
         return config
 
     def for_file(self, path: Path) -> Config:
-        return self.for_folder(Path(os.path.abspath(path)).parent)
+        folder = os.path.dirname(path)  # as given: asked of every file, answered once per folder
+        config = self._by_given_folder.get(folder)
+        if config is None:
+            config = self._by_given_folder[folder] = self.for_folder(Path(os.path.abspath(path)).parent)
+        return config
 
     def _nearest(self, folder: Path) -> Config:
         passed = []

@@ -53,14 +53,15 @@ def _exists(path: Path) -> bool:
 
 
 def python_files(paths: list[Path], config: Config | Resolver, unreadable: list[tuple[Path, str]] | None = None,
-                 force_exclude: bool = False) -> Iterator[Path]:
+                 force_exclude: bool = False, real_folders: dict[str, str] | None = None) -> Iterator[Path]:
     """Folders are walked (excluded folders pruned, symlinked folders not followed, files git
     ignores left out); a file named explicitly is always checked, unless ``force_exclude``
     and the configuration excludes it (pre-commit names every file). Each file is yielded
     once, in a stable order. Folders that cannot be listed go to ``unreadable`` with the reason.
     With a ``Resolver``, what a folder holds is excluded by the configuration of that folder
-    (a nested project's own ``exclude``, relative to its own root)."""
-    config_of = config.for_folder if isinstance(config, Resolver) else lambda folder: config
+    (a nested project's own ``exclude``, relative to its own root). ``real_folders`` is given
+    each walked folder (as its files' paths name it) with its symlinks resolved."""
+    config_of = config.for_folder if isinstance(config, Resolver) else lambda folder, real=None: config
     seen: set[str] = set()
     for path in paths:
         if not _exists(path):
@@ -75,13 +76,19 @@ def python_files(paths: list[Path], config: Config | Resolver, unreadable: list[
             continue
         if path.is_dir():
             found = []
+            top, real_top = os.fspath(path), os.path.realpath(path)
             for folder, dirs, files in os.walk(path, onerror=on_error):
                 here = Path(folder)
-                settings = config_of(here)
-                excluded = settings.excluded_names(here, dirs)
+                # os.walk enters no symlinked folder: below the top, a folder resolves to the
+                # resolved top and the rest of its path (no system call per folder).
+                real = real_top + folder[len(top):] if folder != top else real_top
+                if real_folders is not None:
+                    real_folders[str(here)] = real
+                settings = config_of(here, real)
+                excluded = settings.excluded_names(here, dirs, real)
                 dirs[:] = sorted(d for d in dirs if d not in excluded)
                 wanted = [f for f in files if f.endswith((".py", ".pyi", ".ipynb"))]
-                excluded = settings.excluded_names(here, wanted)
+                excluded = settings.excluded_names(here, wanted, real)
                 found.extend(here / f for f in wanted if f not in excluded)
             ignored = _ignored_by_git(path, found)
             candidates = sorted(f for f in found if f not in ignored)

@@ -23,7 +23,7 @@ from .diagnostics import Diagnostic, Location
 from .discovery import python_files
 from .outline import Outline
 from .rule import Rule
-from .runner import INTERNAL_ERROR, SYNTAX_ERROR, FileResult, lint_source
+from .runner import INTERNAL_ERROR, SYNTAX_ERROR, FileResult, lint_source, prefilter
 from .tree import parse
 
 @dataclass
@@ -125,8 +125,8 @@ def check_paths(paths: list[Path], config: Config | Resolver, rules: list[type[R
 
     if resolver.fixed is not None:  # its settings are checked before a file is read
         profile_index(resolver.fixed)
-    tasks, unreadable = [], []
-    for path in python_files(paths, resolver, unreadable, options.force_exclude):
+    tasks, unreadable, real_folders = [], [], {}
+    for path in python_files(paths, resolver, unreadable, options.force_exclude, real_folders):
         file_config = resolver.for_file(path)
         key = profile_index(file_config)
         ignored = file_config.ignored_for(path)
@@ -135,7 +135,7 @@ def check_paths(paths: list[Path], config: Config | Resolver, rules: list[type[R
             rules_here = [r for r in rules_here if not any(r.code.startswith(i) for i in ignored)]
         tasks.append((path, rules_here, key))
     if options.jobs > 1 and len(tasks) >= _POOL_MIN_FILES:
-        results = _in_pool(tasks, options, profiles)
+        results = _in_pool(tasks, options, profiles, real_folders)
     else:
         loaders = [policy_loader(p.config) for p in profiles]
         results = (check_file(path, file_rules, options, loaders[key], profiles[key].cache)
@@ -223,15 +223,18 @@ def _unified_diff(before: str, after: str, display: str) -> str:
         fromfile=f"a/{display.lstrip('/')}", tofile=f"b/{display.lstrip('/')}"))
 
 
-def _in_pool(tasks, options: Options, profiles: list[_Profile]) -> Iterator[FileResult]:
+def _in_pool(tasks, options: Options, profiles: list[_Profile], real_folders: dict[str, str]
+             ) -> Iterator[FileResult]:
     """Files spread over processes in chunks of one project each; results come back in the
     order of ``tasks``. What the checks read of a project is read once, by one process
     (``project_index.project_facts``), and goes with the project's chunks, which are handed
     out as soon as it is read: processes done reading check the files of projects already
     read while another still reads a large one."""
     context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
-    size = max(1, len(tasks) // (options.jobs * 32))
-    roots, ordered = project_index.projects_of(path for path, _, _ in tasks)
+    # Most files are settled by the process that reads their project: the chunks hold those
+    # that need a check, and are kept small enough that the last ones end together.
+    size = max(1, len(tasks) // (options.jobs * 128))
+    roots, ordered = project_index.projects_of((path for path, _, _ in tasks), real_folders)
     members: dict[Path | None, list[int]] = {}
     for index, root in enumerate(roots):
         members.setdefault(root, []).append(index)
@@ -270,16 +273,24 @@ def _init_worker(profiles: list[tuple[Config, Cache | None]]) -> None:
 
 
 def _read_project_in_worker(root: Path, tasks: dict[int, tuple], options: Options) -> tuple[dict, dict]:
-    """A project's facts (``project_index.project_facts``), and the results of its files
-    that reading them parsed: checked in this process, which keeps their outlines."""
+    """A project's facts (``project_index.project_facts``), and the results of the files
+    this process can settle with what reading them left it: those it parsed, checked from the
+    outlines it kept, and those in whose bytes, already read, the prefilter's text stage
+    finds nothing to check (most files). The rest is left for the chunks."""
     facts = project_index.project_facts(root)
     parsed = project_index.parsed_here()
     names = {path.name for path in parsed}
-    checked = {index: check_file(path, rules, options, *_worker_state[key])
+    settled = {index: check_file(path, rules, options, *_worker_state[key])
                for index, (path, rules, key) in tasks.items()
                if path.name in names and Path(os.path.realpath(path)) in parsed}
     Outline.forget_kept()  # those no check took
-    return facts, checked
+    with _collection_after():
+        for index, (path, rules, key) in tasks.items():
+            data = None if index in settled else project_index.bytes_read(Path(os.path.abspath(path)))
+            result = None if data is None else _settled_by_text(path, data, rules, options, *_worker_state[key])
+            if result is not None:
+                settled[index] = result
+    return facts, settled
 
 
 def _check_in_worker(chunk, options: Options, facts: dict) -> list[FileResult]:
@@ -322,6 +333,38 @@ def printable(path: Path) -> str:
     return os.fsencode(path).decode("utf-8", errors="replace")
 
 
+def _from_cache(cache: Cache | None, data: bytes, codes: list[str], display: str,
+                text: source_io.SourceText) -> FileResult | None:
+    cached = None if cache is None else cache.get(data, codes, display)
+    return None if cached is None else FileResult(display, cached, source=text.text if cached else None,
+                                                  from_cache=True)
+
+
+def _settled_by_text(path: Path, data: bytes, rules: list[type[Rule]], options: Options, load,
+                     cache) -> FileResult | None:
+    """``check_file``'s result for a file's ``data`` when the cache has it, or when the
+    prefilter's text stage leaves no rule to run on it; None otherwise (and for a notebook or
+    bytes that do not decode): a full check is needed."""
+    if not options.use_prefilter or notebook.is_notebook(path):
+        return None
+    display = printable(path)
+    try:
+        text = source_io.decode(data)
+    except source_io.SourceError:
+        return None
+    codes = [r.code for r in rules]
+    cached = _from_cache(cache, data, codes, display, text)
+    if cached is not None:
+        return cached
+    hints = project_index.ProjectHints(display)
+    if prefilter(tuple(rules), getattr(load, "policies", None) is not None).matching(text.text, hints):
+        return None
+    result = FileResult(display, dependencies=set(hints.read))
+    if cache is not None:
+        cache.put(data, codes, result.diagnostics, result.dependencies)
+    return result
+
+
 def _check_file(path: Path, rules: list[type[Rule]], options: Options, load, cache) -> FileResult:
     display = printable(path)
     try:
@@ -339,10 +382,9 @@ def _check_file(path: Path, rules: list[type[Rule]], options: Options, load, cac
                 before.diagnostics, result.diagnostics, options.unsafe_fixes))
         return result
     codes = [r.code for r in rules]
-    if cache is not None:
-        cached = cache.get(data, codes, display)
-        if cached is not None:
-            return FileResult(display, cached, source=text.text if cached else None, from_cache=True)
+    cached = _from_cache(cache, data, codes, display, text)
+    if cached is not None:
+        return cached
     fixing = options.fix or options.diff
     result = lint_source(display, text.text, rules, fix=fixing, unsafe=options.unsafe_fixes,
                          policy_loader=load, use_prefilter=options.use_prefilter)

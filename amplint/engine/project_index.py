@@ -251,13 +251,23 @@ def _outline_of(data: bytes | None, keep: bool = False) -> Outline | None:
         return None
 
 
-@lru_cache(maxsize=None)
+_BYTES: dict[Path, bytes | None] = {}  # what ``_read`` read, by path
+
+
 def _read(path: Path) -> bytes | None:
     """A project file's bytes, read once per run by every scan of the project (None: unreadable)."""
-    try:
-        return source_io.read_file(path)
-    except OSError:
-        return None
+    if path not in _BYTES:
+        try:
+            _BYTES[path] = source_io.read_file(path)
+        except OSError:
+            _BYTES[path] = None
+    return _BYTES[path]
+
+
+def bytes_read(path: Path) -> bytes | None:
+    """The bytes of ``path`` (absolute) this process's scans of its project read; None if they
+    did not read it."""
+    return _BYTES.get(path)
 
 
 def _sites_of(outline: Outline) -> list[list]:
@@ -773,15 +783,19 @@ def dependency(kind: str, root: Path) -> Dependency:
     return _FACTS[key]
 
 
-def projects_of(paths: Iterable[str | Path]) -> tuple[list[Path | None], list[Path]]:
+def projects_of(paths: Iterable[str | Path], real_folders: dict[str, str] | None = None
+                ) -> tuple[list[Path | None], list[Path]]:
     """The project of each of ``paths`` (None: none), as ``project_root`` finds it, asked once
-    per folder; and the projects, those with the most of ``paths`` first."""
+    per folder (``real_folders``: folders, as the paths name them, with their symlinks
+    resolved, where known); and the projects, those with the most of ``paths`` first."""
+    real_folders = real_folders or {}
     folders: dict[str, Path | None] = {}
     found = []
     for path in paths:
-        folder = os.path.dirname(os.path.abspath(path))
+        folder = os.path.dirname(path)
         if folder not in folders:
-            folders[folder] = _folder_root(Path(os.path.realpath(folder)))
+            real = real_folders.get(folder) or os.path.realpath(os.path.dirname(os.path.abspath(path)))
+            folders[folder] = _folder_root(Path(real))
         found.append(folders[folder])
     return found, [root for root, _ in Counter(r for r in found if r is not None).most_common()]
 
@@ -802,7 +816,7 @@ def adopt(facts: dict[tuple[str, Path], object]) -> None:
 def forget() -> None:
     """Read the project's files again when next asked: a new run sees them as they are now."""
     _python_files.cache_clear()
-    _read.cache_clear()
+    _BYTES.clear()
     _SUMMARIES.clear()
     _PARSED.clear()
     Outline.forget_kept()

@@ -1573,15 +1573,17 @@ class TensorFactoryDropsDtype(Rule):
     # or `**kwargs` (_ARGUMENT); or a `.float()` where an op that needs equal dtypes (an
     # index-put, a scatter) or a half module may take it. The name's start is checked behind
     # it: a leading `\b` would cost the literal scan. `torch.tensor` only with data that can
-    # be a list or a tuple (what may hold a float). Each group starts with a cheap pattern its
-    # others need, which most files lack.
-    fragments = (("device",
+    # be a list or a tuple (what may hold a float). Each group starts with cheap patterns its
+    # others need, which most files lack (most files that mention a device pass no `device=`;
+    # most that move a value with `.to(` move no call's result). A pattern that starts with a
+    # word, not `\b`, lets the regex engine scan for that word.
+    fragments = (("device", r"device\s*=",
                   AnyOf(*(rf"{f}(?<!\w{f})\s*\({_ARGUMENT}*?\bdevice\s*={_ARGUMENT}*\)"
                           for f in _FACTORY_NAMES if f != "tensor"),
                         rf"tensor(?<!\wtensor)\s*\(\s*(?=[\[(]){_ARGUMENT}*?\bdevice\s*={_ARGUMENT}*\)",
                         rf"tensor(?<!\wtensor)\s*\((?={_ARGUMENT}*?\bdata\s*=){_ARGUMENT}*?"
                         rf"\bdevice\s*={_ARGUMENT}*\)")),
-                 (r"\.\s*(?:to|cuda)\s*\(",
+                 (r"\.\s*(?:to|cuda)\s*\(", r"\)[\s)]*\.\s*(?:to|cuda)\s*\(",
                   AnyOf(*(rf"{f}(?<!\w{f})\s*\({_ARGUMENT}*\)[\s)]*\.\s*(?:to|cuda)\s*\(" for f in _FACTORY_NAMES))),
                  (r"\.float\(\)",
                   AnyOf(rf"\.(?:{'|'.join(_STRICT_METHODS)})\s*\(", r"\][\s)\\]*=(?!=)", "half", "float16")))

@@ -447,8 +447,9 @@ def is_backward(ctx: FileContext, call: cst.Call) -> bool:
     ``torch.autograd.backward(...)``. ``accelerator.backward(loss)`` and other wrappers that
     take the loss as an argument are not."""
     mc = method_call(call)
-    if mc is not None and mc[1] == "backward":
-        return not any(a.keyword is None for a in call.args)
+    if mc is not None and mc[1] == "backward" and not any(a.keyword is None for a in call.args):
+        return True
+    # `torch.autograd.backward(loss)` is a method call by its shape, with the loss positional.
     return ctx.resolves_to(call.func, {"torch.autograd.backward"}) is not None
 
 

@@ -192,9 +192,9 @@ class _TrainingPaths:
                     continue
                 name = assignment.targets[0].target.value
                 for backward in self._unscaled_backwards(caller):
-                    receiver = method_call(backward)
-                    if receiver is not None and isinstance(receiver[0], cst.Name) \
-                            and receiver[0].value == name and self.ctx.order(backward) > self.ctx.order(call):
+                    tensor = _backward_tensor(backward)
+                    if isinstance(tensor, cst.Name) and tensor.value == name \
+                            and self.ctx.order(backward) > self.ctx.order(call):
                         return backward
         return None
 
@@ -224,10 +224,9 @@ class _BesideScaled(flow.Analysis):
 
 def _backward_tensor(call: cst.Call) -> cst.BaseExpression | None:
     """``loss`` of ``loss.backward()`` or ``torch.autograd.backward(loss)``."""
+    positional = next((a.value for a in call.args if a.keyword is None and not a.star), None)
     mc = method_call(call)
-    if mc is not None and mc[1] == "backward":
-        return mc[0]
-    return next((a.value for a in call.args if a.keyword is None and not a.star), None)
+    return mc[0] if mc is not None and mc[1] == "backward" and positional is None else positional
 
 
 class Fp16TrainingWithoutScaler(Rule):
@@ -429,6 +428,20 @@ def train_step(model, x, y, optimizer):
     loss.backward()
     optimizer.step()
 """, at=((4, 10, 'float16 autocast with a backward pass but no GradScaler'),)),
+        # The functional spelling, in a caller that got the loss from the region's function.
+        Invalid("""
+import torch
+from torch import autograd, autocast
+class Trainer:
+    def fit(self, batches):
+        for batch in batches:
+            loss = self.forward_loss(batch)
+            autograd.backward(loss)
+            self.optimizer.step()
+    def forward_loss(self, batch):
+        with autocast("cuda", dtype=torch.float16):
+            return self.criterion(self.model(batch.x), batch.y)
+""", at=((11, 14, '`autograd.backward()` on line 8 runs unscaled'),)),
         Invalid("""
 import torch
 for x, y in loader:

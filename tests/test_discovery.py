@@ -53,3 +53,32 @@ def test_a_pattern_reaches_every_file_below_an_excluded_folder(tmp_path, monkeyp
     config = Config(root=root, extend_exclude=["src/pkg/legacy"])
     assert config.excluded_names(Path("src/pkg/legacy/deep"), ["a.py", "b.py"]) == {"a.py", "b.py"}
     assert config.excluded_names(Path("src/pkg"), ["legacy", "train.py"]) == {"legacy"}
+
+
+def test_walked_folders_resolve_as_the_system_resolves_them(tmp_path, monkeypatch):
+    """Discovery resolves each walked folder from the resolved top (os.walk enters no
+    symlinked folder): the paths it hands on are those ``os.path.realpath`` gives, through a
+    symlinked top, a relative top and ``..``; a project found through them is the same, and
+    the exclusions read relative to a root that is itself reached through a symlink."""
+    from amplint.engine.config import Resolver
+    from amplint.engine.discovery import python_files
+    from amplint.engine.project_index import forget, projects_of
+
+    real = tmp_path / "real"
+    for name in TREE:
+        (real / name).parent.mkdir(parents=True, exist_ok=True)
+        (real / name).write_text("import torch\n")
+    (real / "pyproject.toml").write_text('[project]\nname = "p"\n\n[tool.amplint]\nextend-exclude = ["docs"]\n')
+    (tmp_path / "link").symlink_to(real, target_is_directory=True)
+    (real / "src/pkg/linked").symlink_to(real / "build", target_is_directory=True)  # not entered
+    monkeypatch.chdir(tmp_path / "link" / "src")
+    forget()
+    expected = sorted(os.path.relpath(p, real) for p in python_files([real], Resolver()))
+    assert "src/pkg/train.py" in expected and "docs/conf.py" not in expected  # the project's table
+    for top in (Path("../../link"), Path(".."), tmp_path / "link"):
+        folders: dict[str, str] = {}
+        found = list(python_files([top], Resolver(), None, False, folders))
+        assert folders and all(os.path.realpath(f) == r for f, r in folders.items())
+        assert sorted(os.path.relpath(p, top) for p in found) == expected
+        roots, ordered = projects_of(found, folders)
+        assert ordered == [real] and set(roots) == {real}

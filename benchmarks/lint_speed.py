@@ -6,6 +6,7 @@ in the same run, on a pinned corpus of real PyTorch projects.
     python benchmarks/lint_speed.py --verify        # also: same findings with/without prefilter and jobs
     python benchmarks/lint_speed.py --quick         # without the parse floor, flake8 and TorchFix
     python benchmarks/lint_speed.py --corpus DIR    # another corpus (one never tuned on)
+    python benchmarks/lint_speed.py --against REV   # also the commit REV, cold, in turns with this tree
 
 The corpus is installed with `pip install --no-deps --target .corpus/site`; ruff, flake8 and
 TorchFix go into their own virtual environment in .corpus/tools. Prints a markdown table.
@@ -60,6 +61,21 @@ def subset(site: Path, count: int | None) -> Path:
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, dest)
     return target
+
+
+def checkout(revision: str) -> Path:
+    """The package of a git revision of this project, in a folder of its own (byte-compiled, as
+    this tree's is): `python -m amplint` run there runs that revision."""
+    sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", f"{revision}^{{commit}}"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    folder = CORPUS / f"at-{sha[:12]}"
+    if not (folder / "amplint").is_dir():
+        folder.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", sha, "amplint", "policies"],
+                                 capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(folder / "amplint")], check=True)
+    return folder
 
 
 def timed(cmd: list[str], runs: int, cwd: Path | None = None) -> float:
@@ -118,6 +134,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true",
                         help="leave out the single runs of the libcst parse floor, flake8 and TorchFix "
                              "(most of a whole-corpus run's half hour) and the target against TorchFix")
+    parser.add_argument("--against", metavar="REV",
+                        help="also time the git revision REV, cold with default jobs, in turns with this tree "
+                             "(a change measured against its parent on a machine whose speed drifts)")
     args = parser.parse_args()
 
     # What an installed amplint runs: its modules byte-compiled (as pip does on install). An
@@ -132,13 +151,17 @@ def main() -> None:
     subprocess.run(warm, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=CORPUS)  # fill the cache
     one_file = str(ROOT / "fixtures" / "faulty" / "train_amp.py")
 
-    rows = timed_in_turns({
+    commands = {
         "ruff (default rules, --no-cache)": ([str(tools / "ruff"), "check", "--no-cache", "--exit-zero",
                                               str(corpus)], None),
         "amplint, --jobs 1": ([*amplint, "--jobs", "1", str(corpus)], None),
-        "amplint, default jobs": ([*amplint, str(corpus)], None),
+        "amplint, default jobs": ([*amplint, str(corpus)], ROOT),
         "amplint, warm cache (nothing changed)": (warm, CORPUS),
-    }, args.runs)
+    }
+    against = f"amplint at {args.against}, default jobs" if args.against else None
+    if against:
+        commands[against] = ([*amplint, str(corpus)], checkout(args.against))
+    rows = timed_in_turns(commands, args.runs)
     if not args.quick:
         rows["libcst parse only (1 process)"] = timed([sys.executable, "-c", PARSE_FLOOR, str(corpus)], 1)
         rows["flake8 (default rules)"] = timed([str(tools / "flake8"), "--exit-zero", str(corpus)], 1)
@@ -162,6 +185,8 @@ def main() -> None:
     cold, warm_time = rows["amplint, default jobs"], rows["amplint, warm cache (nothing changed)"]
     targets = [] if args.quick else [
         ("cold check vs TorchFix", rows["TorchFix"] / cold, "× faster", "≥ 20", rows["TorchFix"] / cold >= 20)]
+    if against:
+        print(f"\nThis tree's cold check takes {cold / rows[against]:.2f}× the time of {args.against}'s.")
     targets += [
         ("cold check vs ruff", cold / base, "× ruff's time", "≤ 3", cold / base <= 3),
         ("warm rerun vs ruff", warm_time / base, "× ruff's time", "≤ 1", warm_time <= base),

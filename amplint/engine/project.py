@@ -227,9 +227,10 @@ def _in_pool(tasks, options: Options, profiles: list[_Profile], real_folders: di
              ) -> Iterator[FileResult]:
     """Files spread over processes in chunks of one project each; results come back in the
     order of ``tasks``. What the checks read of a project is read once, by one process
-    (``project_index.project_facts``), and goes with the project's chunks, which are handed
-    out as soon as it is read: processes done reading check the files of projects already
-    read while another still reads a large one."""
+    (``_read_project_in_worker``), which also settles the files it can from what it read; the
+    rest goes with the project's facts in chunks, handed out as soon as it is read: processes
+    done reading check the files of projects already read while another still reads a large
+    one. ``real_folders``: discovery's folders, resolved."""
     context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
     # Most files are settled by the process that reads their project: the chunks hold those
     # that need a check, and are kept small enough that the last ones end together.

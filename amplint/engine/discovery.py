@@ -81,7 +81,7 @@ def python_files(paths: list[Path], config: Config | Resolver, unreadable: list[
                 here = Path(folder)
                 # os.walk enters no symlinked folder: below the top, a folder resolves to the
                 # resolved top and the rest of its path (no system call per folder).
-                real = real_top + folder[len(top):] if folder != top else real_top
+                real = real_top + folder[len(top):]
                 if real_folders is not None:
                     real_folders[str(here)] = real
                 settings = config_of(here, real)

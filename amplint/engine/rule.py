@@ -85,6 +85,16 @@ class AnyOf:
 
 
 @dataclass(frozen=True)
+class TextTest:
+    """In a fragment's all-of tuple: a test of the whole text, for what a regular expression
+    cannot say (that a name a pattern found is also assigned something). Run only when the
+    patterns before it in the tuple are found. Like a pattern, it must hold wherever ``check``
+    could report; the prefilter's soundness tests try it on the same spelling variants."""
+
+    test: Callable[[str], bool]
+
+
+@dataclass(frozen=True)
 class Valid:
     """Code on which the rule must stay silent. ``project``: the other files of the project
     the example belongs to, as (path, text) pairs (the example is ``example.py`` at its root):
@@ -122,11 +132,12 @@ class Rule:
     summary: ClassVar[str]
     fixable: ClassVar[bool] = False
     # Regular expressions without which the rule cannot fire (a tuple inside: all of them, in
-    # order; an ``AnyOf`` inside a tuple: one of its patterns): files that contain none of any
+    # order; an ``AnyOf`` inside a tuple: one of its patterns; a ``TextTest``: its test, once
+    # the patterns before it are found): files that contain none of any
     # selected rule's fragments are never parsed. Start a file-wide search with a literal: the
     # regex engine finds literal prefixes fast, while a leading `\b`, class or alternation
     # makes it try every position.
-    fragments: ClassVar[tuple[str | tuple[str | AnyOf, ...], ...]]
+    fragments: ClassVar[tuple[str | tuple[str | AnyOf | TextTest, ...], ...]]
     # Optionally, a cheaper test on Python's `ast` of a file whose fragments match: the file is
     # parsed with libcst for this rule only if it passes. It must hold wherever `check` could
     # report with the committed tables (the prefilter tests compare findings with and without

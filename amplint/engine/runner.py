@@ -18,7 +18,7 @@ from . import noqa
 from .context import FileContext
 from .diagnostics import Diagnostic, Edit, Fix, Location
 from .outline import Outline
-from .rule import AnyOf, Rule, tolerant_of_spacing
+from .rule import AnyOf, Rule, TextTest, tolerant_of_spacing
 from .tree import parse
 
 if TYPE_CHECKING:
@@ -64,7 +64,9 @@ class Prefilter:
             # A plain word is found faster by ``in`` than by the regex engine.
             return pattern if re.escape(pattern) == pattern else re.compile(tolerant_of_spacing(pattern))
 
-        def alternatives(item: str | AnyOf) -> tuple[re.Pattern | str, ...]:
+        def alternatives(item: str | AnyOf | TextTest) -> tuple[re.Pattern | str | TextTest, ...]:
+            if isinstance(item, TextTest):
+                return (item,)
             patterns = item.patterns if isinstance(item, AnyOf) else (item,)
             return tuple(compiled.setdefault(p, searcher(p)) for p in patterns)
 
@@ -81,11 +83,13 @@ class Prefilter:
         """The rules whose fragments the text contains; with the file's ``project``, a rule
         whose ``project_wrappers_for`` fragment is missing also when the text calls one of
         the project's autocast wrappers by name (asked only where the rest of a group is found)."""
-        seen: dict[re.Pattern | str, bool] = {}
+        seen: dict[re.Pattern | str | TextTest, bool] = {}
 
-        def found(pattern: re.Pattern | str) -> bool:
+        def found(pattern: re.Pattern | str | TextTest) -> bool:
             if pattern not in seen:
-                seen[pattern] = pattern in text if type(pattern) is str else pattern.search(text) is not None
+                kind = type(pattern)
+                seen[pattern] = pattern in text if kind is str else pattern.test(text) if kind is TextTest \
+                    else pattern.search(text) is not None
             return seen[pattern]
 
         wrapper_called: list[bool] = []

@@ -1,9 +1,12 @@
 from __future__ import annotations
 
 import ast
+import keyword
+import re
 from bisect import bisect_left
 from dataclasses import dataclass
 from functools import cache, cached_property, lru_cache
+from typing import Callable
 
 import libcst as cst
 
@@ -12,7 +15,7 @@ from ..engine.crossfile import enabling_site, loss_places_on_ast, named_loss_pla
 from ..engine.diagnostics import Fix, Related
 from ..engine.factories import chain_without_calls, new_method_fix
 from ..engine.outline import BINDING_STATEMENTS, Outline, Scopes
-from ..engine.rule import PARENTHESIZED, AnyOf, Invalid, Rule, Valid
+from ..engine.rule import PARENTHESIZED, AnyOf, Invalid, Rule, TextTest, Valid
 from ..engine.semantics import (
     AUTOCAST,
     DTYPES,
@@ -937,6 +940,146 @@ def _maybe_integral_names(outline: Outline) -> set[str]:
             return names
 
 
+# `_may_be_integral` asked of the text, before anything is parsed: a file in which no
+# `.float()` may cast integers needs no ast for that fragment group. Read loosely (more
+# `name = ` than assignments, more than comparisons), and where a string or a comment could
+# mislead a backward reading, the answer is yes.
+_FLOAT_CALL = re.compile(r"\.\s*float\s*\(\s*\)")
+_ONE_LINE_STRING = re.compile(r"\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'")
+_INTEGRAL_MARK = re.compile(r"<|(?<!-)>|~|==|!=|\bin\b|\bis\b|\b(?:" + "|".join(sorted(_INTEGRAL)) + r")\s*\(")
+_LEADING_NAME = re.compile(r"[ \t(]*([^\W\d]\w*)")
+_SPACE = " \t\n\r\f\\"
+
+
+def _rest_of_statement(text: str, start: int) -> str | None:
+    """The statement's text from ``start`` to its end, over the lines its open brackets take
+    (brackets counted outside one-line strings and comments); None where a triple quote or a
+    backslash makes that reading unsure, or past 50 lines."""
+    lines = []
+    depth = 0
+    for _ in range(50):
+        end = text.find("\n", start)
+        line = text[start:] if end < 0 else text[start:end]
+        if '"' * 3 in line or "'" * 3 in line or line.rstrip().endswith("\\"):
+            return None
+        lines.append(line)
+        code = _ONE_LINE_STRING.sub("", line).split("#", 1)[0]
+        depth += sum(map(code.count, "([{")) - sum(map(code.count, ")]}"))
+        if depth <= 0 or end < 0:
+            return "\n".join(lines)
+        start = end + 1
+    return None
+
+
+def _space_before(text: str, end: int) -> int | None:
+    """Where the space (line breaks included) that ends at ``end`` starts; None when it
+    crosses the end of a line that holds a `#` (a comment may hide code between)."""
+    while end > 0 and text[end - 1] in _SPACE:
+        end -= 1
+        if text[end] == "\n" and "#" in text[text.rfind("\n", 0, end) + 1:end]:
+            return None
+    return end
+
+
+def _word_before(text: str, end: int) -> int:
+    start = end
+    while start > 0 and (text[start - 1].isalnum() or text[start - 1] == "_"):
+        start -= 1
+    return start
+
+
+def _opening_bracket(text: str, closing: int) -> int | None:
+    """The bracket that the one at ``closing`` closes; None past a quote or a `#`."""
+    depth = 0
+    for at in range(closing, max(-1, closing - 5000), -1):
+        char = text[at]
+        if char in "\"'#":
+            return None
+        if char in ")]}":
+            depth += 1
+        elif char in "([{":
+            depth -= 1
+            if depth == 0:
+                return at
+    return None
+
+
+def _assigned_integers(text: str) -> Callable[[str], bool]:
+    """``_maybe_integral_names``, loosely, on the text: whether some `name = ` (or `name: T =`,
+    a keyword argument, a walrus) has, in the rest of its statement, a comparison (not a
+    return annotation's `->`), `~`, `in`, `is` or an integer-making call, or a name that may
+    hold integers first."""
+    known: dict[str, bool] = {}
+
+    def assigned(name: str) -> bool:
+        if name not in known:
+            seen, pending, known[name] = {name}, [name], False
+            while pending and not known[name]:
+                other = pending.pop()
+                for assignment in re.finditer(rf"{other}(?<![\w.]{other})[ \t)]*(?::[^=\n]*)?=(?!=)", text):
+                    rest = _rest_of_statement(text, assignment.end())
+                    lead = None if rest is None else _LEADING_NAME.match(rest)
+                    if rest is None or _INTEGRAL_MARK.search(rest) or (lead and known.get(lead[1])):
+                        known[name] = True
+                        break
+                    if lead and lead[1] not in seen:
+                        seen.add(lead[1])
+                        pending.append(lead[1])
+        return known[name]
+
+    return assigned
+
+
+def _may_cast_integers(text: str) -> bool:
+    """Whether the receiver of some `.float()` may be what ``_may_be_integral`` accepts, read
+    backwards: behind indexing and reshapes, a parenthesized expression, an integer-making
+    call, or a name assigned integers; not an attribute, a literal, nor any other call."""
+    assigned = None
+    for call in _FLOAT_CALL.finditer(text):
+        end = call.start()
+        while True:
+            end = _space_before(text, end)
+            if end is None:  # a comment in the way
+                return True
+            if not end:
+                break
+            if text[end - 1] in ")]":
+                opening = _opening_bracket(text, end - 1)
+                if opening is None:
+                    return True
+                if text[end - 1] == "]":
+                    end = opening  # what is indexed
+                    continue
+                name_end = _space_before(text, opening)
+                if name_end is None:
+                    return True
+                name_start = _word_before(text, name_end)
+                name = text[name_start:name_end]
+                if not name or name[0].isdigit() or keyword.iskeyword(name) or name in _INTEGRAL:
+                    return True  # parenthesized, or an integer-making call
+                dot = _space_before(text, name_start)
+                if dot is None:
+                    return True
+                if dot and text[dot - 1] == "." and name in _RESHAPES:
+                    end = dot - 1  # what is reshaped
+                    continue
+                break  # a call that makes no integers
+            name_start = _word_before(text, end)
+            name = text[name_start:end]
+            if not name or name[0].isdigit() or name in ("None", "True", "False"):
+                break  # a literal (or text in a string or a comment): no integers
+            if keyword.iskeyword(name):
+                return True
+            dot = _space_before(text, name_start)
+            if dot is None:
+                return True
+            if not (dot and text[dot - 1] == "."):  # an attribute is never a name's integers
+                assigned = assigned or _assigned_integers(text)
+                if assigned(name):
+                    return True
+            break
+    return False
+
 _HALF_DTYPES = frozenset(name for name, dtype in DTYPES.items() if dtype in ("float16", "bfloat16"))
 _HALF_DTYPE_ATTRIBUTES = frozenset(name.rsplit(".", 1)[1] for name in _HALF_DTYPES)
 _DTYPE_ATTRIBUTES = frozenset(name.rsplit(".", 1)[1] for name in DTYPES)
@@ -1586,7 +1729,8 @@ class TensorFactoryDropsDtype(Rule):
                  (r"\.\s*(?:to|cuda)\s*\(", r"\)[\s)]*\.\s*(?:to|cuda)\s*\(",
                   AnyOf(*(rf"{f}(?<!\w{f})\s*\({_ARGUMENT}*\)[\s)]*\.\s*(?:to|cuda)\s*\(" for f in _FACTORY_NAMES))),
                  (r"\.float\(\)",
-                  AnyOf(rf"\.(?:{'|'.join(_STRICT_METHODS)})\s*\(", r"\][\s)\\]*=(?!=)", "half", "float16")))
+                  AnyOf(rf"\.(?:{'|'.join(_STRICT_METHODS)})\s*\(", r"\][\s)\\]*=(?!=)", "half", "float16"),
+                  TextTest(_may_cast_integers)))
     may_fire = staticmethod(_may_fire)
 
     valid = (

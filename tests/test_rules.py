@@ -5,6 +5,7 @@ import json
 import libcst as cst
 import pytest
 
+from amplint.engine.outline import Outline
 from amplint.engine.project_index import ProjectHints
 from amplint.engine.rule import all_rules
 from amplint.engine.runner import Prefilter, lint_source
@@ -209,3 +210,36 @@ def test_call_fragment_reads_the_call_own_arguments(code, found):
 def test_may_fire_reads_the_ast(rule_code, code, fires):
     rule = next(r for r in all_rules() if r.code == rule_code)
     assert Prefilter([rule]).search(code) is fires
+
+
+_SCATTERED = "def pool(x, ids, h):\n{}\n    x.scatter_add_(1, ids, {})\n"
+
+
+@pytest.mark.parametrize("body,cast,kept", [
+    # What may hold integers, however it is spelled: kept.
+    ("    pass", "(ids > 0).float()", True),
+    ("    keep = (\n        ids\n        >= 0\n    )", "keep.float()", True),
+    ("    a = keep = ids >= 0", "keep.float()", True),
+    ("    keep: torch.Tensor = ids.ne(0)", "keep.float()", True),
+    ("    m = ids > 0\n    keep = m[:, 1:]", "keep.float()", True),
+    ("    m = ids > 0", "m.view(-1)\n        .float()", True),
+    ("    m = ids > 0", "m[ids]  # the kept ones\n        .float()", True),
+    ("    pass", "ids.argmax(-1).float()", True),
+    ("    pass", "(\n        ids == h\n    ).float()", True),
+    # An attribute, a call that makes no integers, a name given floats only, text in a
+    # string, a return annotation's arrow: dropped.
+    ("    pass", "self.mask.float()", False),
+    ("    pass", "h.cpu().float()", False),
+    ("    w = h * 2\n    w = w.view(-1)", "w.float()", False),
+    ("    print('see `.float()` in the docs')", "h", False),
+    ("    def norm(v: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:\n        return v", "v.float()", False),
+])
+def test_amp003_reads_the_receivers_of_float_in_the_text(body, cast, kept):
+    """AMP003's `.float()` group asks the text whether some `.float()` may cast integers, as
+    its ast test would (which agrees on every case here: the text may say yes where the ast
+    says no, never the reverse)."""
+    amp003 = next(r for r in all_rules() if r.code == "AMP003")
+    code = _SCATTERED.format(body, cast)
+    compile(code, "case.py", "exec")
+    assert bool(Prefilter([amp003]).matching(code)) is kept
+    assert amp003.may_fire(Outline.parse(code)) is kept

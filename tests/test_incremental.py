@@ -229,7 +229,8 @@ def test_the_process_that_reads_a_project_settles_what_it_can(tmp_path, monkeypa
     """A project's facts are read by one process, which parses the modules that mention
     autocast: that process checks those files itself, from the outlines it kept, and settles
     the files in whose bytes (read for the facts) the prefilter finds nothing to check. Each
-    result is the one a check from scratch gives; the files left are those a rule may fire on."""
+    result is the one a check from scratch gives; the files left are those a rule may fire on,
+    and what the text stage found in them gives their check the result it gives without."""
     from amplint.engine import project, project_index
     from amplint.engine.config import Config
     from amplint.engine.outline import Outline
@@ -250,10 +251,10 @@ def step(model, x):
     project._init_worker([(Config(tmp_path), None)])
     tasks = {i: (Path(name), rules, 0) for i, name in enumerate(sorted(files)) if name.endswith(".py")}
     project_index.forget()
-    facts, settled = project._read_project_in_worker(tmp_path.resolve(), tasks, options)
+    facts, settled, matched = project._read_project_in_worker(tmp_path.resolve(), tasks, options)
     assert ("autocast_wrappers", tmp_path.resolve()) in facts
     assert sorted(str(tasks[i][0]) for i in set(tasks) - set(settled)) == \
-        ["demo/legacy.py", "demo/losses.py", "demo/models.py"]
+        sorted(str(tasks[i][0]) for i in matched) == ["demo/legacy.py", "demo/losses.py", "demo/models.py"]
     assert [d.code for i in settled if tasks[i][0].name == "step.py" for d in settled[i].diagnostics] == \
         ["AMP009", "AMP001"]
     project_index.forget()
@@ -261,6 +262,11 @@ def step(model, x):
         again = project.check_file(tasks[index][0], rules, options, *project._worker_state[0])
         assert (result.path, result.diagnostics, result.dependencies) == \
             (again.path, again.diagnostics, again.dependencies)
+    for index, text_match in matched.items():
+        given = project.check_file(tasks[index][0], rules, options, *project._worker_state[0], text_match=text_match)
+        project_index.forget()
+        again = project.check_file(tasks[index][0], rules, options, *project._worker_state[0])
+        assert given.diagnostics and (given.diagnostics, given.dependencies) == (again.diagnostics, again.dependencies)
     # An outline kept is taken by the next parse of the same text, and only by it.
     assert Outline.parse("x = 1\n", keep=True).tree is Outline.parse("x = 1\n").tree
     assert Outline.parse("x = 1\n").tree is not Outline.parse("x = 1\n").tree

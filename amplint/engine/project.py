@@ -6,6 +6,7 @@ import difflib
 import gc
 import multiprocessing
 import os
+import zlib
 from collections import Counter
 from contextlib import contextmanager
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
@@ -23,7 +24,7 @@ from .diagnostics import Diagnostic, Location
 from .discovery import python_files
 from .outline import Outline
 from .rule import Rule
-from .runner import INTERNAL_ERROR, SYNTAX_ERROR, FileResult, lint_source, prefilter
+from .runner import INTERNAL_ERROR, SYNTAX_ERROR, FileResult, TextMatch, lint_source, prefilter
 from .tree import parse
 
 @dataclass
@@ -245,22 +246,23 @@ def _in_pool(tasks, options: Options, profiles: list[_Profile], real_folders: di
     placed: list[tuple[Future, int] | FileResult | None] = [None] * len(tasks)
     with ProcessPoolExecutor(options.jobs, mp_context=context, initializer=_init_worker, initargs=(shared,)) as pool:
 
-        def hand_out(indices: list[int], facts: dict) -> None:
+        def hand_out(indices: list[int], facts: dict, matched: dict[int, TextMatch]) -> None:
             for start in range(0, len(indices), size):
                 chunk = indices[start:start + size]
-                future = pool.submit(_check_in_worker, [tasks[i] for i in chunk], worker_options, facts)
+                future = pool.submit(_check_in_worker, [(*tasks[i], matched.get(i)) for i in chunk],
+                                     worker_options, facts)
                 for place, index in enumerate(chunk):
                     placed[index] = (future, place)
 
         reading = {pool.submit(_read_project_in_worker, root, {i: tasks[i] for i in members[root]},
                                worker_options): root for root in ordered}
         if None in members:
-            hand_out(members[None], {})
+            hand_out(members[None], {}, {})
         for done in as_completed(reading):
-            facts, checked = done.result()
+            facts, checked, matched = done.result()
             for index, result in checked.items():
                 placed[index] = result
-            hand_out([i for i in members[reading[done]] if i not in checked], facts)
+            hand_out([i for i in members[reading[done]] if i not in checked], facts, matched)
         for entry in placed:
             yield entry if isinstance(entry, FileResult) else entry[0].result()[entry[1]]
 
@@ -273,11 +275,11 @@ def _init_worker(profiles: list[tuple[Config, Cache | None]]) -> None:
     _worker_state = [(policy_loader(config), cache) for config, cache in profiles]
 
 
-def _read_project_in_worker(root: Path, tasks: dict[int, tuple], options: Options) -> tuple[dict, dict]:
-    """A project's facts (``project_index.project_facts``), and the results of the files
-    this process can settle with what reading them left it: those it parsed, checked from the
-    outlines it kept, and those in whose bytes, already read, the prefilter's text stage
-    finds nothing to check (most files). The rest is left for the chunks."""
+def _read_project_in_worker(root: Path, tasks: dict[int, tuple], options: Options) -> tuple[dict, dict, dict]:
+    """A project's facts (``project_index.project_facts``), the results of the files this
+    process can settle with what reading them left it (those it parsed, checked from the
+    outlines it kept, and those in whose bytes, already read, the prefilter's text stage finds
+    nothing to check: most files), and for the rest, left to the chunks, what that stage found."""
     facts = project_index.project_facts(root)
     parsed = project_index.parsed_here()
     names = {path.name for path in parsed}
@@ -285,18 +287,22 @@ def _read_project_in_worker(root: Path, tasks: dict[int, tuple], options: Option
                for index, (path, rules, key) in tasks.items()
                if path.name in names and Path(os.path.realpath(path)) in parsed}
     Outline.forget_kept()  # those no check took
+    matched: dict[int, TextMatch] = {}
     with _collection_after():
         for index, (path, rules, key) in tasks.items():
             data = None if index in settled else project_index.bytes_read(Path(os.path.abspath(path)))
             result = None if data is None else _settled_by_text(path, data, rules, options, *_worker_state[key])
-            if result is not None:
+            if isinstance(result, TextMatch):
+                matched[index] = result
+            elif result is not None:
                 settled[index] = result
-    return facts, settled
+    return facts, settled, matched
 
 
 def _check_in_worker(chunk, options: Options, facts: dict) -> list[FileResult]:
     project_index.adopt(facts)
-    return [check_file(path, rules, options, *_worker_state[key]) for path, rules, key in chunk]
+    return [check_file(path, rules, options, *_worker_state[key], text_match=text_match)
+            for path, rules, key, text_match in chunk]
 
 
 def _unreadable(display: str, why: str) -> FileResult:
@@ -324,9 +330,12 @@ def _collection_after():
             gc.enable()
 
 
-def check_file(path: Path, rules: list[type[Rule]], options: Options, load, cache=None) -> FileResult:
+def check_file(path: Path, rules: list[type[Rule]], options: Options, load, cache=None,
+               text_match: TextMatch | None = None) -> FileResult:
+    """``text_match``: what the prefilter's text stage found in the file's bytes (if they are
+    still those)."""
     with _collection_after():
-        return _check_file(path, rules, options, load, cache)
+        return _check_file(path, rules, options, load, cache, text_match)
 
 
 def printable(path: Path) -> str:
@@ -342,10 +351,10 @@ def _from_cache(cache: Cache | None, data: bytes, codes: list[str], display: str
 
 
 def _settled_by_text(path: Path, data: bytes, rules: list[type[Rule]], options: Options, load,
-                     cache) -> FileResult | None:
+                     cache) -> FileResult | TextMatch | None:
     """``check_file``'s result for a file's ``data`` when the cache has it, or when the
-    prefilter's text stage leaves no rule to run on it; None otherwise (and for a notebook or
-    bytes that do not decode): a full check is needed."""
+    prefilter's text stage leaves no rule to run on it; else what that stage found (a full
+    check is needed), or None for a notebook or bytes that do not decode."""
     if not options.use_prefilter or notebook.is_notebook(path):
         return None
     display = printable(path)
@@ -358,15 +367,17 @@ def _settled_by_text(path: Path, data: bytes, rules: list[type[Rule]], options: 
     if cached is not None:
         return cached
     hints = project_index.ProjectHints(display)
-    if prefilter(tuple(rules), getattr(load, "policies", None) is not None).matching(text.text, hints):
-        return None
+    found = prefilter(tuple(rules), getattr(load, "policies", None) is not None).matching(text.text, hints)
+    if found:
+        return TextMatch(zlib.crc32(data), tuple(found), frozenset(hints.read))
     result = FileResult(display, dependencies=set(hints.read))
     if cache is not None:
         cache.put(data, codes, result.diagnostics, result.dependencies)
     return result
 
 
-def _check_file(path: Path, rules: list[type[Rule]], options: Options, load, cache) -> FileResult:
+def _check_file(path: Path, rules: list[type[Rule]], options: Options, load, cache,
+                text_match: TextMatch | None) -> FileResult:
     display = printable(path)
     try:
         data = source_io.read_file(path)
@@ -387,8 +398,10 @@ def _check_file(path: Path, rules: list[type[Rule]], options: Options, load, cac
     if cached is not None:
         return cached
     fixing = options.fix or options.diff
+    if text_match is not None and text_match.checksum != zlib.crc32(data):
+        text_match = None  # changed since
     result = lint_source(display, text.text, rules, fix=fixing, unsafe=options.unsafe_fixes,
-                         policy_loader=load, use_prefilter=options.use_prefilter)
+                         policy_loader=load, use_prefilter=options.use_prefilter, text_match=text_match)
     if cache is not None and not result.internal_errors:
         cache.put(data, codes, result.diagnostics, result.dependencies)
     if fixing and result.source is not None and result.source != text.text:

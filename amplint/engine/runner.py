@@ -42,6 +42,18 @@ class FileResult:
     from_cache: bool = False  # answered by the result cache, not checked again
 
 
+@dataclass(frozen=True)
+class TextMatch:
+    """What the prefilter's text stage found in a file (``Prefilter.matching``), handed to the
+    check of the same bytes in another process so that it does not search them again: the
+    rules whose fragments the text contains, what of the project that answer read, and the
+    bytes' checksum (``zlib.crc32``: the file may have changed since)."""
+
+    checksum: int
+    rules: tuple[type[Rule], ...]
+    read: frozenset
+
+
 class Prefilter:
     """Which selected rules can fire on a text, from the rules' fragments, then (for rules
     that have one) their ``may_fire`` test on the file's ``ast``.
@@ -115,11 +127,14 @@ class Prefilter:
         Python cannot parse the text, every rule whose fragments match (libcst reports why)."""
         return self.select_with_outline(text)[0]
 
-    def select_with_outline(self, text: str, project: "ProjectHints | None" = None
+    def select_with_outline(self, text: str, project: "ProjectHints | None" = None,
+                            candidates: Sequence[type[Rule]] | None = None
                             ) -> tuple[list[type[Rule]], Outline | None]:
         """``select``, and the outline it read (None if no rule needed one). ``project``: what
-        the rules' tests may ask of the file's project (``project_index.ProjectHints``)."""
-        candidates = self.matching(text, project)
+        the rules' tests may ask of the file's project (``project_index.ProjectHints``);
+        ``candidates``: what ``matching`` found in this text already."""
+        if candidates is None:
+            candidates = self.matching(text, project)
         if all(rule.may_fire is None for rule in candidates):
             return candidates, None
         outline = Outline.parse(text)
@@ -331,9 +346,11 @@ FixApplier = Callable[[str, Sequence[Fix]], "tuple[str, int]"]
 
 def lint_source(path: str, source: str, rules: Sequence[type[Rule]], *,
                 fix: bool = False, unsafe: bool = False, policy_loader: Callable | None = None,
-                use_prefilter: bool = True, apply: FixApplier = apply_fixes) -> FileResult:
+                use_prefilter: bool = True, apply: FixApplier = apply_fixes,
+                text_match: TextMatch | None = None) -> FileResult:
     """The findings in ``source`` after as many rounds of fixes as asked (``result.source``:
-    the text they point into)."""
+    the text they point into). ``text_match``: what the prefilter's text stage found in
+    ``source`` already."""
     from .project_index import ProjectHints as Hints  # it reads config, which imports this module
 
     result = FileResult(path)
@@ -343,9 +360,10 @@ def lint_source(path: str, source: str, rules: Sequence[type[Rule]], *,
         # Rules that cannot fire on this text are not run; a fix can change that, so again
         # each round.
         hints = Hints(path)
-        selected, outline = prefilter(tuple(rules), project_tables).select_with_outline(text, hints) \
-            if use_prefilter else (rules, None)
-        result.dependencies |= hints.read  # what the prefilter's answer depended on
+        matched = text_match if text_match is not None and text is source else None
+        selected, outline = prefilter(tuple(rules), project_tables).select_with_outline(
+            text, hints, None if matched is None else matched.rules) if use_prefilter else (rules, None)
+        result.dependencies |= hints.read | (matched.read if matched else frozenset())  # what the answer read
         if not selected:
             result.diagnostics = []  # nothing left to find in this text
             break

@@ -243,3 +243,32 @@ def test_amp003_reads_the_receivers_of_float_in_the_text(body, cast, kept):
     compile(code, "case.py", "exec")
     assert bool(Prefilter([amp003]).matching(code)) is kept
     assert amp003.may_fire(Outline.parse(code)) is kept
+
+
+@pytest.mark.parametrize("code,kept", [
+    # A tiny epsilon added or clamped, directly or through a name, over lines: kept.
+    ("def f(x):\n    return x / (x.norm() + 1e-8)\n", True),
+    ("def f(x):\n    return x.log(\n        (1e-10)\n        + x.abs())\n", True),
+    ("def f(x, eps=1e-8):\n    return x / (eps + x.sum())\n", True),
+    ("EPS: float = 0.0000000_1\ndef f(x):\n    return (x.sum() +  # guarded\n        EPS).sqrt()\n", True),
+    ("import torch\ndef f(p):\n    return torch.log(torch.clamp(p, min=1e-12))\n", True),
+    ("import torch\nfrom torch import clamp as c\ndef f(p, eps=1e-9):\n    return torch.log(c(p, eps))\n", True),
+    ("import torch\ndef f(p):\n    eps = (\n        1e-12\n    )\n    return torch.log(p.clamp(min=(eps)))\n", True),
+    # Tiny literals only as settings, in text, or not tiny at all: dropped.
+    ("import torch\nnorm = torch.nn.LayerNorm(8, eps=1e-12)\nopt = Adam(params, eps=1e-8)\n", False),
+    ("def f(x):\n    '''Scales x (1e-8 would underflow)'''\n    return x * 2  # eps 1e-8\n", False),
+    ("def f(x, eps=1e-6):\n    return x / (x.norm() + eps)\n", False),
+    ("def f(x, eps=1e-8):\n    return x / (x.norm() + self.eps)\n", False),
+])
+def test_amp018_reads_guards_in_the_text(code, kept):
+    """AMP018 asks the text of a file that opens no region whether a tiny epsilon may guard
+    something, as its ast test does (which agrees here: the text may say yes where the ast
+    says no, never the reverse)."""
+    from amplint.rules.amp018_epsilon_underflows_in_fp16 import _may_guard_tiny
+    import ast
+    from amplint.rules import amp018_epsilon_underflows_in_fp16 as amp018
+    compile(code, "case.py", "exec")
+    outline = Outline.parse(code)
+    tiny = [c for c in outline.nodes(ast.Constant) if type(c.value) is float and 0 < c.value < amp018.FP16_SMALLEST]
+    assert bool(tiny and amp018._guarded_epsilons(outline, tiny, amp018._TinyNames(outline, tiny))) is kept
+    assert _may_guard_tiny(code) is kept

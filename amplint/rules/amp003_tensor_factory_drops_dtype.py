@@ -29,6 +29,7 @@ from ..engine.semantics import (
     policies_of,
     tensor_input,
 )
+from ..engine.text_scan import enclosing_bracket, space_before, word_before
 from ..policy import committed_tables
 
 # What a value's dtype is known to be: float32 whatever the model runs in; half (`.half()`,
@@ -948,9 +949,6 @@ _FLOAT_CALL = re.compile(r"\.\s*float\s*\(\s*\)")
 _ONE_LINE_STRING = re.compile(r"\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'")
 _INTEGRAL_MARK = re.compile(r"<|(?<!-)>|~|==|!=|\bin\b|\bis\b|\b(?:" + "|".join(sorted(_INTEGRAL)) + r")\s*\(")
 _LEADING_NAME = re.compile(r"[ \t(]*([^\W\d]\w*)")
-_SPACE = " \t\n\r\f\\"
-
-
 def _rest_of_statement(text: str, start: int) -> str | None:
     """The statement's text from ``start`` to its end, over the lines its open brackets take
     (brackets counted outside one-line strings and comments); None where a triple quote or a
@@ -968,39 +966,6 @@ def _rest_of_statement(text: str, start: int) -> str | None:
         if depth <= 0 or end < 0:
             return "\n".join(lines)
         start = end + 1
-    return None
-
-
-def _space_before(text: str, end: int) -> int | None:
-    """Where the space (line breaks included) that ends at ``end`` starts; None when it
-    crosses the end of a line that holds a `#` (a comment may hide code between)."""
-    while end > 0 and text[end - 1] in _SPACE:
-        end -= 1
-        if text[end] == "\n" and "#" in text[text.rfind("\n", 0, end) + 1:end]:
-            return None
-    return end
-
-
-def _word_before(text: str, end: int) -> int:
-    start = end
-    while start > 0 and (text[start - 1].isalnum() or text[start - 1] == "_"):
-        start -= 1
-    return start
-
-
-def _opening_bracket(text: str, closing: int) -> int | None:
-    """The bracket that the one at ``closing`` closes; None past a quote or a `#`."""
-    depth = 0
-    for at in range(closing, max(-1, closing - 5000), -1):
-        char = text[at]
-        if char in "\"'#":
-            return None
-        if char in ")]}":
-            depth += 1
-        elif char in "([{":
-            depth -= 1
-            if depth == 0:
-                return at
     return None
 
 
@@ -1038,39 +1003,39 @@ def _may_cast_integers(text: str) -> bool:
     for call in _FLOAT_CALL.finditer(text):
         end = call.start()
         while True:
-            end = _space_before(text, end)
+            end = space_before(text, end)
             if end is None:  # a comment in the way
                 return True
             if not end:
                 break
             if text[end - 1] in ")]":
-                opening = _opening_bracket(text, end - 1)
-                if opening is None:
+                opening = enclosing_bracket(text, end - 1)
+                if opening is None or opening < 0:
                     return True
                 if text[end - 1] == "]":
                     end = opening  # what is indexed
                     continue
-                name_end = _space_before(text, opening)
+                name_end = space_before(text, opening)
                 if name_end is None:
                     return True
-                name_start = _word_before(text, name_end)
+                name_start = word_before(text, name_end)
                 name = text[name_start:name_end]
                 if not name or name[0].isdigit() or keyword.iskeyword(name) or name in _INTEGRAL:
                     return True  # parenthesized, or an integer-making call
-                dot = _space_before(text, name_start)
+                dot = space_before(text, name_start)
                 if dot is None:
                     return True
                 if dot and text[dot - 1] == "." and name in _RESHAPES:
                     end = dot - 1  # what is reshaped
                     continue
                 break  # a call that makes no integers
-            name_start = _word_before(text, end)
+            name_start = word_before(text, end)
             name = text[name_start:end]
             if not name or name[0].isdigit() or name in ("None", "True", "False"):
                 break  # a literal (or text in a string or a comment): no integers
             if keyword.iskeyword(name):
                 return True
-            dot = _space_before(text, name_start)
+            dot = space_before(text, name_start)
             if dot is None:
                 return True
             if not (dot and text[dot - 1] == "."):  # an attribute is never a name's integers

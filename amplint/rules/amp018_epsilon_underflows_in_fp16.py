@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import ast
+import keyword
+import re
 from typing import NamedTuple
 
 import libcst as cst
@@ -8,7 +10,7 @@ import libcst as cst
 from ..engine.context import FileContext
 from ..engine.crossfile import enabling_site, named_loss_place, named_loss_places_on_ast
 from ..engine.outline import Outline, contains
-from ..engine.rule import AnyOf, Invalid, Rule, Valid
+from ..engine.rule import AnyOf, Invalid, Rule, TextTest, Valid
 from ..engine.semantics import (
     DTYPES,
     assigned_before,
@@ -25,6 +27,7 @@ from ..engine.semantics import (
     region_table,
     subtree,
 )
+from ..engine.text_scan import enclosing_bracket, space_before, word_before
 from ..engine.tree import children
 from ..policy import PolicyError
 
@@ -355,6 +358,96 @@ def _may_fire(outline: Outline) -> bool:
             return True
     return False
 
+
+# `_guarded_epsilons` asked of the text, before anything is parsed: outside regions, the rule
+# fires only on an epsilon that guards something, so a file whose tiny literals are neither
+# added (`+`) nor clamped, directly or through a name they may be bound to, needs no ast.
+_TINY = AnyOf(r"e-0*(?:[89]|[1-9]\d)", r"E-0*(?:[89]|[1-9]\d)", r"\.0(?:_?0){6}")  # the fragments'
+_TINY_MARK = re.compile(r"[eE]-0*(?:[89]|[1-9]\d)|\.0(?:_?0){6}")
+_EXPONENT = re.compile(r"[eE][-+]?\d(?:_?\d)*")
+_CLAMP_ALIAS = re.compile(r"(?:clamp|clip)\w*\s+as\s+(\w+)")
+_BOUND_BEFORE = re.compile(r"(\w+)[ \t]*(?==(?!=)|:)")
+
+
+def _tiny_literals(text: str) -> list[tuple[int, int]]:
+    """Where the float literals below ``FP16_SMALLEST`` stand (a literal that Python would
+    not read as a number, in case: as one)."""
+    found = []
+    for mark in _TINY_MARK.finditer(text):
+        start = mark.start()
+        while start > 0 and (text[start - 1].isdigit() or text[start - 1] in "_."):
+            start -= 1
+        if start > 0 and (text[start - 1].isalpha() or text[start - 1] == "_"):
+            continue  # part of a name
+        end = mark.end()
+        while end < len(text) and (text[end].isdigit() or text[end] == "_"):
+            end += 1
+        exponent = _EXPONENT.match(text, end)
+        end = exponent.end() if exponent else end
+        if end < len(text) and text[end] in "jJ":
+            continue  # imaginary
+        try:
+            value = float(text[start:end].replace("_", ""))
+        except ValueError:
+            value = 0.5 * FP16_SMALLEST
+        if 0 < value < FP16_SMALLEST:
+            found.append((start, end))
+    return found
+
+
+def _added_or_clamped(text: str, start: int, end: int, clamps: frozenset[str]) -> bool:
+    """Whether the expression at ``start:end`` may be an operand of `+`, or an argument of a
+    call by one of the ``clamps`` names; yes where unsure."""
+    before = start
+    while True:
+        before = space_before(text, before)
+        if before is None:
+            return True
+        if not before or text[before - 1] != "(":
+            break
+        before -= 1
+    if before and text[before - 1] == "+":
+        return True
+    after = end
+    while after < len(text) and text[after] in " \t\r\n\\)":
+        after += 1
+    if after < len(text) and text[after] in "+#":
+        return True
+    if not clamps:
+        return False
+    opening = start
+    while True:  # out of parentheses that call nothing: `min=(eps)`
+        opening = enclosing_bracket(text, opening)
+        if opening is None:
+            return True
+        if opening < 0 or text[opening] != "(":
+            return False
+        name_end = space_before(text, opening)
+        if name_end is None:
+            return True
+        name = text[word_before(text, name_end):name_end]
+        if name and not keyword.iskeyword(name):
+            return name in clamps
+
+
+def _may_guard_tiny(text: str) -> bool:
+    """``_guarded_epsilons`` loosely, on the text: a tiny literal added or clamped, or one that
+    a name may be bound to (a name before `=` or `:` on its line, or on the five lines above
+    when it starts its line: an assignment, a default, a keyword) that is added or clamped
+    somewhere in the file."""
+    # What a clamp may be called (`from torch import clamp as c`), if the file names one.
+    clamps = _CLAMPS | frozenset(_CLAMP_ALIAS.findall(text)) if "clamp" in text or "clip" in text else frozenset()
+    names = set()
+    for start, end in _tiny_literals(text):
+        if _added_or_clamped(text, start, end, clamps):
+            return True
+        line = text.rfind("\n", 0, start) + 1
+        if not text[line:start].strip(" \t(\\"):  # it goes on a statement begun above: `eps = (`
+            for _ in range(5):
+                line = text.rfind("\n", 0, max(line - 1, 0)) + 1
+        names.update(_BOUND_BEFORE.findall(text, line, start))
+    return any(_added_or_clamped(text, use.start(), use.end(), clamps)
+               for name in names for use in re.finditer(rf"{name}(?<![\w.]{name})(?!\w)", text))
 
 def _counts(value: ast.expr, bound: dict[str, list[ast.expr]]) -> bool:
     """``number`` in _check_project_float16: an operand of the guarded value is a Python number
@@ -871,8 +964,11 @@ class EpsilonUnderflowsInFp16(Rule):
     name = "epsilon-underflows-in-fp16"
     summary = "Epsilon below float16's smallest value where the value it guards is float16"
     uses_policy = True
-    # A float literal below 5.96e-8 (an exponent, or seven zeros after the point).
-    fragments = ((AnyOf(r"e-0*(?:[89]|[1-9]\d)", r"E-0*(?:[89]|[1-9]\d)", r"\.0(?:_?0){6}"),),)
+    # A float literal below 5.96e-8 (an exponent, or seven zeros after the point), in a file
+    # that opens a region (one of the project's autocast wrappers counts), or added or clamped
+    # (`_may_guard_tiny`): outside regions only a guard's epsilon is reported.
+    fragments = ((_TINY, "autocast"), (_TINY, TextTest(_may_guard_tiny)))
+    project_wrappers_for = "autocast"
     may_fire = staticmethod(_may_fire)
 
     valid = (

@@ -112,15 +112,34 @@ class Prefilter:
                 wrapper_called.append(any(re.search(rf"\b{re.escape(n)}\s*\(", text) for n in names if n in text))
             return wrapper_called[0]
 
-        def group_found(rule, group) -> bool:
-            if all(any(found(p) for p in item) for item in group):
-                return True
+        def through_wrapper(rule, group) -> bool:
+            """The group found when a call of the project's own autocast wrapper stands for
+            the rule's ``project_wrappers_for`` fragment."""
             stands_for = self.wrapper_patterns.get(rule) if project is not None else None
             if stands_for is None or not any(stands_for in item for item in group):
                 return False
             return all(stands_for in item or any(found(p) for p in item) for item in group) and calls_wrapper()
 
-        return [rule for rule, groups in self.rules if any(group_found(rule, group) for group in groups)]
+        # Plain loops, not nested generators: this runs on every file, most of which match nothing.
+        matched = []
+        for rule, groups in self.rules:
+            for group in groups:
+                for item in group:
+                    for pattern in item:
+                        hit = seen.get(pattern)
+                        if hit is None:
+                            hit = found(pattern)
+                        if hit:
+                            break
+                    else:
+                        break  # no pattern of this item: the group is missing
+                else:
+                    matched.append(rule)
+                    break
+                if through_wrapper(rule, group):
+                    matched.append(rule)
+                    break
+        return matched
 
     def select(self, text: str) -> list[type[Rule]]:
         """The rules worth running on the text: fragments found and ``may_fire`` passed. When

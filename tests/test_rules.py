@@ -272,3 +272,23 @@ def test_amp018_reads_guards_in_the_text(code, kept):
     tiny = [c for c in outline.nodes(ast.Constant) if type(c.value) is float and 0 < c.value < amp018.FP16_SMALLEST]
     assert bool(tiny and amp018._guarded_epsilons(outline, tiny, amp018._TinyNames(outline, tiny))) is kept
     assert _may_guard_tiny(code) is kept
+
+
+@pytest.mark.parametrize("code,kept", [
+    ("out = torch.zeros(2 ** n, device=x.device)", True),  # a power is not `**kwargs`
+    ("out = torch.zeros(*shape, device=x.device)", False),
+    ("out = torch.zeros(n, **kw, device=x.device)", False),
+    ("out = torch.zeros(n).to(x.device)", True),
+    ("out = torch.zeros(n).to(dtype)", True),  # a name may hold a device
+    ("out = torch.zeros(n).to(\n    x.dtype\n)", False),
+    ("out = torch.zeros(n).to(x.device, torch.float16)", False),
+    ("out = torch.zeros(n).to(device=d, dtype=t)", False),
+    ("out = torch.zeros(n).to(x.dtype if same else x.device)", True),
+    ("out = torch.ones(n).cuda()", True),
+])
+def test_amp003_factory_fragments_read_the_arguments(code, kept):
+    """AMP003's factory fragments leave out what its ast test would: a factory given `*args`
+    or `**kwargs`, and one moved by a `.to(...)` that may change its dtype."""
+    amp003 = next(r for r in all_rules() if r.code == "AMP003")
+    assert bool(Prefilter([amp003]).matching("import torch\ndef f(x, n, d, t, shape, kw, dtype, same):\n    "
+                                             + code.replace("\n", "\n    ") + "\n")) is kept

@@ -856,8 +856,12 @@ def _fix(flow: _Flow, m: _Meeting) -> Fix | None:
 
 
 # What a factory's fragment lets through between its parentheses: text and nested groups,
-# but no `dtype=` or `**` of its own (check() never reports a factory given either).
-_ARGUMENT = rf"(?:(?!\bdtype\s*=|\*\*)[^()]|{PARENTHESIZED})"
+# but no `dtype=`, `*args` or `**kwargs` of its own (check() never reports a factory given
+# one; a power, `2 ** n`, is let through).
+_ARGUMENT = rf"(?:(?!\bdtype\s*=|(?<=[(,])\s*\*)[^()]|{PARENTHESIZED})"
+# What a `.to(...)` that may only move a tensor (``_may_be_device``) holds: no `dtype=` of its
+# own, nor an argument that is a `.dtype` or a floating dtype's attribute (`torch.float16`).
+_TO_ARGUMENT = rf"(?:(?!(?<![\w.])dtype\s*=(?!=)|\.\s*(?:dtype|float\w*|half\w*|bfloat\w*)\s*[,)])[^()]|{PARENTHESIZED})"
 
 
 def _may_make_float32(outline: Outline, call: ast.Call) -> bool:
@@ -1678,7 +1682,8 @@ class TensorFactoryDropsDtype(Rule):
     uses_policy = True
     # A factory call (by its own name: not `new_zeros`, `as_tensor`) given a device among its
     # own arguments, or moved to one by a `.to(`/`.cuda(` on its result, and given no `dtype=`
-    # or `**kwargs` (_ARGUMENT); or a `.float()` where an op that needs equal dtypes (an
+    # or `*args`/`**kwargs` (_ARGUMENT), a `.to(` only if it may move nothing but the device
+    # (_TO_ARGUMENT); or a `.float()` where an op that needs equal dtypes (an
     # index-put, a scatter) or a half module may take it. The name's start is checked behind
     # it: a leading `\b` would cost the literal scan. `torch.tensor` only with data that can
     # be a list or a tuple (what may hold a float). Each group starts with cheap patterns its
@@ -1692,7 +1697,8 @@ class TensorFactoryDropsDtype(Rule):
                         rf"tensor(?<!\wtensor)\s*\((?={_ARGUMENT}*?\bdata\s*=){_ARGUMENT}*?"
                         rf"\bdevice\s*={_ARGUMENT}*\)")),
                  (r"\.\s*(?:to|cuda)\s*\(", r"\)[\s)]*\.\s*(?:to|cuda)\s*\(",
-                  AnyOf(*(rf"{f}(?<!\w{f})\s*\({_ARGUMENT}*\)[\s)]*\.\s*(?:to|cuda)\s*\(" for f in _FACTORY_NAMES))),
+                  AnyOf(*(rf"{f}(?<!\w{f})\s*\({_ARGUMENT}*\)[\s)]*\.\s*(?:cuda\s*\(|to\s*\({_TO_ARGUMENT}*\))"
+                          for f in _FACTORY_NAMES))),
                  (r"\.float\(\)",
                   AnyOf(rf"\.(?:{'|'.join(_STRICT_METHODS)})\s*\(", r"\][\s)\\]*=(?!=)", "half", "float16"),
                   TextTest(_may_cast_integers)))

@@ -226,11 +226,15 @@ _SCATTERED = "def pool(x, ids, h):\n{}\n    x.scatter_add_(1, ids, {})\n"
     ("    m = ids > 0", "m[ids]  # the kept ones\n        .float()", True),
     ("    pass", "ids.argmax(-1).float()", True),
     ("    pass", "(\n        ids == h\n    ).float()", True),
+    ("    keep = ((ids > 0))", "(keep).float()", True),
+    ("    keep = f(ids), ids.ne(0)", "(keep).float()", False),
     # An attribute, a call that makes no integers, a name given floats only, text in a
     # string, a return annotation's arrow: dropped.
     ("    pass", "self.mask.float()", False),
     ("    pass", "h.cpu().float()", False),
     ("    w = h * 2\n    w = w.view(-1)", "w.float()", False),
+    ("    w = [i for i in ids if i > 0]", "w.float()", False),
+    ("    pass", "(h / h.sum(dim=ids > 0)).float()", False),
     ("    print('see `.float()` in the docs')", "h", False),
     ("    def norm(v: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:\n        return v", "v.float()", False),
 ])

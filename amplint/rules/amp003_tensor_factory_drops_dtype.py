@@ -952,7 +952,11 @@ def _maybe_integral_names(outline: Outline) -> set[str]:
 _FLOAT_CALL = re.compile(r"\.\s*float\s*\(\s*\)")
 _ONE_LINE_STRING = re.compile(r"\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'")
 _INTEGRAL_MARK = re.compile(r"<|(?<!-)>|~|==|!=|\bin\b|\bis\b|\b(?:" + "|".join(sorted(_INTEGRAL)) + r")\s*\(")
-_LEADING_NAME = re.compile(r"[ \t(]*([^\W\d]\w*)")
+_LEADING_NAME = re.compile(r"[^\W\d]\w*")
+# At the top of a value: an operator that makes it no name, comparison or call.
+_OPERATION = re.compile(r"[-+*/%@&|^,]|:=|\b(?:if|and|or|not|lambda|await|yield)\b")
+
+
 def _rest_of_statement(text: str, start: int) -> str | None:
     """The statement's text from ``start`` to its end, over the lines its open brackets take
     (brackets counted outside one-line strings and comments); None where a triple quote or a
@@ -973,11 +977,53 @@ def _rest_of_statement(text: str, start: int) -> str | None:
     return None
 
 
+def _top_level(code: str) -> str | None:
+    """``code`` with what its brackets hold left out (the brackets kept), up to a comma or a
+    closing bracket of its own (the end of a default or a keyword's value); None where a
+    bracket does not close."""
+    kept, depth = [], 0
+    for char in code:
+        if char in ")]}":
+            depth -= 1
+            if depth < 0:
+                return "".join(kept)
+        elif char == "," and not depth:
+            break
+        if not depth:
+            kept.append(char)
+        if char in "([{":
+            depth += 1
+    return "".join(kept) if not depth else None
+
+
+def _integers_in(value: str) -> bool | str:
+    """What ``_may_be_integral`` may say of an expression's code, read at its top level (not
+    inside its brackets): True (it may hold integers: a comparison, `~`, an integer-making
+    call; or the reading is unsure), False (an operation, a literal, a display), or the name
+    whose integers it holds (behind indexing and calls)."""
+    code = _ONE_LINE_STRING.sub("0", value)
+    if '"' in code or "'" in code:
+        return True
+    code = re.sub(r"#[^\n]*", "", code).strip()
+    while True:
+        top = _top_level(code)
+        if top is None:
+            return True
+        if top != "()":
+            break
+        code = code[1:-1].strip()  # a parenthesized expression: what it holds
+    if _INTEGRAL_MARK.search(top) or top.startswith("("):
+        return True
+    if _OPERATION.search(top):
+        return False
+    lead = _LEADING_NAME.match(top)
+    return lead[0] if lead else False
+
+
 def _assigned_integers(text: str) -> Callable[[str], bool]:
     """``_maybe_integral_names``, loosely, on the text: whether some `name = ` (or `name: T =`,
-    a keyword argument, a walrus) has, in the rest of its statement, a comparison (not a
-    return annotation's `->`), `~`, `in`, `is` or an integer-making call, or a name that may
-    hold integers first."""
+    a keyword argument, a walrus) assigns a value that ``_integers_in`` says may hold integers,
+    or that of a name which may."""
     known: dict[str, bool] = {}
 
     def assigned(name: str) -> bool:
@@ -987,13 +1033,13 @@ def _assigned_integers(text: str) -> Callable[[str], bool]:
                 other = pending.pop()
                 for assignment in re.finditer(rf"{other}(?<![\w.]{other})[ \t)]*(?::[^=\n]*)?=(?!=)", text):
                     rest = _rest_of_statement(text, assignment.end())
-                    lead = None if rest is None else _LEADING_NAME.match(rest)
-                    if rest is None or _INTEGRAL_MARK.search(rest) or (lead and known.get(lead[1])):
+                    verdict = True if rest is None else _integers_in(rest)
+                    if verdict is True or (verdict and known.get(verdict)):
                         known[name] = True
                         break
-                    if lead and lead[1] not in seen:
-                        seen.add(lead[1])
-                        pending.append(lead[1])
+                    if verdict and verdict not in seen:
+                        seen.add(verdict)
+                        pending.append(verdict)
         return known[name]
 
     return assigned
@@ -1001,8 +1047,9 @@ def _assigned_integers(text: str) -> Callable[[str], bool]:
 
 def _may_cast_integers(text: str) -> bool:
     """Whether the receiver of some `.float()` may be what ``_may_be_integral`` accepts, read
-    backwards: behind indexing and reshapes, a parenthesized expression, an integer-making
-    call, or a name assigned integers; not an attribute, a literal, nor any other call."""
+    backwards: behind indexing and reshapes, an integer-making call, a name assigned integers,
+    or a parenthesized expression that ``_integers_in`` says may hold them; not an attribute,
+    a literal, nor any other call."""
     assigned = None
     for call in _FLOAT_CALL.finditer(text):
         end = call.start()
@@ -1024,8 +1071,14 @@ def _may_cast_integers(text: str) -> bool:
                     return True
                 name_start = word_before(text, name_end)
                 name = text[name_start:name_end]
-                if not name or name[0].isdigit() or keyword.iskeyword(name) or name in _INTEGRAL:
-                    return True  # parenthesized, or an integer-making call
+                if not name or keyword.iskeyword(name):  # a parenthesized expression
+                    verdict = _integers_in(text[opening + 1:end - 1])
+                    assigned = assigned or _assigned_integers(text)
+                    if verdict is True or (verdict and assigned(verdict)):
+                        return True
+                    break
+                if name[0].isdigit() or name in _INTEGRAL:
+                    return True  # an integer-making call
                 dot = space_before(text, name_start)
                 if dot is None:
                     return True

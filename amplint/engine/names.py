@@ -16,15 +16,18 @@ import libcst as cst
 Scope = cst.CSTNode  # a Module, FunctionDef, Lambda, ClassDef or comprehension
 _SCOPES = (cst.Module, cst.FunctionDef, cst.Lambda, cst.ClassDef,
            cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+# The same, as a set of types: libcst's node classes are abstract base classes, and an
+# isinstance() that fails on one is a Python-level call (scope_of asks it of every ancestor).
+_SCOPE_TYPES = frozenset(_SCOPES)
 
 
 def dotted(expr: cst.CSTNode) -> list[str] | None:
     """``a.b.c`` as ``["a", "b", "c"]``; None for anything but names and attributes."""
     parts: list[str] = []
-    while isinstance(expr, cst.Attribute):
+    while type(expr) is cst.Attribute:  # exact types: see _SCOPE_TYPES
         parts.append(expr.attr.value)
         expr = expr.value
-    if not isinstance(expr, cst.Name):
+    if type(expr) is not cst.Name:
         return None
     parts.append(expr.value)
     return parts[::-1]
@@ -124,7 +127,7 @@ class ImportResolver:
         values and annotations belong to the scope around it, as does a class's header."""
         child, current = node, self._parent(node)
         while current is not None:
-            if isinstance(current, _SCOPES):
+            if type(current) in _SCOPE_TYPES:
                 if isinstance(current, (cst.FunctionDef, cst.ClassDef)) and child is not current.body:
                     pass  # the header of a def/class: evaluated outside it
                 elif isinstance(current, cst.Lambda) and child is not current.body:

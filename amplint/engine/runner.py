@@ -115,20 +115,23 @@ class Prefilter:
         def through_wrapper(rule, group) -> bool:
             """The group found when a call of the project's own autocast wrapper stands for
             the rule's ``project_wrappers_for`` fragment."""
-            stands_for = self.wrapper_patterns.get(rule) if project is not None else None
-            if stands_for is None or not any(stands_for in item for item in group):
+            stands_for = wrappers[rule]
+            if not any(stands_for in item for item in group):
                 return False
             return all(stands_for in item or any(found(p) for p in item) for item in group) and calls_wrapper()
 
         # Plain loops, not nested generators: this runs on every file, most of which match nothing.
+        wrappers = self.wrapper_patterns if project is not None else {}
         matched = []
         for rule, groups in self.rules:
             for group in groups:
                 for item in group:
                     for pattern in item:
                         hit = seen.get(pattern)
-                        if hit is None:
-                            hit = found(pattern)
+                        if hit is None:  # found(), inline
+                            kind = type(pattern)
+                            hit = seen[pattern] = pattern in text if kind is str else pattern.test(text) \
+                                if kind is TextTest else pattern.search(text) is not None
                         if hit:
                             break
                     else:
@@ -136,7 +139,7 @@ class Prefilter:
                 else:
                     matched.append(rule)
                     break
-                if through_wrapper(rule, group):
+                if rule in wrappers and through_wrapper(rule, group):
                     matched.append(rule)
                     break
         return matched

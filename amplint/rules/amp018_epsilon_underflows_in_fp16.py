@@ -363,7 +363,8 @@ def _may_fire(outline: Outline) -> bool:
 # fires only on an epsilon that guards something, so a file whose tiny literals are neither
 # added (`+`) nor clamped, directly or through a name they may be bound to, needs no ast.
 _TINY = AnyOf(r"e-0*(?:[89]|[1-9]\d)", r"E-0*(?:[89]|[1-9]\d)", r"\.0(?:_?0){6}")  # the fragments'
-_TINY_MARK = re.compile(r"[eE]-0*(?:[89]|[1-9]\d)|\.0(?:_?0){6}")
+# Each starts with a literal, which the regex engine scans for.
+_TINY_MARKS = tuple(re.compile(p) for p in (r"e-0*(?:[89]|[1-9]\d)", r"E-0*(?:[89]|[1-9]\d)", r"\.0(?:_?0){6}"))
 _EXPONENT = re.compile(r"[eE][-+]?\d(?:_?\d)*")
 _CLAMP_ALIAS = re.compile(r"(?:clamp|clip)\w*\s+as\s+(\w+)")
 _BOUND_BEFORE = re.compile(r"(\w+)[ \t]*(?==(?!=)|:)")
@@ -373,7 +374,7 @@ def _tiny_literals(text: str) -> list[tuple[int, int]]:
     """Where the float literals below ``FP16_SMALLEST`` stand (a literal that Python would
     not read as a number, in case: as one)."""
     found = []
-    for mark in _TINY_MARK.finditer(text):
+    for mark in sorted((m for pattern in _TINY_MARKS for m in pattern.finditer(text)), key=lambda m: m.start()):
         start = mark.start()
         while start > 0 and (text[start - 1].isdigit() or text[start - 1] in "_."):
             start -= 1

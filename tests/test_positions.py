@@ -92,4 +92,21 @@ def test_a_finding_renders_its_innermost_statement_not_the_class_around_it():
     start, end = ctx.offsets(call)
     assert source[start:end] == "torch.zeros(25)"
     (rendered,) = ctx.__dict__["_offsets_by_statement"]
-    assert rendered == id(ctx.parent(ctx.parent(call)))  # the `return` line alone
+    assert rendered == (id(ctx.parent(ctx.parent(call))), False)  # the `return` line alone
+
+
+def test_a_finding_in_a_header_renders_the_header_not_the_body():
+    """A node in a compound statement's header (a `with` item, a decorator, an `if` test) is
+    placed from the statement rendered with a one-line body; a node in its `else` is not."""
+    body = "".join(f"        y{i} = model(x{i})\n" for i in range(50))
+    source = (f"import torch\n\ndef step(model, x, ok):\n    # one region\n    with torch.autocast(\"cuda\"):  # here\n\n{body}"
+              "    if ok:\n        pass\n    else:\n        torch.zeros(1)\n")
+    ctx = FileContext("t.py", source, cst.parse_module(source))
+    autocast, *_, zeros = ctx.nodes(cst.Call)[:1] + [c for c in ctx.nodes(cst.Call) if "zeros" in ctx.module.code_for_node(c)]
+    start, end = ctx.offsets(autocast)
+    assert source[start:end] == 'torch.autocast("cuda")'
+    with_statement = next(a for a in ctx.ancestors(autocast) if isinstance(a, cst.With))
+    assert list(ctx.__dict__["_offsets_by_statement"]) == [(id(with_statement), True)]
+    start, end = ctx.offsets(zeros)
+    assert source[start:end] == "torch.zeros(1)"
+    assert "_module_offsets" not in ctx.__dict__

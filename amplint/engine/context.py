@@ -88,24 +88,36 @@ class FileContext:
             i += len(statement.body) if isinstance(statement, cst.SimpleStatementLine) else 1
         return lines if i == len(theirs) else None
 
-    def _statement_offsets(self, statement: cst.CSTNode, line: int) -> tuple[int, dict] | None:
+    def _statement_offsets(self, statement: cst.CSTNode, line: int, header_only: bool = False
+                           ) -> tuple[int, dict] | None:
         """The offsets of the nodes inside one statement, from rendering it alone at its own
         indentation (files with findings pay for the statements they are in, not for the whole
         file), and where its code starts in the source. That start comes from ast's line number
-        and is checked: the statement's code must be the source's there. None if it is not."""
+        and is checked: the statement's code must be the source's there. None if it is not.
+        ``header_only``: for the nodes before a compound statement's indented body (its
+        decorators, `with` items, condition), rendered with a body of one `pass`: what comes
+        before the body renders the same, and a long body is not rendered for them."""
         cache = self.__dict__.setdefault("_offsets_by_statement", {})
-        if id(statement) not in cache:
+        key = (id(statement), header_only)
+        if key not in cache:
             placed = None
             default = self.module.default_indent
             indents = [default if block.indent is None else block.indent
                        for block in self.ancestors(statement) if isinstance(block, cst.IndentedBlock)]
             indents.reverse()
-            code, local = render(statement, self.module, indents)
-            base = self._line_starts[line - 1] + sum(map(len, indents)) - local[id(statement)][0]
-            if base >= 0 and self.source.startswith(code, base):
+            rendered = statement.with_changes(body=statement.body.with_changes(
+                body=[cst.SimpleStatementLine([cst.Pass()])], footer=[])) if header_only else statement
+            code, local = render(rendered, self.module, indents)
+            base = self._line_starts[line - 1] + sum(map(len, indents)) - local[id(rendered)][0]
+            # What was rendered of the source: all of it, or the header's line (to its colon's
+            # comment and line break).
+            end = local[id(rendered.body.header)][1] if header_only else len(code)
+            if base >= 0 and self.source.startswith(code[:end], base):
                 placed = (base, local)
-            cache[id(statement)] = placed
-        return cache[id(statement)]
+            # The rendered copy is kept with its offsets: they are by id, and the id of a node
+            # that is freed may be another's next.
+            cache[key] = (placed, rendered)
+        return cache[key][0]
 
     @property
     def _parents(self):
@@ -192,7 +204,10 @@ class FileContext:
         if lines is not None:
             for candidate in (node, *self.ancestors(node)):
                 line = lines.get(id(candidate))
-                placed = self._statement_offsets(candidate, line) if line is not None else None
+                # Before the body in source order (the index numbers nodes so): in the header.
+                header_only = candidate is not node and isinstance(getattr(candidate, "body", None), cst.IndentedBlock) \
+                    and self._index.spans[id(node)][0] < self._index.spans[id(candidate.body)][0]
+                placed = self._statement_offsets(candidate, line, header_only) if line is not None else None
                 if placed is not None:
                     base, local = placed
                     start, end = local[id(node)]

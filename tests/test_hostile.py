@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 
 import libcst as cst
+import pytest
 
 from conftest import ROOT
 
@@ -134,3 +135,22 @@ def test_fix_does_not_overwrite_a_file_changed_meanwhile(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["train.py"]  # no temporary file left
     write_atomically(path, b"fixed\n", expected=b"edited by the user\n")
     assert path.read_text() == "fixed\n"
+
+
+@pytest.mark.parametrize("source", [
+    'message = ("a long line"  # noqa: E501\n           "and more")  # noqa: AMP004\n',
+    'DOC = """\n# noqa: AMP004 in a docstring is text\n"""\nx = 1  # noqa\n',
+    'url = "https://x.org/#noqa"  # noqa: AMP001\nf"{x!r} # noqa"\n',
+    'é = "ü#"; y = 2  # NOQA: amp004, AMP001\n',
+    'x = 1\r# amplint: noqa\ry = "# noqa"\r',
+])
+def test_noqa_comments_found_from_the_outline_as_the_tokenizer_finds_them(source):
+    """The `# noqa` comments of a file with findings are found from the strings Python's ast
+    sees, as tokenizing the file finds them: a `#` inside a string is text, one between the
+    parts of a string written over lines is a comment (there the tokenizer answers)."""
+    from amplint.engine import noqa
+    from amplint.engine.outline import Outline
+
+    by_tokens, by_outline = noqa.parse(source), noqa.parse(source, Outline.parse(source))
+    assert (by_outline.whole_file, by_outline.lines) == (by_tokens.whole_file, by_tokens.lines)
+    assert by_tokens.lines or by_tokens.whole_file

@@ -4,11 +4,13 @@ of findings (``--add-noqa``)."""
 
 from __future__ import annotations
 
+import ast
 import re
 import tokenize
 from dataclasses import dataclass, field
 
 from .diagnostics import Edit
+from .outline import Outline
 from .source import split_lines
 
 _LINE = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
@@ -45,11 +47,38 @@ def _comments(source: str):
         return
 
 
-def parse(source: str) -> Suppressions:
+def _comments_from_outline(source: str, outline: Outline) -> list[tuple[int, str]] | None:
+    """``_comments`` of the lines that say noqa, from the strings Python's ast found in
+    ``source`` (no tokenizing of the file): a `#` outside every string starts a comment, one
+    inside a string on one line is text. None where a `#` falls inside a string's span of
+    several lines: comments may stand between the parts of `"a"  # c` / `"b"`."""
+    strings = [((n.lineno, n.col_offset), (n.end_lineno, n.end_col_offset)) for kind in (ast.Constant, ast.JoinedStr)
+               for n in outline.nodes(kind) if kind is ast.JoinedStr or isinstance(n.value, (str, bytes))]
+    found = []
+    for row, line in enumerate(split_lines(source), 1):
+        if "noqa" not in line.lower():
+            continue
+        at = line.find("#")
+        while at >= 0:
+            place = (row, len(line[:at].encode("utf-8")))  # ast's columns count UTF-8 bytes
+            around = [(start, end) for start, end in strings if start <= place < end]
+            if not around:
+                found.append((row, line[at:]))
+                break
+            if any(start[0] != end[0] for start, end in around):
+                return None
+            at = line.find("#", at + 1)
+    return found
+
+
+def parse(source: str, outline: Outline | None = None) -> Suppressions:
+    """The ``# noqa`` comments of ``source``; with Python's ``outline`` of it, found from its
+    strings where they decide it, instead of tokenizing the file."""
     found = Suppressions()
     if "noqa" not in source.lower():
         return found
-    for row, comment in _comments(source):
+    comments = None if outline is None else _comments_from_outline(source, outline)
+    for row, comment in _comments(source) if comments is None else comments:
         if _FILE.search(comment):
             found.whole_file = True
         match = _LINE.search(comment)

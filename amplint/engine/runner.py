@@ -391,7 +391,7 @@ def lint_source(path: str, source: str, rules: Sequence[type[Rule]], *,
             break
         diagnostics, dependencies = run_rules(path, text, selected, policy_loader, outline)
         result.dependencies |= dependencies
-        suppressions = noqa.parse(text) if diagnostics else noqa.Suppressions()
+        suppressions = noqa.parse(text, outline) if diagnostics else noqa.Suppressions()
         kept, suppressed = [], []
         for d in diagnostics:
             engine = d.code in (SYNTAX_ERROR[0], INTERNAL_ERROR[0])

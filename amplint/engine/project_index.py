@@ -139,15 +139,31 @@ def project_root(path: Path) -> Path | None:
 @lru_cache(maxsize=None)
 def _folder_root(folder: Path) -> Path | None:
     """``project_root`` of the files of one folder."""
-    marked = next((c for c in (folder, *folder.parents) if _marked(c)), None)
+    marked = _nearest_marked(folder)
     if marked is not None and all(_walked(part) for part in folder.relative_to(marked).parts):
         return marked
-    outermost = None
-    for candidate in (folder, *folder.parents):
-        if not _package(candidate):
-            break
-        outermost = candidate
-    return outermost
+    return _outermost_package(folder)
+
+
+# Each asked once per folder and run, from its parent's answer: the folders of a tree share
+# their ancestors.
+@lru_cache(maxsize=None)
+def _nearest_marked(folder: Path) -> Path | None:
+    """The folder itself, or its nearest ancestor, that holds a project marker."""
+    if _marked(folder):
+        return folder
+    parent = folder.parent
+    return None if parent == folder else _nearest_marked(parent)
+
+
+@lru_cache(maxsize=None)
+def _outermost_package(folder: Path) -> Path | None:
+    """The outermost folder of the unbroken chain of packages from ``folder`` up; None when
+    ``folder`` is no package."""
+    if not _package(folder):
+        return None
+    parent = folder.parent
+    return (None if parent == folder else _outermost_package(parent)) or folder
 
 
 @lru_cache(maxsize=None)
@@ -823,6 +839,8 @@ def forget() -> None:
     _STORE.clear()
     _FACTS.clear()
     _folder_root.cache_clear()
+    _nearest_marked.cache_clear()
+    _outermost_package.cache_clear()
     _marked.cache_clear()
     _package.cache_clear()
     star_imports.cache_clear()

@@ -128,10 +128,8 @@ class Prefilter:
                 for item in group:
                     for pattern in item:
                         hit = seen.get(pattern)
-                        if hit is None:  # found(), inline
-                            kind = type(pattern)
-                            hit = seen[pattern] = pattern in text if kind is str else pattern.test(text) \
-                                if kind is TextTest else pattern.search(text) is not None
+                        if hit is None:
+                            hit = found(pattern)
                         if hit:
                             break
                     else:

@@ -1102,6 +1102,7 @@ def _may_cast_integers(text: str) -> bool:
             break
     return False
 
+
 _HALF_DTYPES = frozenset(name for name, dtype in DTYPES.items() if dtype in ("float16", "bfloat16"))
 _HALF_DTYPE_ATTRIBUTES = frozenset(name.rsplit(".", 1)[1] for name in _HALF_DTYPES)
 _DTYPE_ATTRIBUTES = frozenset(name.rsplit(".", 1)[1] for name in DTYPES)

@@ -362,9 +362,10 @@ def _may_fire(outline: Outline) -> bool:
 # `_guarded_epsilons` asked of the text, before anything is parsed: outside regions, the rule
 # fires only on an epsilon that guards something, so a file whose tiny literals are neither
 # added (`+`) nor clamped, directly or through a name they may be bound to, needs no ast.
-_TINY = AnyOf(r"e-0*(?:[89]|[1-9]\d)", r"E-0*(?:[89]|[1-9]\d)", r"\.0(?:_?0){6}")  # the fragments'
-# Each starts with a literal, which the regex engine scans for.
-_TINY_MARKS = tuple(re.compile(p) for p in (r"e-0*(?:[89]|[1-9]\d)", r"E-0*(?:[89]|[1-9]\d)", r"\.0(?:_?0){6}"))
+# The fragments' marks of a tiny literal; each starts with a literal, which the regex engine
+# scans for.
+_TINY = AnyOf(r"e-0*(?:[89]|[1-9]\d)", r"E-0*(?:[89]|[1-9]\d)", r"\.0(?:_?0){6}")
+_TINY_MARKS = tuple(re.compile(p) for p in _TINY.patterns)
 _EXPONENT = re.compile(r"[eE][-+]?\d(?:_?\d)*")
 _CLAMP_ALIAS = re.compile(r"(?:clamp|clip)\w*\s+as\s+(\w+)")
 _BOUND_BEFORE = re.compile(r"(\w+)[ \t]*(?==(?!=)|:)")
@@ -449,6 +450,7 @@ def _may_guard_tiny(text: str) -> bool:
         names.update(_BOUND_BEFORE.findall(text, line, start))
     return any(_added_or_clamped(text, use.start(), use.end(), clamps)
                for name in names for use in re.finditer(rf"{name}(?<![\w.]{name})(?!\w)", text))
+
 
 def _counts(value: ast.expr, bound: dict[str, list[ast.expr]]) -> bool:
     """``number`` in _check_project_float16: an operand of the guarded value is a Python number

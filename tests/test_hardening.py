@@ -102,6 +102,22 @@ def test_a_file_over_the_size_cap_is_reported_not_read(tmp_path):
     assert "train.py:34:13: AMP001" in result.stdout
 
 
+def test_files_are_read_whole_up_to_the_size_cap(tmp_path, monkeypatch):
+    """Reads are sized from the file, so what was read must still be all of it: at the cap
+    exactly, and for a file past the size `stat` gave when it was opened (it grew)."""
+    at_cap = tmp_path / "at_cap.py"
+    with open(at_cap, "wb") as handle:
+        handle.truncate(source_io.MAX_FILE_BYTES)
+    assert len(source_io.read_file(at_cap)) == source_io.MAX_FILE_BYTES
+    text = tmp_path / "long.py"
+    text.write_bytes(b"x = 1\n" * 50_000)
+    assert source_io.read_file(text) == text.read_bytes()
+    real_fstat = os.fstat
+    monkeypatch.setattr(source_io.os, "fstat", lambda fd: os.stat_result(
+        (*real_fstat(fd)[:6], 10, *real_fstat(fd)[7:])))  # st_size: it was 10 bytes when opened
+    assert source_io.read_file(text) == text.read_bytes()
+
+
 def _training_steps(count: int) -> str:
     step = ("def step_{i}(model, opt, scaler, x):\n"
             "    with torch.autocast(\"cuda\"):\n"

@@ -59,12 +59,18 @@ def read_file(path: Path) -> bytes:
     would block forever; a device such as /dev/zero, which never ends) is refused with a
     SourceError saying what it is, before a byte is read; opening does not block either."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
-    with os.fdopen(fd, "rb") as handle:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = next((name for test, name in _KINDS if test(mode)), "something else")
+    with os.fdopen(fd, "rb", buffering=0) as handle:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            kind = next((name for test, name in _KINDS if test(status.st_mode)), "something else")
             raise SourceError(f"not a regular file ({kind}); only regular files are read")
-        data = handle.read(MAX_FILE_BYTES + 1)
+        # Reads sized from the file: one of MAX_FILE_BYTES + 1 allocates that much for each file.
+        data = handle.read(min(status.st_size, MAX_FILE_BYTES) + 1)
+        while len(data) <= MAX_FILE_BYTES:  # until the end: it may have grown since
+            more = handle.read(min(MAX_FILE_BYTES + 1 - len(data), 1 << 16))
+            if not more:
+                break
+            data += more
     if len(data) > MAX_FILE_BYTES:
         raise SourceError(f"larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB; not read")
     return data

@@ -5,6 +5,8 @@ same code with other spacing, line breaks and import aliases) are where the two 
 ``check`` reads a syntax tree and does not mind them, a regular expression may.
 """
 
+from decimal import Decimal
+
 import libcst as cst
 import pytest
 
@@ -34,6 +36,29 @@ class _SpacesAroundDots(cst.CSTTransformer):
     def leave_Attribute(self, original, updated):
         return updated.with_changes(dot=cst.Dot(whitespace_before=cst.SimpleWhitespace(" "),
                                                 whitespace_after=cst.SimpleWhitespace(" ")))
+
+
+class _BlanksInEmptyCalls(cst.CSTTransformer):
+    """`x.float(  # why\n)`: what Python allows between an empty call's parentheses."""
+
+    def leave_Call(self, original, updated):
+        if updated.args:
+            return updated
+        return updated.with_changes(whitespace_before_args=cst.ParenthesizedWhitespace(
+            first_line=cst.TrailingWhitespace(whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment("# why")),
+            indent=True, last_line=cst.SimpleWhitespace("")))
+
+
+class _FloatsRespelled(cst.CSTTransformer):
+    """Every float literal as a fraction times a power of ten (`1e-8` as `0.1e-7`, `0.5` as
+    `0.5e0`): the same decimal, so the same float."""
+
+    def leave_Float(self, original, updated):
+        value = Decimal(updated.value.replace("_", ""))
+        if not value:
+            return updated
+        _, digits, exponent = value.as_tuple()
+        return updated.with_changes(value=f"0.{''.join(map(str, digits))}e{exponent + len(digits)}")
 
 
 class _ImportsAliased(cst.CSTTransformer):
@@ -80,6 +105,8 @@ def _variants(code: str) -> dict[str, str]:
     return {"space before call parentheses": module.visit(_SpaceBeforeCallParentheses()).code,
             "arguments on the next line": module.visit(_ArgumentsOnTheNextLine()).code,
             "spaces around dots": module.visit(_SpacesAroundDots()).code,
+            "blanks in empty calls": module.visit(_BlanksInEmptyCalls()).code,
+            "floats respelled": module.visit(_FloatsRespelled()).code,
             "imports aliased": module.visit(_ImportsAliased(module)).code}
 
 

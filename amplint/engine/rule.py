@@ -36,15 +36,19 @@ def call_with(callee: str, argument: str) -> str:
 
 
 _NAME_CHAR = re.compile(r"\w")
+# `()` as Python reads it: spaces, line breaks, continuations and comments may come between.
+EMPTY_PARENTHESES = r"\((?:\s|\\|#[^\n]*)*\)"
 
 
 def tolerant_of_spacing(pattern: str) -> str:
     """``pattern`` as the prefilter searches it: Python allows spaces around the dot of an
     attribute (`scaler . scale`), a line break before it (a call chain over lines), spaces
-    before a call's parenthesis (`scale (loss)`), and a statement inside parentheses over
-    several lines, so `\\.` matches with those spaces, `name\\(` with spaces before the parenthesis, and
-    `[^\\n]*` (rest of a line) also across line breaks, up to 500 characters. A rule writes its
-    fragments as the code is usually spelled; the soundness tests try the other spellings."""
+    before a call's parenthesis (`scale (loss)`), blanks and comments inside an empty call's
+    (`float( )`), and a statement inside parentheses over several lines. So `\\.` matches
+    with those spaces, `name\\(` with spaces before the parenthesis, `\\(\\)` as
+    ``EMPTY_PARENTHESES``, and `[^\\n]*` (rest of a line) also across line breaks, up to 500
+    characters. A rule writes its fragments as the code is usually spelled; the soundness
+    tests try the other spellings."""
     out: list[str] = []
     i, in_class = 0, False
     while i < len(pattern):
@@ -53,6 +57,10 @@ def tolerant_of_spacing(pattern: str) -> str:
             i += len("[^\\n]*")
             continue
         ch = pattern[i]
+        if pattern.startswith("\\(\\)", i) and not in_class:
+            out.append(("[ \\t]*" if out and _NAME_CHAR.fullmatch(out[-1][-1]) else "") + EMPTY_PARENTHESES)
+            i += 4
+            continue
         if ch == "\\":
             escape = pattern[i:i + 2]
             if not in_class and escape == "\\.":

@@ -3,6 +3,7 @@ from __future__ import annotations
 import ast
 import keyword
 import re
+from functools import lru_cache
 from typing import NamedTuple
 
 import libcst as cst
@@ -362,20 +363,27 @@ def _may_fire(outline: Outline) -> bool:
 # `_guarded_epsilons` asked of the text, before anything is parsed: outside regions, the rule
 # fires only on an epsilon that guards something, so a file whose tiny literals are neither
 # added (`+`) nor clamped, directly or through a name they may be bound to, needs no ast.
-# The fragments' marks of a tiny literal; each starts with a literal, which the regex engine
-# scans for.
-_TINY = AnyOf(r"e-0*(?:[89]|[1-9]\d)", r"E-0*(?:[89]|[1-9]\d)", r"\.0(?:_?0){6}")
+# The fragments' marks of a tiny literal, one for every way to write a value below 2**-24
+# (about 5.96e-8), as mantissa M times 10**E: an exponent E <= -8 (`1e-8`, `5E-0_9`); for
+# -7 <= E <= -1, M < 1, so a fraction (`0.5e-7`, `.3e-7`); else M itself below 1e-7, with
+# seven zeros after its point (`0.000_000_05`). Each starts with a literal, which the regex
+# engine scans for.
+_TINY = AnyOf(r"e-[0_]*(?:[89]|[1-9]_?\d)", r"E-[0_]*(?:[89]|[1-9]_?\d)",
+              r"\.\d[\d_]*[eE]-[0_]*[1-7](?![\d_])", r"\.0(?:_?0){6}")
 _TINY_MARKS = tuple(re.compile(p) for p in _TINY.patterns)
 _EXPONENT = re.compile(r"[eE][-+]?\d(?:_?\d)*")
 _CLAMP_ALIAS = re.compile(r"(?:clamp|clip)\w*\s+as\s+(\w+)")
 _BOUND_BEFORE = re.compile(r"(\w+)[ \t]*(?==(?!=)|:)")
 
 
-def _tiny_literals(text: str) -> list[tuple[int, int]]:
+@lru_cache(maxsize=1)  # both fragment groups ask it of the same text
+def _tiny_literals(text: str) -> tuple[tuple[int, int], ...]:
     """Where the float literals below ``FP16_SMALLEST`` stand (a literal that Python would
     not read as a number, in case: as one)."""
     found = []
     for mark in sorted((m for pattern in _TINY_MARKS for m in pattern.finditer(text)), key=lambda m: m.start()):
+        if found and mark.start() < found[-1][1]:
+            continue  # the literal another mark found
         start = mark.start()
         while start > 0 and (text[start - 1].isdigit() or text[start - 1] in "_."):
             start -= 1
@@ -394,7 +402,11 @@ def _tiny_literals(text: str) -> list[tuple[int, int]]:
             value = 0.5 * FP16_SMALLEST
         if 0 < value < FP16_SMALLEST:
             found.append((start, end))
-    return found
+    return tuple(found)
+
+
+def _has_tiny(text: str) -> bool:
+    return bool(_tiny_literals(text))
 
 
 def _added_or_clamped(text: str, start: int, end: int, clamps: frozenset[str]) -> bool:
@@ -970,7 +982,7 @@ class EpsilonUnderflowsInFp16(Rule):
     # A float literal below 5.96e-8 (an exponent, or seven zeros after the point), in a file
     # that opens a region (one of the project's autocast wrappers counts), or added or clamped
     # (`_may_guard_tiny`): outside regions only a guard's epsilon is reported.
-    fragments = ((_TINY, "autocast"), (_TINY, TextTest(_may_guard_tiny)))
+    fragments = ((_TINY, "autocast", TextTest(_has_tiny)), (_TINY, TextTest(_may_guard_tiny)))
     project_wrappers_for = "autocast"
     may_fire = staticmethod(_may_fire)
 

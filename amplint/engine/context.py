@@ -168,6 +168,11 @@ class FileContext:
         for ``F.softmax``; empty for anything not reached through an import."""
         return self._imports.qualified_names(node)
 
+    def names_leading_to(self, names: frozenset[str] | set[str]) -> frozenset[str]:
+        """The names a reference must start with to resolve to one of ``names``
+        (``ImportResolver.names_leading_to``)."""
+        return self._imports.names_leading_to(names)
+
     def resolves_to(self, node: cst.CSTNode, names: frozenset[str] | set[str]) -> str | None:
         """The first qualified name of ``node`` that is in ``names``."""
         return next((n for n in self.qualified_names(node) if n in names), None)

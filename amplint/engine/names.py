@@ -116,6 +116,14 @@ class ImportResolver:
             for definition in nodes(kind):
                 bind(definition, (definition.name,))
 
+    def names_leading_to(self, names: Iterable[str]) -> frozenset[str]:
+        """The local names that some import, in any scope, binds to one of ``names`` or to a
+        module above one (``torch`` for ``torch.cuda.amp.autocast``): only a reference that
+        starts with one of them can resolve to one of ``names``."""
+        prefixes = {name[:end] for name in names for end in range(len(name) + 1)
+                    if end == len(name) or name[end] == "."}
+        return frozenset(local for (_, local), qualified in self._imports.items() if not qualified.isdisjoint(prefixes))
+
     def _function_of_param(self, param: cst.Param) -> Scope:
         node = self._parent(param)
         while node is not None and not isinstance(node, (cst.FunctionDef, cst.Lambda)):

@@ -466,9 +466,12 @@ def make(args, kwargs):
     def check(self, ctx: FileContext) -> None:
         imports = ctx.nodes(cst.Import) + ctx.nodes(cst.ImportFrom)
         in_imports = {id(n) for imp in imports for n in subtree(imp)}
-        # References outside import statements.
+        # References outside import statements; only those that start with a name an import
+        # binds to torch.cuda.amp, torch.cpu.amp or a module above them can mean them.
+        leading = ctx.names_leading_to(_DEPRECATED.keys())
         references = [n for n in ctx.nodes(cst.Attribute) + ctx.nodes(cst.Name)
-                      if id(n) not in in_imports and not _is_attr_name(ctx, n)]
+                      if (root := _root(n)) is not None and root.value in leading
+                      and id(n) not in in_imports and not _is_attr_name(ctx, n)]
         name_imports = _name_imports(ctx)  # reported at the import, with their uses
         uses, by_import = [], {}
         for ref in references:

@@ -5,12 +5,13 @@ same code with other spacing, line breaks and import aliases) are where the two 
 ``check`` reads a syntax tree and does not mind them, a regular expression may.
 """
 
+import re
 from decimal import Decimal
 
 import libcst as cst
 import pytest
 
-from amplint.engine.rule import all_rules
+from amplint.engine.rule import all_rules, tolerant_of_spacing
 from amplint.engine.runner import lint_source
 from amplint.policy import loader
 
@@ -36,6 +37,17 @@ class _SpacesAroundDots(cst.CSTTransformer):
     def leave_Attribute(self, original, updated):
         return updated.with_changes(dot=cst.Dot(whitespace_before=cst.SimpleWhitespace(" "),
                                                 whitespace_after=cst.SimpleWhitespace(" ")))
+
+
+class _ContinuationLines(cst.CSTTransformer):
+    """`x \\` + line break + `.float()`: a backslash continues a line between any two tokens;
+    here before every attribute's dot and every call's parenthesis."""
+
+    def leave_Attribute(self, original, updated):
+        return updated.with_changes(dot=cst.Dot(whitespace_before=cst.SimpleWhitespace(" \\\n    ")))
+
+    def leave_Call(self, original, updated):
+        return updated.with_changes(whitespace_after_func=cst.SimpleWhitespace(" \\\n    "))
 
 
 class _BlanksInEmptyCalls(cst.CSTTransformer):
@@ -105,6 +117,7 @@ def _variants(code: str) -> dict[str, str]:
     return {"space before call parentheses": module.visit(_SpaceBeforeCallParentheses()).code,
             "arguments on the next line": module.visit(_ArgumentsOnTheNextLine()).code,
             "spaces around dots": module.visit(_SpacesAroundDots()).code,
+            "continuation lines": module.visit(_ContinuationLines()).code,
             "blanks in empty calls": module.visit(_BlanksInEmptyCalls()).code,
             "floats respelled": module.visit(_FloatsRespelled()).code,
             "imports aliased": module.visit(_ImportsAliased(module)).code}
@@ -136,3 +149,17 @@ def test_spacing_variants_still_report(rule, example_path):
             found = lint_source(example_path(example), variant, [rule], policy_loader=_cuda_tables,
                                 use_prefilter=False).diagnostics
             assert [d for d in found if d.code == rule.code], (name, variant)
+
+
+@pytest.mark.parametrize("fragment,code", [
+    (r"scaler\.scale\(", "scaler . scale (loss)"),
+    (r"scaler\.scale\(", "y = (scaler.\n     scale\n     (loss))"),
+    (r"scaler\.scale\(", "scaler \\\n    .scale \\\n    (loss)"),
+    (r"\.float\(\)", "m.float(  # a mask\n)"),
+    (r"\.float\(\)", "m.float(\\\n)"),
+    (r"\)[\s)]*\.\s*(?:to|cuda)\s*\(", "(torch.zeros(3)) \\\n    .to(device)"),
+    (r"from\s+torch\.cuda\s+import[^\n]*\bamp\b", "from \\\n    torch.cuda import (\n    amp)"),
+])
+def test_fragments_match_the_spellings_python_allows(fragment, code):
+    compile(code, "spelled.py", "exec")
+    assert re.search(tolerant_of_spacing(fragment), code)

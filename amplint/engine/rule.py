@@ -36,47 +36,91 @@ def call_with(callee: str, argument: str) -> str:
 
 
 _NAME_CHAR = re.compile(r"\w")
+# What Python reads as blank between two tokens: spaces, line breaks (inside brackets, which a
+# fragment cannot tell), and a backslash that continues the line. One class, a stray backslash
+# let in: a repeated class is many times faster to match than a repeated alternation.
+_SPACE = r"[\s\\]"
 # `()` as Python reads it: spaces, line breaks, continuations and comments may come between.
-EMPTY_PARENTHESES = r"\((?:\s|\\|#[^\n]*)*\)"
+_EMPTY_PARENTHESES = r"\((?:\s|\\|#[^\n]*)*\)"
+
+
+def _class_end(pattern: str, start: int) -> int:
+    """The index just past the character class that opens at ``start``."""
+    i = start + 1
+    if pattern.startswith("^", i):
+        i += 1
+    if pattern.startswith("]", i):  # a `]` first is a member
+        i += 1
+    while pattern[i] != "]":
+        i += 2 if pattern[i] == "\\" else 1
+    return i + 1
 
 
 def tolerant_of_spacing(pattern: str) -> str:
-    """``pattern`` as the prefilter searches it: Python allows spaces around the dot of an
-    attribute (`scaler . scale`), a line break before it (a call chain over lines), spaces
+    """``pattern`` as the prefilter searches it. Python allows spaces and, inside brackets,
+    line breaks around the dot of an attribute (`scaler . scale`, a call chain over lines) and
     before a call's parenthesis (`scale (loss)`), blanks and comments inside an empty call's
-    (`float( )`), and a statement inside parentheses over several lines. So `\\.` matches
-    with those spaces, `name\\(` with spaces before the parenthesis, `\\(\\)` as
-    ``EMPTY_PARENTHESES``, and `[^\\n]*` (rest of a line) also across line breaks, up to 500
-    characters. A rule writes its fragments as the code is usually spelled; the soundness
-    tests try the other spellings."""
+    (`float( )`), a statement inside parentheses over several lines, and a backslash that
+    continues a line wherever a space may stand. So `\\.` and `name\\(` match with ``_SPACE``
+    around them, `\\(\\)` as ``_EMPTY_PARENTHESES``, `[^\\n]*` (rest of a line) also across
+    line breaks, up to 500 characters, and `\\s`, or a class that holds a space (`[ \\t]`,
+    `[\\s)]`), also a continuation. A rule writes its fragments as the code is usually
+    spelled; the soundness tests try the other spellings."""
     out: list[str] = []
-    i, in_class = 0, False
+    run = [False]  # whether the output ends with a repeated class that holds every blank
+
+    def emit(*pieces: str, blank_run: bool = False) -> None:
+        out.extend(pieces)
+        run[0] = blank_run
+
+    def blanks() -> None:
+        """Blanks, unless the output ends with some already (a mismatch after two repeats
+        of the same characters tries every split of a long run between them) or is empty (a
+        literal first is what the regex engine scans for)."""
+        if out and not run[0]:
+            emit(_SPACE, "*", blank_run=True)
+
+    i = 0
     while i < len(pattern):
-        if pattern.startswith("[^\\n]*", i) and not in_class:
-            out.append("(?:[^\\n]*|[^;]{0,500})")
+        after_name = bool(out) and _NAME_CHAR.fullmatch(out[-1][-1]) is not None
+        if pattern.startswith("[^\\n]*", i):
+            emit("(?:[^\\n]*|[^;]{0,500})")
             i += len("[^\\n]*")
-            continue
-        ch = pattern[i]
-        if pattern.startswith("\\(\\)", i) and not in_class:
-            out.append(("[ \\t]*" if out and _NAME_CHAR.fullmatch(out[-1][-1]) else "") + EMPTY_PARENTHESES)
+        elif pattern.startswith("\\(\\)", i):
+            if after_name:
+                blanks()
+            emit(_EMPTY_PARENTHESES)
             i += 4
-            continue
-        if ch == "\\":
-            escape = pattern[i:i + 2]
-            if not in_class and escape == "\\.":
-                out.append("\\.[ \\t]*" if not out else "\\s*\\.[ \\t]*")
-            elif not in_class and escape == "\\(" and out and _NAME_CHAR.fullmatch(out[-1][-1]):
-                out.append("[ \\t]*\\(")
+        elif pattern[i] == "[":
+            end = _class_end(pattern, i)
+            members = pattern[i:end]
+            blank = not members.startswith("[^") and any(m in members for m in (" ", "\\t", "\\s"))
+            if blank and pattern.startswith("*", end):
+                only_blanks = not re.sub(r" |\\[tsnr\\]", "", members[1:-1])
+                if not (run[0] and only_blanks):  # else the blanks already there say it
+                    emit(members[:-1] + "\\s\\\\]", "*", blank_run=True)
+                i = end + 1
             else:
-                out.append(escape)
+                emit(members[:-1] + "\\s\\\\]" if blank else members)
+                i = end
+        elif pattern[i] == "\\":
+            escape = pattern[i:i + 2]
             i += 2
-            continue
-        if ch == "[" and not in_class:
-            in_class = True
-        elif ch == "]" and in_class:
-            in_class = False
-        out.append(ch)
-        i += 1
+            if escape == "\\.":
+                blanks()
+                emit("\\.")
+                blanks()
+            elif escape == "\\(" and after_name:
+                blanks()
+                emit("\\(")
+            elif escape == "\\s" and pattern.startswith("*", i):
+                blanks()
+                i += 1
+            else:
+                emit(_SPACE if escape == "\\s" else escape)
+        else:
+            emit(pattern[i])
+            i += 1
     return "".join(out)
 
 

@@ -15,7 +15,7 @@ from ..engine.crossfile import enabling_site, loss_places_on_ast, named_loss_pla
 from ..engine.diagnostics import Fix, Related
 from ..engine.factories import chain_without_calls, new_method_fix
 from ..engine.outline import BINDING_STATEMENTS, Outline, Scopes
-from ..engine.rule import EMPTY_PARENTHESES, PARENTHESIZED, AnyOf, Invalid, Rule, TextTest, Valid
+from ..engine.rule import PARENTHESIZED, AnyOf, Invalid, Rule, TextTest, Valid, tolerant_of_spacing
 from ..engine.semantics import (
     AUTOCAST,
     DTYPES,
@@ -949,7 +949,7 @@ def _maybe_integral_names(outline: Outline) -> set[str]:
 # `.float()` may cast integers needs no ast for that fragment group. Read loosely (more
 # `name = ` than assignments, more than comparisons), and where a string or a comment could
 # mislead a backward reading, the answer is yes.
-_FLOAT_CALL = re.compile(rf"\.\s*float\s*{EMPTY_PARENTHESES}")
+_FLOAT_CALL = re.compile(tolerant_of_spacing(r"\.float\(\)"))
 _ONE_LINE_STRING = re.compile(r"\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'")
 _INTEGRAL_MARK = re.compile(r"<|(?<!-)>|~|==|!=|\bin\b|\bis\b|\b(?:" + "|".join(sorted(_INTEGRAL)) + r")\s*\(")
 _LEADING_NAME = re.compile(r"[^\W\d]\w*")

@@ -367,9 +367,10 @@ def _may_fire(outline: Outline) -> bool:
 # (about 5.96e-8), as mantissa M times 10**E: an exponent E <= -8 (`1e-8`, `5E-0_9`); for
 # -7 <= E <= -1, M < 1, so a fraction (`0.5e-7`, `.3e-7`); else M itself below 1e-7, with
 # seven zeros after its point (`0.000_000_05`). Each starts with a literal, which the regex
-# engine scans for.
+# engine scans for; a number's point is `[.]`, which no space may follow (an attribute's
+# `\.` may: the prefilter lets blanks around it).
 _TINY = AnyOf(r"e-[0_]*(?:[89]|[1-9]_?\d)", r"E-[0_]*(?:[89]|[1-9]_?\d)",
-              r"\.\d[\d_]*[eE]-[0_]*[1-7](?![\d_])", r"\.0(?:_?0){6}")
+              r"[.]\d[\d_]*[eE]-[0_]*[1-7](?![\d_])", r"[.]0(?:_?0){6}")
 _TINY_MARKS = tuple(re.compile(p) for p in _TINY.patterns)
 _EXPONENT = re.compile(r"[eE][-+]?\d(?:_?\d)*")
 _CLAMP_ALIAS = re.compile(r"(?:clamp|clip)\w*\s+as\s+(\w+)")

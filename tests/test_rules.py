@@ -279,6 +279,44 @@ def test_amp018_reads_guards_in_the_text(code, kept):
 
 
 @pytest.mark.parametrize("code,kept", [
+    ("t = torch.tensor([0.5, 1], device=d)", True),
+    ("t = torch.tensor([0, 1], device=d)", False),  # int64
+    ("t = torch.tensor([True], device=d)", False),
+    ("t = torch.tensor(values, device=d)", False),  # not a list or tuple: not known to be float
+    ("t = torch.tensor((n / 2,), device=d)", True),
+    ("t = torch.tensor([float(n)], device=d)", True),
+    ("t = torch.tensor([math.pi], device=d)", True),
+    ("t = torch.tensor([x.norm().item()], device=d)", True),  # an attribute of a call
+    ("t = torch.tensor(data=[1e-3], device=d)", True),
+    ("t = torch.tensor([[1, 2],\n                  [3, 4]], device=d)", False),
+    ("t = torch.tensor([1, 2]).to(d)", False),
+    ("t = torch.tensor([1., 2]).cuda()", True),
+    ("t = torch.full((n, 2), 0, device=d)", False),
+    ("t = torch.full((n, 2), -1.0, device=d)", True),
+    ("t = torch.full(size=(n,), fill_value=float('-inf'), device=d)", True),  # a quote: unsure
+    ("t = torch.full((n,), fill_value=n / 2, device=d)", True),
+    ("t = torch.zeros((), device=d)", False),  # 0-dim
+    ("t = torch.zeros([], device=d)", False),
+    ("t = torch.zeros((n,), device=d)", True),
+    ("t = torch.ones(n, device=d)  # a comment after the call", True),
+])
+def test_amp003_factory_text_tests_read_data_and_fill(code, kept):
+    """The text tests at the end of AMP003's factory groups ask ``_may_make_float32`` of the
+    calls the fragments find: a `tensor` whose data may hold a float, a `full` whose fill may
+    be one, a factory of a non-empty size. Each case is asked of the ast test too (the text
+    test may say yes where it says no, never the reverse)."""
+    import ast
+    from amplint.rules.amp003_tensor_factory_drops_dtype import _may_make_float32, _may_move_float32, \
+        _may_place_float32
+    source = "import math\nimport torch\n" + code + "\n"
+    compile(source, "case.py", "exec")
+    outline = Outline.parse(source)
+    call = next(c for c in outline.nodes(ast.Call) if getattr(c.func, "attr", None) in ("tensor", "full", "zeros", "ones"))
+    assert _may_make_float32(outline, call) is kept
+    assert (_may_place_float32(source) or _may_move_float32(source)) is kept
+
+
+@pytest.mark.parametrize("code,kept", [
     ("out = torch.zeros(2 ** n, device=x.device)", True),  # a power is not `**kwargs`
     ("out = torch.zeros(*shape, device=x.device)", False),
     ("out = torch.zeros(n, **kw, device=x.device)", False),

@@ -1045,6 +1045,88 @@ def _assigned_integers(text: str) -> Callable[[str], bool]:
     return assigned
 
 
+# The factory calls the fragments look for: given a device (a `tensor` given its data as a
+# list or a tuple, or by keyword), or moved by `.to(...)`/`.cuda(...)` at once.
+_PLACED_FACTORIES = (
+    *(rf"{f}(?<!\w{f})\s*\({_ARGUMENT}*?\bdevice\s*={_ARGUMENT}*\)" for f in _FACTORY_NAMES if f != "tensor"),
+    rf"tensor(?<!\wtensor)\s*\(\s*(?=[\[(]){_ARGUMENT}*?\bdevice\s*={_ARGUMENT}*\)",
+    rf"tensor(?<!\wtensor)\s*\((?={_ARGUMENT}*?\bdata\s*=){_ARGUMENT}*?\bdevice\s*={_ARGUMENT}*\)")
+_MOVED_FACTORIES = tuple(rf"{f}(?<!\w{f})\s*\({_ARGUMENT}*\)[\s)]*\.\s*(?:cuda\s*\(|to\s*\({_TO_ARGUMENT}*\))"
+                         for f in _FACTORY_NAMES)
+# In the text of a value, what ``_may_be_float_number`` accepts, loosely: a float literal (a
+# point or an exponent by a digit), a division, `float(...)`, a float constant's name, an
+# attribute of a call.
+_FLOAT_MARK = re.compile(r"\d[\d_]*\.|\.\d|\d[eE][-+]?\d|/|\bfloat[\s\\]*\(|"
+                         r"\.[\s\\]*(?:inf|nan|pi|e|tau)\b|\)[\s\\]*\.")
+_KEYWORD = re.compile(r"\s*(\w+)\s*=(?!=)")
+
+
+def _call_arguments(text: str, opening: int) -> list[str] | None:
+    """The arguments of the call whose `(` is at ``opening``, as text, split at its own
+    commas; None where a quote or a `#` inside could mislead the reading, or it is too long."""
+    arguments, depth, start = [], 0, opening + 1
+    for place in range(opening + 1, min(len(text), opening + 5000)):
+        char = text[place]
+        if char in "\"'#":
+            return None
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            if depth == 0:
+                last = text[start:place]
+                return arguments + [last] if last.strip() else arguments
+            depth -= 1
+        elif char == "," and depth == 0:
+            arguments.append(text[start:place])
+            start = place + 1
+    return None
+
+
+def _argument(arguments: list[str], position: int, keyword: str) -> str | None:
+    """The argument given by ``keyword``, else the one at ``position`` (before any keyword)."""
+    positional = []
+    for argument in arguments:
+        named = _KEYWORD.match(argument)
+        if named is None:
+            positional.append(argument)
+        elif named.group(1) == keyword:
+            return argument[named.end():]
+    return positional[position] if len(positional) > position else None
+
+
+def _may_make_float32_text(text: str, start: int) -> bool:
+    """``_may_make_float32`` of the factory call whose name starts at ``start``, on the
+    text: no empty size; a `tensor`'s data a list or a tuple that may hold a float, a
+    `full`'s fill value one that may be a float; yes where the reading is unsure."""
+    name = _LEADING_NAME.match(text, start).group()
+    arguments = _call_arguments(text, text.index("(", start))
+    if arguments is None:
+        return True
+    if name == "tensor":
+        data = _argument(arguments, 0, "data")
+        return data is not None and data.lstrip()[:1] in ("[", "(") and _FLOAT_MARK.search(data) is not None
+    size = _argument(arguments, 0, "size")
+    if size is not None and size.strip() in ("()", "[]"):
+        return False
+    if name == "full":
+        fill = _argument(arguments, 1, "fill_value")
+        return fill is not None and _FLOAT_MARK.search(fill) is not None
+    return True
+
+
+def _factory_test(patterns: tuple[str, ...]):
+    """A text test: some call that one of the factory ``patterns`` finds may make float32."""
+    compiled = [re.compile(tolerant_of_spacing(p)) for p in patterns]
+
+    def test(text: str) -> bool:
+        return any(_may_make_float32_text(text, m.start()) for c in compiled for m in c.finditer(text))
+    return test
+
+
+_may_place_float32 = _factory_test(_PLACED_FACTORIES)
+_may_move_float32 = _factory_test(_MOVED_FACTORIES)
+
+
 def _may_cast_integers(text: str) -> bool:
     """Whether the receiver of some `.float()` may be what ``_may_be_integral`` accepts, read
     backwards: behind indexing and reshapes, an integer-making call, a name assigned integers,
@@ -1744,15 +1826,9 @@ class TensorFactoryDropsDtype(Rule):
     # others need, which most files lack (most files that mention a device pass no `device=`;
     # most that move a value with `.to(` move no call's result). A pattern that starts with a
     # word, not `\b`, lets the regex engine scan for that word.
-    fragments = (("device", r"device\s*=",
-                  AnyOf(*(rf"{f}(?<!\w{f})\s*\({_ARGUMENT}*?\bdevice\s*={_ARGUMENT}*\)"
-                          for f in _FACTORY_NAMES if f != "tensor"),
-                        rf"tensor(?<!\wtensor)\s*\(\s*(?=[\[(]){_ARGUMENT}*?\bdevice\s*={_ARGUMENT}*\)",
-                        rf"tensor(?<!\wtensor)\s*\((?={_ARGUMENT}*?\bdata\s*=){_ARGUMENT}*?"
-                        rf"\bdevice\s*={_ARGUMENT}*\)")),
-                 (r"\.\s*(?:to|cuda)\s*\(", r"\)[\s)]*\.\s*(?:to|cuda)\s*\(",
-                  AnyOf(*(rf"{f}(?<!\w{f})\s*\({_ARGUMENT}*\)[\s)]*\.\s*(?:cuda\s*\(|to\s*\({_TO_ARGUMENT}*\))"
-                          for f in _FACTORY_NAMES))),
+    fragments = (("device", r"device\s*=", AnyOf(*_PLACED_FACTORIES), TextTest(_may_place_float32)),
+                 (r"\.\s*(?:to|cuda)\s*\(", r"\)[\s)]*\.\s*(?:to|cuda)\s*\(", AnyOf(*_MOVED_FACTORIES),
+                  TextTest(_may_move_float32)),
                  (r"\.float\(\)",
                   AnyOf(rf"\.(?:{'|'.join(_STRICT_METHODS)})\s*\(", r"\][\s)\\]*=(?!=)", "half", "float16"),
                   TextTest(_may_cast_integers)))

@@ -236,6 +236,13 @@ _SCATTERED = "def pool(x, ids, h):\n{}\n    x.scatter_add_(1, ids, {})\n"
     ("    w = [i for i in ids if i > 0]", "w.float()", False),
     ("    pass", "(h / h.sum(dim=ids > 0)).float()", False),
     ("    print('see `.float()` in the docs')", "h", False),
+    # Arithmetic at the top of the value, whatever its operands: dropped; a comparison of
+    # arithmetic: kept.
+    ("    n = (ids < 3).sum(dim=-1) + 1", "n.float()", False),
+    ("    n = (h + 1).tanh() * 2 - h", "n.float()", False),
+    ("    n = -(ids > 0)", "n.float()", False),
+    ("    n = ids + 1 > h", "n.float()", True),
+    ("    n = ~(ids > 0)", "n.float()", True),
     ("    def norm(v: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:\n        return v", "v.float()", False),
 ])
 def test_amp003_reads_the_receivers_of_float_in_the_text(body, cast, kept):

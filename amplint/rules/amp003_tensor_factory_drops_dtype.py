@@ -955,6 +955,11 @@ _INTEGRAL_MARK = re.compile(r"<|(?<!-)>|~|==|!=|\bin\b|\bis\b|\b(?:" + "|".join(
 _LEADING_NAME = re.compile(r"[^\W\d]\w*")
 # At the top of a value: an operator that makes it no name, comparison or call.
 _OPERATION = re.compile(r"[-+*/%@&|^,]|:=|\b(?:if|and|or|not|lambda|await|yield)\b")
+# An arithmetic operator, and what binds less tightly (a comparison, `not`, `and`, `or`, a
+# conditional, a lambda): a value with the first at its top and none of the second is an
+# arithmetic operation, even one whose operands are comparisons (`(a > b).sum() + 1`).
+_ARITHMETIC = re.compile(r"[-+*/%@&|^]")
+_LOOSER = re.compile(r"<|>|==|!=|:=|\b(?:in|is|not|and|or|if|else|lambda)\b")
 
 
 def _rest_of_statement(text: str, start: int) -> str | None:
@@ -1012,6 +1017,8 @@ def _integers_in(value: str) -> bool | str:
         if top != "()":
             break
         code = code[1:-1].strip()  # a parenthesized expression: what it holds
+    if _ARITHMETIC.search(top) and not _LOOSER.search(top):
+        return False  # as `_may_be_integral` reads a binary or unary operation
     if _INTEGRAL_MARK.search(top) or top.startswith("("):
         return True
     if _OPERATION.search(top):

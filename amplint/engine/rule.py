@@ -95,13 +95,14 @@ def tolerant_of_spacing(pattern: str) -> str:
             end = _class_end(pattern, i)
             members = pattern[i:end]
             blank = not members.startswith("[^") and any(m in members for m in (" ", "\\t", "\\s"))
+            widened = members[:-1] + "\\s\\\\]" if blank else members
             if blank and pattern.startswith("*", end):
                 only_blanks = not re.sub(r" |\\[tsnr\\]", "", members[1:-1])
                 if not (run[0] and only_blanks):  # else the blanks already there say it
-                    emit(members[:-1] + "\\s\\\\]", "*", blank_run=True)
+                    emit(widened, "*", blank_run=True)
                 i = end + 1
             else:
-                emit(members[:-1] + "\\s\\\\]" if blank else members)
+                emit(widened)
                 i = end
         elif pattern[i] == "\\":
             escape = pattern[i:i + 2]

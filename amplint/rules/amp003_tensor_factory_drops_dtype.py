@@ -29,7 +29,7 @@ from ..engine.semantics import (
     policies_of,
     tensor_input,
 )
-from ..engine.text_scan import enclosing_bracket, space_before, word_before
+from ..engine.text_scan import call_arguments, enclosing_bracket, space_before, word_before
 from ..policy import committed_tables
 
 # What a value's dtype is known to be: float32 whatever the model runs in; half (`.half()`,
@@ -1068,27 +1068,6 @@ _FLOAT_MARK = re.compile(r"\d[\d_]*\.|\.\d|\d[eE][-+]?\d|/|\bfloat[\s\\]*\(|"
 _KEYWORD = re.compile(r"\s*(\w+)\s*=(?!=)")
 
 
-def _call_arguments(text: str, opening: int) -> list[str] | None:
-    """The arguments of the call whose `(` is at ``opening``, as text, split at its own
-    commas; None where a quote or a `#` inside could mislead the reading, or it is too long."""
-    arguments, depth, start = [], 0, opening + 1
-    for place in range(opening + 1, min(len(text), opening + 5000)):
-        char = text[place]
-        if char in "\"'#":
-            return None
-        if char in "([{":
-            depth += 1
-        elif char in ")]}":
-            if depth == 0:
-                last = text[start:place]
-                return arguments + [last] if last.strip() else arguments
-            depth -= 1
-        elif char == "," and depth == 0:
-            arguments.append(text[start:place])
-            start = place + 1
-    return None
-
-
 def _argument(arguments: list[str], position: int, keyword: str) -> str | None:
     """The argument given by ``keyword``, else the one at ``position`` (before any keyword)."""
     positional = []
@@ -1106,7 +1085,7 @@ def _may_make_float32_text(text: str, start: int) -> bool:
     text: no empty size; a `tensor`'s data a list or a tuple that may hold a float, a
     `full`'s fill value one that may be a float; yes where the reading is unsure."""
     name = _LEADING_NAME.match(text, start).group()
-    arguments = _call_arguments(text, text.index("(", start))
+    arguments = call_arguments(text, text.index("(", start))
     if arguments is None:
         return True
     if name == "tensor":

@@ -385,3 +385,18 @@ def test_import_failures_are_one_clear_line(tmp_path, run_amplint, name):
     assert "Traceback" not in result.stderr
     [error] = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
     assert said in error and where in error, error
+
+
+def test_a_failed_kernel_invariant_is_no_ban():
+    # On a CUDA build, cuDNN's RNN autocast kernel asserts its weight layout before casting: a
+    # sample that breaks that invariant must not read as the kernel refusing the op (banned).
+    from amplint.probe.classify import is_refusal
+    from amplint.probe.samples import SPECIFIC
+
+    cuda = json.loads((ROOT / "policies" / "torch-2.13" / "cuda.json").read_text())
+    bce = next(e for e in cuda["ops"] if e["op"] == "aten::binary_cross_entropy")
+    assert is_refusal(bce["evidence"]["message"])
+    assert not is_refusal('RuntimeError: (weight_stride0 == 3) || (weight_stride0 == 5) INTERNAL ASSERT FAILED '
+                          'at "/pytorch/aten/src/ATen/cudnn/AutocastRNN.cpp":49, please report a bug to PyTorch.')
+    rnn = SPECIFIC["_cudnn_rnn"].values
+    assert (rnn["weight_stride0"], rnn["proj_size"]) == (2, 0)  # no biases, no projection: the layout it asserts

@@ -71,6 +71,13 @@ def _cast_back(verdict: Verdict, obs: Observation, input_dtype: str) -> Verdict:
     return verdict
 
 
+def is_refusal(message: str) -> bool:
+    """Whether an error the autocast kernel raised where the op itself runs is the kernel
+    refusing the op (a banned op), rather than the sample breaking one of the kernel's own
+    invariants: PyTorch words a failed invariant "INTERNAL ASSERT FAILED", never a refusal."""
+    return "INTERNAL ASSERT FAILED" not in message
+
+
 def classify(op: str, observed: dict[str, Observation], lowp: str,
              banned_message: str | None = None) -> Verdict:
     """``observed`` maps an input configuration (see samples) to what autocast did with it."""

@@ -16,7 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from . import samples
-from .classify import Verdict, classify
+from .classify import Verdict, classify, is_refusal
 from .dispatcher import OpName
 from .intercept import OUTPUT_LABEL, Observation, _cast, bind, describe, dtype_name, op_name
 
@@ -118,7 +118,7 @@ def _probe_op(op: OpName, device: str, lowp: torch.dtype) -> tuple[Verdict, dict
                         # it was given (a bfloat16 LSTM on a CPU without bfloat16 support).
                         return Verdict(None, reason=f"not executable on this machine: {obs.op} fails on "
                                        f"{_dtypes(obs.args)} under autocast: {obs.error.splitlines()[0]}"), {}
-                    if baseline.error is None:  # refused by the autocast kernel itself
+                    if baseline.error is None and is_refusal(obs.error):  # refused by the autocast kernel itself
                         banned = obs.error
                     last_error = obs.error
                     break

@@ -135,6 +135,13 @@ SPECIFIC: dict[str, Specific] = {
         shapes={"input": (4, 2, 4), "weight0": (16, 4), "weight1": (16, 4), "weight2": (16,),
                 "weight3": (16,), "hx_": (1, 2, 4), "cx_": (1, 2, 4)},
         values={"batch_sizes": [], "mode": 2, "hidden_size": 4, "has_biases": True}),
+    # cuDNN's RNN as nn.RNN calls it: one tanh layer (mode 1), hidden size 4, no biases, so the
+    # weight list is [w_ih, w_hh] and weight_stride0 is 2; no projection.
+    "_cudnn_rnn": Specific(
+        shapes={"input": (4, 2, 4), "weight": (4, 4), "hx": (1, 2, 4)},
+        values={"weight_stride0": 2, "mode": 1, "hidden_size": 4, "proj_size": 0, "num_layers": 1,
+                "batch_first": False, "dropout": 0.0, "train": True, "bidirectional": False,
+                "batch_sizes": []}),
 }
 
 

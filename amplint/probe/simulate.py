@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from . import samples
-from .classify import Verdict, classify
+from .classify import Verdict, classify, is_refusal
 from .dispatcher import OpName
 from .intercept import ProbeTensor, autocast_switched_on, dtype_name, observe
 
@@ -32,7 +32,7 @@ def probe_op(op: OpName, device: str, lowp: torch.dtype) -> Verdict:
                 obs = observe(lambda: packet(*sample.args, **sample.kwargs))
             if obs.error:
                 baseline = observe(lambda: packet(*sample.args, **sample.kwargs))
-                if baseline.reached:
+                if baseline.reached and is_refusal(obs.error):
                     banned = obs.error
                     break
                 last_error = obs.error

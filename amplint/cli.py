@@ -88,9 +88,11 @@ def main():
               "applied per file and rule.")
 @click.option("--add-noqa", is_flag=True, help="Append `# noqa: CODE` to each line with a finding (merged with "
               "a noqa comment it has) and say how many; fix nothing.")
+@click.option("--preview/--no-preview", default=None, help="Also run the rules, and the paths of rules, whose "
+              "triaged precision is still below 0.9 (replaces the configuration's `preview`).")
 def check(paths, fix, unsafe_fixes, diff, select, ignore, extend_select, output_format, color,
           show_statistics, exit_zero, jobs, no_cache, force_exclude, exit_non_zero_on_fix, output_file, quiet,
-          stdin_filename, verbose, config_file, exclude, extend_exclude, fix_only, show_fixes, add_noqa):
+          stdin_filename, verbose, config_file, exclude, extend_exclude, fix_only, show_fixes, add_noqa, preview):
     """Check Python files for AMP mistakes (default: the current folder; `-`: source from stdin)."""
     paths = list(paths) or [Path(".")]
     from_stdin = paths == [Path("-")]
@@ -104,7 +106,7 @@ def check(paths, fix, unsafe_fixes, diff, select, ignore, extend_select, output_
             select=config_mod.validate_codes(_codes(select), "--select") if select is not None else None,
             ignore=config_mod.validate_codes(_codes(ignore) or [], "--ignore"),
             extend_select=config_mod.validate_codes(_codes(extend_select) or [], "--extend-select"),
-            exclude=_globs(exclude), extend_exclude=_globs(extend_exclude) or [])
+            exclude=_globs(exclude), extend_exclude=_globs(extend_exclude) or [], preview=preview)
         # Each file's nearest pyproject.toml, or with --config that one file for all of them.
         resolver = config_mod.Resolver(config_mod.load_file(config_file) if config_file else None, overrides)
         options = Options(fix=fix, unsafe_fixes=unsafe_fixes, diff=diff, force_exclude=force_exclude,

@@ -296,3 +296,44 @@ def test_an_atom_is_forgotten_after_its_last_test():
     flow.propagate(scope, analysis)
     # every pair stays correlated (no cap dropped the atoms): each step right after its unscale_
     assert all(fact[-1] == "unscale_" for fact in analysis.at["scaler_step"])
+
+
+def _loop_with_many_flags(update_condition: str) -> str:
+    """A training loop whose unscale_ and step/update sit under the same unchanged flag, with
+    nine other flags between them that each steer the path (a clip on a side, each tested
+    twice): more paths than the analysis keeps."""
+    flags = "".join(f"""
+            if cfg.clip{i}:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), {i}.0)
+            if cfg.clip{i}:
+                torch.nn.utils.clip_grad_value_(model.parameters(), {i}.0)""" for i in range(9))
+    return f"""
+import torch
+def train(cfg, model, loader, optimizer, scaler, use_amp):
+    for epoch in range(cfg.epochs):
+        for step, batch in enumerate(loader):
+            loss = model(batch)
+            if use_amp:
+                scaler.scale(loss).backward()
+            else:
+                loss.backward()
+            if use_amp:
+                scaler.unscale_(optimizer){flags}
+            if {update_condition}:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
+"""
+
+
+def test_past_the_cap_the_conditions_tied_to_the_facts_stay_correlated():
+    from amplint.engine.rule import rule_by_code
+    from amplint.engine.runner import lint_source
+
+    rules = [rule_by_code(code) for code in ("AMP005", "AMP007")]
+    same = lint_source("t.py", _loop_with_many_flags("use_amp"), rules, policy_loader=loader("cuda"))
+    assert same.diagnostics == []
+    # Updated under another flag: an iteration that unscales can end without update().
+    other = lint_source("t.py", _loop_with_many_flags("cfg.step_with_scaler"), rules, policy_loader=loader("cuda"))
+    assert sorted(d.code for d in other.diagnostics) == ["AMP005", "AMP007"]

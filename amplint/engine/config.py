@@ -25,7 +25,7 @@ DEFAULT_EXCLUDE = (".git", ".hg", ".svn", ".venv", "venv", "__pycache__", "build
                    "site-packages", "node_modules", ".tox", ".nox", ".mypy_cache", ".amplint_cache",
                    ".ipynb_checkpoints")
 KNOWN_KEYS = {"select", "ignore", "extend-select", "exclude", "extend-exclude",
-              "per-file-ignores", "device", "torch-version", "policies"}
+              "per-file-ignores", "device", "torch-version", "policies", "preview"}
 
 
 class ConfigError(Exception):
@@ -45,6 +45,8 @@ class Config:
     device: str = "cuda"
     torch_version: str | None = None
     policies: str | None = None  # a project's own tables (absolute), merged over the committed ones
+    # Rules, and paths of rules, whose triaged precision is still below the bar run only here.
+    preview: bool = False
 
     def rules(self, select: list[str] | None = None, ignore: Iterable[str] = (),
               extend_select: Iterable[str] = ()) -> list[type[Rule]]:
@@ -54,7 +56,8 @@ class Config:
         extend = list(self.extend_select) + list(extend_select)
         ignored = set(self.ignore) | set(ignore)
         return [r for r in all_rules()
-                if ((r.on_by_default if chosen is None else _matches(r.code, chosen))
+                if (self.preview or not r.preview)
+                and ((r.on_by_default if chosen is None else _matches(r.code, chosen))
                     or _matches(r.code, extend))
                 and not _matches(r.code, ignored)]
 
@@ -246,6 +249,10 @@ def _from_table(data: object, pyproject: Path, root: Path) -> Config:
             if not isinstance(data[key], str):
                 raise ConfigError(f"{where}: {key!r} must be a string")
             setattr(config, attr, data[key])
+    if "preview" in data:
+        if not isinstance(data["preview"], bool):
+            raise ConfigError(f"{where}: 'preview' must be true or false")
+        config.preview = data["preview"]
     if "policies" in data:
         if not isinstance(data["policies"], str) or not data["policies"]:
             raise ConfigError(f"{where}: 'policies' must be a folder's path (a string)")
@@ -272,8 +279,11 @@ class Overrides:
     extend_select: list[str] = field(default_factory=list)
     exclude: list[str] | None = None
     extend_exclude: list[str] = field(default_factory=list)
+    preview: bool | None = None  # --preview / --no-preview: replaces the file's
 
     def apply(self, config: Config) -> Config:
+        if self.preview is not None and self.preview != config.preview:
+            config = dataclasses.replace(config, preview=self.preview)
         if self.exclude is None and not self.extend_exclude:
             return config
         exclude = config.exclude if self.exclude is None else _anchored(self.exclude, config.root)

@@ -41,8 +41,9 @@ class FileContext:
     """Shared by every rule on one file: one parse, metadata computed once and only if asked."""
 
     def __init__(self, path: str, source: str, module: cst.Module, policy_loader: "PolicyLoader | None" = None,
-                 outline: Outline | None = None):
+                 outline: Outline | None = None, preview: bool = False):
         self.path = path
+        self.preview = preview  # whether findings on preview paths are reported
         self.source = source
         self.module = module
         self._outline = outline
@@ -297,7 +298,11 @@ class FileContext:
         return declared_torch(root)
 
     def report(self, node: cst.CSTNode, message: str, fix: Fix | None = None,
-               related: tuple[Related, ...] = ()) -> None:
+               related: tuple[Related, ...] = (), preview: bool = False) -> None:
+        """``preview``: the finding rests on a path of the rule whose triaged precision is
+        below the bar, and is reported only in preview mode."""
+        if preview and not self.preview:
+            return
         rule = self._rule
         start, end = self.offsets(node)
         self.diagnostics.append(Diagnostic(

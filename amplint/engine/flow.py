@@ -265,7 +265,10 @@ class _Lowering:
             for param in _params(self.scope.params):
                 self._assign_text(param.name.value)
         block = self._block(body)
-        branches = [b for b in items(block) if isinstance(b, Branch)]
+        # Only tests whose branches hold an event or an exit can tell paths apart: remembering
+        # the value of another one (`if args.log_every:` twice) only multiplies the states,
+        # and past the cap the atoms that keep contradicting paths apart are dropped.
+        branches = [b for b in items(block) if isinstance(b, Branch) and _steers(b)]
         counts = Counter(b.atom for b in branches)
         in_loops = {id(b) for loop in items(block) if isinstance(loop, Loop) for b in items(loop.body)}
         last = {b.atom: b for b in branches}
@@ -480,6 +483,11 @@ class _Lowering:
         return None
 
 
+def _steers(branch: Branch) -> bool:
+    """Whether a side of the branch holds an event or an exit: what a path's facts depend on."""
+    return any(isinstance(item, (Event, Exit)) for item in items(branch.body + branch.orelse))
+
+
 def items(block: list) -> Iterator:
     """Every item of a block, nested ones included."""
     for item in block:
@@ -655,11 +663,18 @@ def propagate(flow: Flow, analysis: Analysis) -> set:
 
 
 def _cap(states: set) -> set:
-    """Over the cap, states that differ only in the atoms on their paths merge (the facts'
-    own domain is small: sets of scalers, optimizers and calls of one function)."""
-    if len(states) <= MAX_STATES:
-        return states
-    return {(fact, frozenset()) for fact, _ in states}
+    """Over the cap, paths forget atoms one at a time, each time the one whose loss merges the
+    most states, until they fit (the facts' own domain is small: sets of scalers, optimizers
+    and calls of one function). An atom forgotten lets a path take both sides of its later
+    tests: those that merge the most states are the conditions least tied to the facts."""
+    while len(states) > MAX_STATES:
+        # In a fixed order, so that ties go the same way in every run.
+        conditions = sorted({atom for _, atoms in states for atom, _ in atoms}, key=lambda a: (a.text, a.version))
+        if not conditions:
+            break
+        states = min(({(fact, frozenset(a for a in atoms if a[0] != dropped)) for fact, atoms in states}
+                      for dropped in conditions), key=len)
+    return states
 
 
 def _run(block: list, states: set, analysis: Analysis, trace: list | None) -> Outcome:

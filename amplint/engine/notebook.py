@@ -464,7 +464,7 @@ class _Joined:
 # -- linting --------------------------------------------------------------------------------
 
 def _lint(display: str, cells: list[tuple[int, str]], rules: Sequence[type[Rule]], *, fix: bool,
-          unsafe: bool, load: Callable | None, use_prefilter: bool):
+          unsafe: bool, load: Callable | None, use_prefilter: bool, preview: bool):
     """(findings placed in their cells, the cells after the fixes, fixes applied, the
     summaries of the project's other files read for them):
     ``runner.lint_source`` on the joined cells, its fixes applied cell by cell, those a
@@ -484,7 +484,7 @@ def _lint(display: str, cells: list[tuple[int, str]], rules: Sequence[type[Rule]
         return remember(new_cells), count
 
     result = lint_source(display, remember(cells), rules, fix=fix, unsafe=unsafe, policy_loader=load,
-                         use_prefilter=use_prefilter, apply=apply)
+                         use_prefilter=use_prefilter, apply=apply, preview=preview)
     final = joined[result.source]
     return ([final.mapped(d) for d in result.diagnostics], final.cells, result.fixes_applied,
             result.dependencies)
@@ -521,7 +521,8 @@ def lint_notebook(display: str, notebook: Notebook, rules: Sequence[type[Rule]],
     cells = notebook.code_cells()
     fixing = options.fix or options.diff
     diagnostics, fixed, applied, dependencies = _lint(
-        display, cells, rules, fix=fixing, unsafe=options.unsafe_fixes, load=load, use_prefilter=options.use_prefilter)
+        display, cells, rules, fix=fixing, unsafe=options.unsafe_fixes, load=load, use_prefilter=options.use_prefilter,
+        preview=options.preview)
     result = FileResult(display, diagnostics, fixes_applied=applied, dependencies=dependencies)
     result.internal_errors = sum(d.code == INTERNAL_ERROR[0] for d in diagnostics)
     changed = {number: text for (number, text), (_, old) in zip(fixed, cells) if text != old}

@@ -39,6 +39,7 @@ class Options:
     progress: Callable[[int, int], None] | None = None  # (files done, files in all)
     show_fixes: bool = False  # with fix: count the fixes applied per file and rule
     add_noqa: bool = False  # append `# noqa: CODE` to each line with a finding, instead of fixing
+    preview: bool = False  # report preview paths too: set from each file's configuration
 
     @property
     def writes(self) -> bool:
@@ -82,6 +83,7 @@ class _Profile:
     config: Config
     rules: list[type[Rule]]
     cache: Cache | None
+    options: Options  # the run's, with the configuration's preview
 
 
 def policy_loader(config: Config):
@@ -99,12 +101,12 @@ def _profile(config: Config, rules: list[type[Rule]], options: Options) -> _Prof
     cache = None
     if options.cache and not options.writes:
         settings = {"device": config.device, "torch_version": config.torch_version,
-                    "prefilter": options.use_prefilter}
+                    "prefilter": options.use_prefilter, "preview": config.preview}
         if config.policies is not None:  # the project's own tables: what they hold
             settings["policies"] = user_tables_digest(config.policies)
         cache = Cache(config.root, [r.code for r in rules], settings)
         project_index.keep_summaries(cache.folder / "index", cache.linter)
-    return _Profile(config, rules, cache)
+    return _Profile(config, rules, cache, replace(options, preview=config.preview))
 
 
 def check_paths(paths: list[Path], config: Config | Resolver, rules: list[type[Rule]] | None,
@@ -139,7 +141,7 @@ def check_paths(paths: list[Path], config: Config | Resolver, rules: list[type[R
         results = _in_pool(tasks, options, profiles, real_folders)
     else:
         loaders = [policy_loader(p.config) for p in profiles]
-        results = (check_file(path, file_rules, options, loaders[key], profiles[key].cache)
+        results = (check_file(path, file_rules, profiles[key].options, loaders[key], profiles[key].cache)
                    for path, file_rules, key in tasks)
     for result in results:
         report.files_checked += 1
@@ -173,6 +175,7 @@ def check_stdin(data: bytes, name: str, config: Config, rules: list[type[Rule]],
     to that name. With fixes, the report's ``fixed_text`` is the text to hand back."""
     report = Report(files_checked=1)
     project_index.forget()
+    options = replace(options, preview=config.preview)
     ignored = config.ignored_for(Path(name))
     file_rules = [r for r in rules if not any(r.code.startswith(i) for i in ignored)]
     if notebook.is_notebook(name):
@@ -184,13 +187,13 @@ def check_stdin(data: bytes, name: str, config: Config, rules: list[type[Rule]],
     else:
         result = lint_source(name, text.text, file_rules, fix=options.fix or options.diff,
                              unsafe=options.unsafe_fixes, policy_loader=policy_loader(config),
-                             use_prefilter=options.use_prefilter)
+                             use_prefilter=options.use_prefilter, preview=options.preview)
         report.fixed_text = result.source
         if options.fix or options.diff:
             report.fixes_applied, report.files_fixed = result.fixes_applied, int(bool(result.fixes_applied))
         if options.show_fixes and options.fix and result.fixes_applied:
             before = lint_source(name, text.text, file_rules, policy_loader=policy_loader(config),
-                                 use_prefilter=options.use_prefilter)
+                                 use_prefilter=options.use_prefilter, preview=options.preview)
             fixed = _fixed_codes(before.diagnostics, result.diagnostics, options.unsafe_fixes)
             if fixed:
                 report.fixed_by_file[name] = fixed
@@ -241,7 +244,7 @@ def _in_pool(tasks, options: Options, profiles: list[_Profile], real_folders: di
     for index, root in enumerate(roots):
         members.setdefault(root, []).append(index)
     worker_options = Options(**{**options.__dict__, "progress": None})  # a callback stays here
-    shared = [(p.config, p.cache) for p in profiles]
+    shared = [(p.config, p.cache) for p in profiles]  # each worker's options take the config's preview
     # Per task: its chunk and its place there, or its result.
     placed: list[tuple[Future, int] | FileResult | None] = [None] * len(tasks)
     with ProcessPoolExecutor(options.jobs, mp_context=context, initializer=_init_worker, initargs=(shared,)) as pool:
@@ -267,12 +270,19 @@ def _in_pool(tasks, options: Options, profiles: list[_Profile], real_folders: di
             yield entry if isinstance(entry, FileResult) else entry[0].result()[entry[1]]
 
 
-_worker_state: list[tuple] = []  # per profile: (policy loader, cache)
+_worker_state: list[tuple] = []  # per profile: (policy loader, cache, preview)
 
 
 def _init_worker(profiles: list[tuple[Config, Cache | None]]) -> None:
     global _worker_state
-    _worker_state = [(policy_loader(config), cache) for config, cache in profiles]
+    _worker_state = [(policy_loader(config), cache, config.preview) for config, cache in profiles]
+
+
+def _check_here(path: Path, rules: list[type[Rule]], options: Options, key: int,
+                text_match: TextMatch | None = None) -> FileResult:
+    """``check_file`` in a worker, with the state of the file's profile."""
+    load, cache, preview = _worker_state[key]
+    return check_file(path, rules, replace(options, preview=preview), load, cache, text_match)
 
 
 def _read_project_in_worker(root: Path, tasks: dict[int, tuple], options: Options) -> tuple[dict, dict, dict]:
@@ -283,7 +293,7 @@ def _read_project_in_worker(root: Path, tasks: dict[int, tuple], options: Option
     facts = project_index.project_facts(root)
     parsed = project_index.parsed_here()
     names = {path.name for path in parsed}
-    settled = {index: check_file(path, rules, options, *_worker_state[key])
+    settled = {index: _check_here(path, rules, options, key)
                for index, (path, rules, key) in tasks.items()
                if path.name in names and Path(os.path.realpath(path)) in parsed}
     Outline.forget_kept()  # those no check took
@@ -291,7 +301,7 @@ def _read_project_in_worker(root: Path, tasks: dict[int, tuple], options: Option
     with _collection_after():
         for index, (path, rules, key) in tasks.items():
             data = None if index in settled else project_index.bytes_read(Path(os.path.abspath(path)))
-            result = None if data is None else _settled_by_text(path, data, rules, options, *_worker_state[key])
+            result = None if data is None else _settled_by_text(path, data, rules, options, *_worker_state[key][:2])
             if isinstance(result, TextMatch):
                 matched[index] = result
             elif result is not None:
@@ -301,7 +311,7 @@ def _read_project_in_worker(root: Path, tasks: dict[int, tuple], options: Option
 
 def _check_in_worker(chunk, options: Options, facts: dict) -> list[FileResult]:
     project_index.adopt(facts)
-    return [check_file(path, rules, options, *_worker_state[key], text_match=text_match)
+    return [_check_here(path, rules, options, key, text_match)
             for path, rules, key, text_match in chunk]
 
 
@@ -401,7 +411,8 @@ def _check_file(path: Path, rules: list[type[Rule]], options: Options, load, cac
     if text_match is not None and text_match.checksum != zlib.crc32(data):
         text_match = None  # changed since
     result = lint_source(display, text.text, rules, fix=fixing, unsafe=options.unsafe_fixes,
-                         policy_loader=load, use_prefilter=options.use_prefilter, text_match=text_match)
+                         policy_loader=load, use_prefilter=options.use_prefilter, text_match=text_match,
+                         preview=options.preview)
     if cache is not None and not result.internal_errors:
         cache.put(data, codes, result.diagnostics, result.dependencies)
     if fixing and result.source is not None and result.source != text.text:
@@ -413,13 +424,13 @@ def _check_file(path: Path, rules: list[type[Rule]], options: Options, load, cac
             except (OSError, UnicodeEncodeError) as exc:
                 # Nothing was written: the findings are those of the text on disk.
                 result = lint_source(display, text.text, rules, policy_loader=load,
-                                     use_prefilter=options.use_prefilter)
+                                     use_prefilter=options.use_prefilter, preview=options.preview)
                 result.diagnostics.append(_io_diagnostic(display, f"cannot write fixes to {display}: {exc}"))
                 result.internal_errors += 1
             else:
                 if options.show_fixes:
                     before = lint_source(display, text.text, rules, policy_loader=load,
-                                         use_prefilter=options.use_prefilter)
+                                         use_prefilter=options.use_prefilter, preview=options.preview)
                     result = Checked(**vars(result), fixed_codes=_fixed_codes(
                         before.diagnostics, result.diagnostics, options.unsafe_fixes))
     elif options.add_noqa and result.diagnostics:

@@ -205,6 +205,10 @@ class Rule:
     uses_policy: ClassVar[bool] = False
     # False for a style rule: only a select that names it (or a prefix of it) turns it on.
     on_by_default: ClassVar[bool] = True
+    # True while the rule's triaged precision (benchmarks/triage) is below 0.9: it runs only
+    # with --preview (`preview = true`), selected or not. A rule whose other paths reach the
+    # bar reports its weaker ones with ``ctx.report(..., preview=True)`` instead.
+    preview: ClassVar[bool] = False
     valid: ClassVar[tuple[Valid, ...]] = ()
     invalid: ClassVar[tuple[Invalid, ...]] = ()
 

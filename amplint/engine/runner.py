@@ -252,18 +252,19 @@ def _in_deep_stack(work: Callable[[], tuple]) -> tuple:
 
 
 def run_rules(path: str, source: str, rules: Sequence[type[Rule]], policy_loader: Callable | None,
-              outline: Outline | None = None) -> tuple[list[Diagnostic], set[Dependency]]:
+              outline: Outline | None = None, preview: bool = False) -> tuple[list[Diagnostic], set[Dependency]]:
     """Every diagnostic of ``rules`` on ``source`` (noqa not yet applied), and the summaries of
     the project's other files the rules read for them."""
     if outline is None:  # Python's parser has not read it: what it refuses as too deep, libcst never sees
         nesting = _nesting_error(path, source)
         if nesting is not None:
             return [nesting], set()
-    return _in_deep_stack(lambda: _run_rules(path, source, rules, policy_loader, outline))
+    return _in_deep_stack(lambda: _run_rules(path, source, rules, policy_loader, outline, preview))
 
 
 def _run_rules(path: str, source: str, rules: Sequence[type[Rule]],
-               policy_loader: Callable | None, outline: Outline | None) -> tuple[list[Diagnostic], set[Dependency]]:
+               policy_loader: Callable | None, outline: Outline | None,
+               preview: bool) -> tuple[list[Diagnostic], set[Dependency]]:
     try:
         module = parse(source)
     except cst.ParserSyntaxError as exc:
@@ -271,7 +272,7 @@ def _run_rules(path: str, source: str, rules: Sequence[type[Rule]],
     except RecursionError:
         return [_nesting_error(path, source) or _engine_diagnostic(
             INTERNAL_ERROR, path, f"cannot check {path}: nested too deeply for libcst's parser")], set()
-    ctx = FileContext(path, source, module, policy_loader, outline)
+    ctx = FileContext(path, source, module, policy_loader, outline, preview)
     out: list[Diagnostic] = []
     for rule in rules:
         ctx._rule = rule
@@ -367,7 +368,7 @@ FixApplier = Callable[[str, Sequence[Fix]], "tuple[str, int]"]
 def lint_source(path: str, source: str, rules: Sequence[type[Rule]], *,
                 fix: bool = False, unsafe: bool = False, policy_loader: Callable | None = None,
                 use_prefilter: bool = True, apply: FixApplier = apply_fixes,
-                text_match: TextMatch | None = None) -> FileResult:
+                text_match: TextMatch | None = None, preview: bool = False) -> FileResult:
     """The findings in ``source`` after as many rounds of fixes as asked (``result.source``:
     the text they point into). ``text_match``: what the prefilter's text stage found in
     ``source`` already."""
@@ -387,7 +388,7 @@ def lint_source(path: str, source: str, rules: Sequence[type[Rule]], *,
         if not selected:
             result.diagnostics = []  # nothing left to find in this text
             break
-        diagnostics, dependencies = run_rules(path, text, selected, policy_loader, outline)
+        diagnostics, dependencies = run_rules(path, text, selected, policy_loader, outline, preview)
         result.dependencies |= dependencies
         suppressions = noqa.parse(text, outline) if diagnostics else noqa.Suppressions()
         kept, suppressed = [], []

@@ -153,7 +153,7 @@ logits = model(x)  # -- kept from the old loss
         rows: dict[str, set[int] | None] = {r.code: set() for r in rules}
         if not rules:
             return rows
-        own = FileContext(ctx.path, ctx.source, ctx.module, ctx.policy_loader)
+        own = FileContext(ctx.path, ctx.source, ctx.module, ctx.policy_loader, preview=ctx.preview)
         for rule in prefilter(tuple(rules)).matching(ctx.source):
             own._rule, own.diagnostics = rule, []
             try:

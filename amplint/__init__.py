@@ -38,7 +38,7 @@ class CheckResult(list):
 
 def check_source(code: str, select: list[str] | None = None, *, path: str = "<string>",
                  device: str = "cuda", torch_version: str | None = None, fix: bool = False,
-                 unsafe_fixes: bool = False) -> CheckResult:
+                 unsafe_fixes: bool = False, preview: bool = False) -> CheckResult:
     """Lint Python source; returns the diagnostics (``amplint.engine.diagnostics.Diagnostic``),
     sorted, as a list (a ``CheckResult``). ``select`` takes codes or prefixes, as on the command
     line. With ``fix=True`` safe fixes are applied (``unsafe_fixes=True``: unsafe ones too, as
@@ -46,17 +46,18 @@ def check_source(code: str, select: list[str] | None = None, *, path: str = "<st
     text, which is the result's ``source``; nothing is written anywhere. A ``path`` that names
     a file on disk brings in what ``amplint check`` reads of that file's project (the autocast
     calls of its other files, the torch it declares when ``torch_version`` is not given); any
-    other path sees ``code`` alone."""
+    other path sees ``code`` alone. ``preview=True`` also runs the rules and paths that
+    ``--preview`` runs."""
     from .engine.config import Config, validate_codes
     from .engine.project_index import forget
     from .engine.runner import lint_source
     from .policy import loader
 
     forget()  # a ``path`` on disk: its project's other files as they are now
-    config = Config(root=".", device=device, torch_version=torch_version)
+    config = Config(root=".", device=device, torch_version=torch_version, preview=preview)
     rules = config.rules(select=validate_codes(select, "select") if select is not None else None)
     result = lint_source(path, code, rules, fix=fix, unsafe=unsafe_fixes and fix,
-                         policy_loader=loader(device, torch_version))
+                         policy_loader=loader(device, torch_version), preview=preview)
     return CheckResult(result.diagnostics, code if result.source is None else result.source,
                        result.fixes_applied)
 

@@ -276,7 +276,8 @@ def rule_doc(code):
         click.echo(f"amplint: error: unknown rule code {code!r}", err=True)
         sys.exit(2)
     fix = "Fix available." if rule.fixable else "No fix."
-    click.echo(f"# {rule.code} {rule.name}\n\n{rule.summary}\n\n{fix}\n\n{rule.documentation()}")
+    status = f"{rules_page.tier(rule)}\n\n" if rules_page.tier(rule) else ""
+    click.echo(f"# {rule.code} {rule.name}\n\n{rule.summary}\n\n{fix}\n\n{status}{rule.documentation()}")
 
 
 @main.command("rules")
@@ -287,10 +288,11 @@ def rules_list(output_format):
     if output_format == "markdown":
         click.echo(rules_page.render(), nl=False)
         return
-    rows = [(r.code, r.name, "fix" if r.fixable else "", r.summary) for r in all_rules()]
+    rows = [(r.code, r.name, "fix" if r.fixable else "", "preview" if r.preview else "", r.summary)
+            for r in all_rules()]
     width = max(len(r[1]) for r in rows)
-    for code, name, fix, summary in rows:
-        click.echo(f"{code}  {name.ljust(width)}  {fix:3}  {summary}")
+    for code, name, fix, preview, summary in rows:
+        click.echo(f"{code}  {name.ljust(width)}  {fix:3}  {preview:7}  {summary}")
 
 
 main.add_command(probe)

@@ -43,20 +43,20 @@ def test_check_source_with_fix_hands_back_the_fixed_text():
 
 def test_check_source_fixes_as_the_command_line_does():
     faulty = (ROOT / "fixtures" / "faulty" / "train_amp.py").read_text()
-    result = amplint.check_source(faulty, fix=True)
+    result = amplint.check_source(faulty, fix=True, preview=True)
     assert result.source == (ROOT / "fixtures" / "fixed" / "train_amp.py").read_text()
     assert result.fixes_applied == 4 and result == []
     # An unsafe fix only when asked for, as --fix --unsafe-fixes; the findings left point into the text.
     models = (ROOT / "fixtures" / "faulty" / "models.py").read_text()
-    safe = amplint.check_source(models, select=["AMP003"], fix=True)
+    safe = amplint.check_source(models, select=["AMP003"], fix=True, preview=True)
     [left] = safe
     assert safe.source == models and left.code == "AMP003" and left.fix.applicability == "unsafe"
-    unsafe = amplint.check_source(models, select=["AMP003"], fix=True, unsafe_fixes=True)
+    unsafe = amplint.check_source(models, select=["AMP003"], fix=True, unsafe_fixes=True, preview=True)
     assert unsafe == [] and unsafe.fixes_applied == 1
     assert unsafe.source == models.replace(
         "torch.zeros(tokens.shape[0], 1, tokens.shape[2], device=tokens.device)",
         "tokens.new_zeros(tokens.shape[0], 1, tokens.shape[2])")
-    assert amplint.check_source(models, select=["AMP003"], unsafe_fixes=True).source == models  # no fix asked
+    assert amplint.check_source(models, select=["AMP003"], unsafe_fixes=True, preview=True).source == models  # no fix asked
 
 
 def test_load_policy():

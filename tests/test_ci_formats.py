@@ -21,7 +21,7 @@ def _validate(log: dict) -> None:
 
 
 def test_sarif_of_every_rule_validates_against_the_official_schema(run_amplint):
-    result = run_amplint("check", "--output-format", "sarif", "--no-cache", ROOT / "fixtures" / "faulty")
+    result = run_amplint("check", "--preview", "--output-format", "sarif", "--no-cache", ROOT / "fixtures" / "faulty")
     log = json.loads(result.stdout)
     _validate(log)
     assert log["runs"][0]["columnKind"] == "unicodeCodePoints"  # the columns amplint prints
@@ -78,7 +78,7 @@ def test_sarif_of_a_finding_in_another_file_validates(run_amplint, tmp_path):
     (tmp_path / "train.py").write_text(
         "import torch\n\n\ndef step(model, x, y, loss_fn):\n    with torch.autocast('cuda'):\n"
         "        return loss_fn(model(x), y)\n")
-    log = json.loads(run_amplint("check", "--output-format", "sarif", "--no-cache", "losses.py", cwd=tmp_path).stdout)
+    log = json.loads(run_amplint("check", "--preview", "--output-format", "sarif", "--no-cache", "losses.py", cwd=tmp_path).stdout)
     _validate(log)
     (result,) = log["runs"][0]["results"]
     assert result["ruleId"] == "AMP008"

@@ -54,7 +54,7 @@ AMPLINT = Path(sys.executable).parent / "amplint"  # the installed console scrip
 
 
 def _check(*args, input=None):
-    return CliRunner().invoke(main, ["check", "--no-cache", *map(str, args)], input=input)
+    return CliRunner().invoke(main, ["check", "--preview", "--no-cache", *map(str, args)], input=input)
 
 
 def _findings(output: str) -> list[tuple[str, str]]:
@@ -131,7 +131,7 @@ def test_per_file_configuration_holds_in_worker_processes(tmp_path):
     files.update({f"loops/epoch{i:02d}.py": TRAIN for i in range(40)})
     files.update({f"vision/loops/epoch{i:02d}.py": TRAIN for i in range(40)})
     _write(tmp_path, files)
-    runs = [subprocess.run([str(AMPLINT), "check", "--no-cache", "--output-format", "concise", "--jobs", jobs, "."],
+    runs = [subprocess.run([str(AMPLINT), "check", "--preview", "--no-cache", "--output-format", "concise", "--jobs", jobs, "."],
                            cwd=tmp_path, capture_output=True, text=True) for jobs in ("1", "2")]
     assert runs[0].stdout == runs[1].stdout and runs[0].returncode == runs[1].returncode == 1
     codes = {(where.split("/")[0], code) for where, code in _findings(runs[0].stdout)}
@@ -207,7 +207,7 @@ def test_add_noqa_suppresses_every_finding_keeping_encoding_endings_and_mode(tmp
     train = tmp_path / "train.py"
     train.write_text(TRAIN.replace("scaler.scale(loss).backward()", "scaler.scale(loss).backward()  # noqa: E501")
                      .replace("# Clip to keep", "# noqa: AMP002 (the next line's, not this one's)\n        # Clip"))
-    result = subprocess.run([str(AMPLINT), "check", "--no-cache", "--add-noqa", "."], cwd=tmp_path,
+    result = subprocess.run([str(AMPLINT), "check", "--preview", "--no-cache", "--add-noqa", "."], cwd=tmp_path,
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Added 5 noqa codes on 5 lines in 2 files." in result.stderr
@@ -225,7 +225,7 @@ def test_add_noqa_suppresses_every_finding_keeping_encoding_endings_and_mode(tmp
     assert lines[20].endswith("nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)  # noqa: AMP002")
     # Nothing is left to report, and nothing is added twice.
     assert _check(tmp_path).exit_code == 0
-    rerun = subprocess.run([str(AMPLINT), "check", "--no-cache", "--add-noqa", "."], cwd=tmp_path,
+    rerun = subprocess.run([str(AMPLINT), "check", "--preview", "--no-cache", "--add-noqa", "."], cwd=tmp_path,
                            capture_output=True, text=True)
     assert rerun.returncode == 0 and "Added 0 noqa codes on 0 lines in 0 files." in rerun.stderr
 

@@ -18,7 +18,7 @@ PROJECT = ROOT / "fixtures" / "crossfile"
 
 def _check(folder, *extra):
     forget()
-    result = CliRunner().invoke(main, ["check", "--no-cache", "--output-format", "json", *extra, str(folder)])
+    result = CliRunner().invoke(main, ["check", "--preview", "--no-cache", "--output-format", "json", *extra, str(folder)])
     assert result.exit_code in (0, 1), result.output
     return json.loads(result.stdout) if "--diff" not in extra else result.stdout
 

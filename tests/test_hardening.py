@@ -243,12 +243,12 @@ def test_statistics_in_json_and_the_safe_fix_marker(tmp_path):
         "import torch\nscaler = torch.cuda.amp.GradScaler()\n\n"
         "class M(torch.nn.Module):\n    def forward(self, x):\n"
         "        return x + torch.zeros(3, device=x.device)\n")
-    rows = json.loads(_amplint("check", "--no-cache", "--statistics", "--output-format", "json", "m.py",
+    rows = json.loads(_amplint("check", "--preview", "--no-cache", "--statistics", "--output-format", "json", "m.py",
                                cwd=tmp_path).stdout)
     fixable = {row["code"]: row["fixable"] for row in rows}
     assert fixable["AMP004"] is True and fixable["AMP003"] is False
     assert all(set(row) == {"code", "name", "count", "fixable"} and row["count"] == 1 for row in rows)
-    text = _amplint("check", "--no-cache", "--statistics", "m.py", cwd=tmp_path).stdout
+    text = _amplint("check", "--preview", "--no-cache", "--statistics", "m.py", cwd=tmp_path).stdout
     assert "AMP004\t[*] deprecated-amp-api" in text and "AMP003\ttensor-factory-drops-dtype" in text
 
 

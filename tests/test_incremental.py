@@ -57,7 +57,7 @@ def log_probs(x):
 
 def _check(tmp_path):
     """(files checked, files the cache answered, {file: [(code, fixable, message)]})."""
-    result = CliRunner().invoke(main, ["check", "-v", "--output-format", "json", "demo"])
+    result = CliRunner().invoke(main, ["check", "--preview", "-v", "--output-format", "json", "demo"])
     assert result.exit_code == 1, result.output
     checked, cached = map(int, re.search(r"(\d+) files? checked, (\d+) answered from the cache",
                                          result.stderr).groups())
@@ -142,7 +142,7 @@ def test_processes_share_one_reading_of_the_project_and_find_the_same(tmp_path, 
     files["demo/steps/__init__.py"] = ""
     _write(tmp_path, files)
     monkeypatch.chdir(tmp_path)
-    runs = [CliRunner().invoke(main, ["check", "--no-cache", "--output-format", "concise", "--jobs", jobs, "demo"])
+    runs = [CliRunner().invoke(main, ["check", "--preview", "--no-cache", "--output-format", "concise", "--jobs", jobs, "demo"])
             for jobs in ("1", "2")]
     assert runs[0].exit_code == runs[1].exit_code == 1
     assert runs[0].stdout == runs[1].stdout
@@ -167,7 +167,7 @@ def test_several_projects_and_loose_files_come_back_from_the_pool_in_order(tmp_p
     monkeypatch.chdir(tmp_path)
     outputs = {}
     for mode in ("--diff", "--output-format=concise"):
-        runs = [CliRunner().invoke(main, ["check", "--no-cache", mode, "--jobs", jobs, "alpha", "loose", "beta"])
+        runs = [CliRunner().invoke(main, ["check", "--preview", "--no-cache", mode, "--jobs", jobs, "alpha", "loose", "beta"])
                 for jobs in ("1", "2")]
         assert runs[0].exit_code == runs[1].exit_code == 1
         assert runs[0].stdout == runs[1].stdout
@@ -248,7 +248,7 @@ def step(model, x):
     monkeypatch.chdir(tmp_path)
     rules = [r for r in all_rules() if r.on_by_default]
     options = project.Options()
-    project._init_worker([(Config(tmp_path), None)])
+    project._init_worker([(Config(tmp_path, preview=True), None)])
     tasks = {i: (Path(name), rules, 0) for i, name in enumerate(sorted(files)) if name.endswith(".py")}
     project_index.forget()
     facts, settled, matched = project._read_project_in_worker(tmp_path.resolve(), tasks, options)
@@ -259,13 +259,13 @@ def step(model, x):
         ["AMP009", "AMP001"]
     project_index.forget()
     for index, result in settled.items():
-        again = project.check_file(tasks[index][0], rules, options, *project._worker_state[0])
+        again = project._check_here(tasks[index][0], rules, options, 0)
         assert (result.path, result.diagnostics, result.dependencies) == \
             (again.path, again.diagnostics, again.dependencies)
     for index, text_match in matched.items():
-        given = project.check_file(tasks[index][0], rules, options, *project._worker_state[0], text_match=text_match)
+        given = project._check_here(tasks[index][0], rules, options, 0, text_match)
         project_index.forget()
-        again = project.check_file(tasks[index][0], rules, options, *project._worker_state[0])
+        again = project._check_here(tasks[index][0], rules, options, 0)
         assert given.diagnostics and (given.diagnostics, given.dependencies) == (again.diagnostics, again.dependencies)
     # An outline kept is taken by the next parse of the same text, and only by it.
     assert Outline.parse("x = 1\n", keep=True).tree is Outline.parse("x = 1\n").tree

@@ -95,7 +95,7 @@ def _cell_of_row(numbers, chunks_text, row):
 
 
 def _invoke(*args, input=None):
-    return CliRunner().invoke(main, ["check", "--no-cache", *args], input=input)
+    return CliRunner().invoke(main, ["check", "--preview", "--no-cache", *args], input=input)
 
 
 @pytest.fixture

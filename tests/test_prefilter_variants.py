@@ -133,8 +133,8 @@ CASES = [pytest.param(rule, example, name, variant, id=f"{rule.code}-{i}-{name.r
 def test_prefilter_keeps_findings_of_spelling_variants(rule, example, name, variant, example_path):
     compile(variant, "variant.py", "exec")  # the variant is Python
     path = example_path(example)
-    with_filter = lint_source(path, variant, [rule], policy_loader=_cuda_tables)
-    without = lint_source(path, variant, [rule], policy_loader=_cuda_tables, use_prefilter=False)
+    with_filter = lint_source(path, variant, [rule], policy_loader=_cuda_tables, preview=True)
+    without = lint_source(path, variant, [rule], policy_loader=_cuda_tables, use_prefilter=False, preview=True)
     assert [(d.code, d.location) for d in with_filter.diagnostics] == \
         [(d.code, d.location) for d in without.diagnostics], variant
 
@@ -146,7 +146,7 @@ def test_spacing_variants_still_report(rule, example_path):
         for name, variant in _variants(example.code).items():
             if name == "imports aliased":
                 continue
-            found = lint_source(example_path(example), variant, [rule], policy_loader=_cuda_tables,
+            found = lint_source(example_path(example), variant, [rule], policy_loader=_cuda_tables, preview=True,
                                 use_prefilter=False).diagnostics
             assert [d for d in found if d.code == rule.code], (name, variant)
 

@@ -134,7 +134,7 @@ def test_an_output_dtype_the_policy_does_not_predict_fails_the_probe(probed):
 def test_the_linter_follows_the_input_through_a_cast_back_op(probed):
     project = probed[0]
     (project / "pyproject.toml").write_text('[tool.amplint]\ndevice = "cpu"\npolicies = ".amplint/policies"\n')
-    result = _amplint("check", "train.py", "--output-format", "json", "--no-cache", cwd=project)
+    result = _amplint("check", "--preview", "train.py", "--output-format", "json", "--no-cache", cwd=project)
     found = sorted((d["location"]["row"], d["code"]) for d in json.loads(result.stdout))
     # The cast-back op's output is the region's bfloat16 (AMP019) and the model's activations
     # (AMP003); the float32 op's output is float32 in both places: nothing to report.

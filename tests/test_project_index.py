@@ -66,7 +66,7 @@ def _project(tmp_path, device='"cuda"', trainer=None):
 
 def _findings(tmp_path, monkeypatch, *paths, extra=()):
     monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(main, ["check", "--output-format", "json", "--no-cache", *extra, *paths])
+    result = CliRunner().invoke(main, ["check", "--preview", "--output-format", "json", "--no-cache", *extra, *paths])
     assert result.exit_code in (0, 1), result.output
     return [(d["filename"], d["location"]["row"], d["code"], d["message"]) for d in json.loads(result.stdout)]
 
@@ -150,12 +150,12 @@ def test_an_installed_package_is_its_own_project(tmp_path, monkeypatch):
 def test_cached_findings_that_read_other_files_follow_them(tmp_path, monkeypatch):
     package = _project(tmp_path)
     monkeypatch.chdir(tmp_path)
-    first = CliRunner().invoke(main, ["check", "--output-format", "json", "demo/losses.py"])
+    first = CliRunner().invoke(main, ["check", "--preview", "--output-format", "json", "demo/losses.py"])
     assert [d["code"] for d in json.loads(first.stdout)] == ["AMP008", "AMP008"]
     # the trainer drops autocast: the loss file did not change, its findings did
     (package / "trainer.py").write_text(TRAINER.replace(
         "            with torch.autocast({device}, enabled=self.use_amp):\n", "            if True:\n"))
-    second = CliRunner().invoke(main, ["check", "--output-format", "json", "demo/losses.py"])
+    second = CliRunner().invoke(main, ["check", "--preview", "--output-format", "json", "demo/losses.py"])
     assert json.loads(second.stdout) == []
 
 
@@ -199,11 +199,11 @@ def test_a_framework_setting_without_mixed_precision_opens_none(tmp_path, monkey
 def test_the_other_file_is_a_related_location_in_json_and_sarif(tmp_path, monkeypatch):
     _project(tmp_path)
     monkeypatch.chdir(tmp_path)
-    data = json.loads(CliRunner().invoke(main, ["check", "--no-cache", "--output-format", "json",
+    data = json.loads(CliRunner().invoke(main, ["check", "--preview", "--no-cache", "--output-format", "json",
                                                 "demo/losses.py"]).stdout)
     assert data[0]["related"] == [{"filename": "demo/trainer.py", "location": {"row": 12, "column": 1},
                                    "message": "autocast entered here"}]
-    sarif = json.loads(CliRunner().invoke(main, ["check", "--no-cache", "--output-format", "sarif",
+    sarif = json.loads(CliRunner().invoke(main, ["check", "--preview", "--no-cache", "--output-format", "sarif",
                                                  "demo/losses.py"]).stdout)
     related = sarif["runs"][0]["results"][0]["relatedLocations"]
     assert related == [{"id": 0, "message": {"text": "autocast entered here"},

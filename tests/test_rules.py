@@ -18,7 +18,8 @@ CASES = [pytest.param(rule, kind, i, example, id=f"{rule.code}-{kind}-{i}")
 
 
 def _lint(rule, code, path="example.py", **kw):
-    return lint_source(path, code, [rule], policy_loader=_cuda_tables, **kw)
+    # A rule's examples pin every path of it, those only preview mode reports included.
+    return lint_source(path, code, [rule], policy_loader=_cuda_tables, preview=True, **kw)
 
 
 _cuda_tables = loader("cuda")
@@ -69,8 +70,8 @@ def test_readme_lists_every_rule():
 def test_prefilter_never_drops_a_finding(rule, kind, index, example, example_path):
     every_rule = list(all_rules())
     path = example_path(example)
-    with_filter = lint_source(path, example.code, every_rule, policy_loader=_cuda_tables)
-    without = lint_source(path, example.code, every_rule, policy_loader=_cuda_tables,
+    with_filter = lint_source(path, example.code, every_rule, policy_loader=_cuda_tables, preview=True)
+    without = lint_source(path, example.code, every_rule, policy_loader=_cuda_tables, preview=True,
                           use_prefilter=False)
     assert [(d.code, d.location) for d in with_filter.diagnostics] == \
         [(d.code, d.location) for d in without.diagnostics]

@@ -209,6 +209,8 @@ class Rule:
     # with --preview (`preview = true`), selected or not. A rule whose other paths reach the
     # bar reports its weaker ones with ``ctx.report(..., preview=True)`` instead.
     preview: ClassVar[bool] = False
+    # For the docs, where some paths report only in preview mode: which ones.
+    preview_paths: ClassVar[str] = ""
     valid: ClassVar[tuple[Valid, ...]] = ()
     invalid: ClassVar[tuple[Invalid, ...]] = ()
 

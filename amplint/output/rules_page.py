@@ -30,18 +30,30 @@ def _anchor(rule: type[Rule]) -> str:
     return rule.url().rsplit("#", 1)[1]
 
 
+def tier(rule: type[Rule]) -> str:
+    """Where the rule runs: by default, only with --preview, or by default with some paths
+    left to --preview (docs/triage.md has the precision that decides it)."""
+    if rule.preview:
+        return "Preview: runs only with `--preview` (its triaged precision is below 0.9)."
+    if rule.preview_paths:
+        return f"On by default; {rule.preview_paths} only with `--preview` (triaged precision below 0.9)."
+    return ""
+
+
 def render() -> str:
     rules = all_rules()
     out = ["# amplint rules", "",
            "Generated from each rule's own documentation by `amplint rules --format markdown`; "
            "`amplint rule CODE` prints one rule.", "",
-           "| code | name | fix | finds |", "|---|---|---|---|"]
+           "| code | name | fix | preview | finds |", "|---|---|---|---|---|"]
     for r in rules:
         summary = r.summary.replace("|", "\\|")
-        out.append(f"| [{r.code}](#{_anchor(r)}) | {r.name} | {'yes' if r.fixable else ''} | {summary} |")
+        preview = "rule" if r.preview else "some paths" if r.preview_paths else ""
+        out.append(f"| [{r.code}](#{_anchor(r)}) | {r.name} | {'yes' if r.fixable else ''} | {preview} | {summary} |")
     for rule in rules:
         out += ["", f"## {rule.code} {rule.name}", "", rule.summary, "",
-                "Fix available." if rule.fixable else "No fix.", "", _demoted(rule.documentation())]
+                "Fix available." if rule.fixable else "No fix.", *(["", tier(rule)] if tier(rule) else []),
+                "", _demoted(rule.documentation())]
     out += ["", "## Codes of the engine", ""]
     out += [f"- **{code} {name}**: {meaning}" for code, (name, meaning) in ENGINE_CODES.items()]
     return "\n".join(out) + "\n"

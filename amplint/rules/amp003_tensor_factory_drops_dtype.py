@@ -43,6 +43,11 @@ PROJECT_HALF = "half under the project's autocast"
 _HALF_KINDS = (HALF, AUTOCAST_HALF, ACTIVATION, PROJECT_HALF)
 # What follows the activations' dtype into the modules and ops it goes through.
 _ACTIVATION_KINDS = (HALF, ACTIVATION, PROJECT_HALF)
+# Half only under autocast or in a half model (a lowered op's output, a tensor argument, a
+# module's output; a loss's model output under another file's autocast): evidence only where
+# they meet inside an autocast region of this file. Elsewhere a guess, triaged below the
+# precision bar, so reported only in preview mode.
+_GUESSED_KINDS = (AUTOCAST_HALF, ACTIVATION, PROJECT_HALF)
 
 _FACTORY_NAMES = ("zeros", "ones", "empty", "full", "tensor", "rand", "randn")
 _FACTORIES = frozenset({"torch.zeros", "torch.ones", "torch.empty", "torch.full", "torch.tensor",
@@ -589,6 +594,7 @@ class _Meeting:
     other: cst.BaseExpression | None  # the half value (None: a half module)
     text: str  # what happens there, for the message
     related: tuple[Related, ...] = ()  # another file the half value's dtype comes from
+    guessed: bool = False  # the half value's kind is one of _GUESSED_KINDS (see check)
 
 
 def _float32_origin(value: _Value, strict: bool) -> cst.Call | None:
@@ -607,10 +613,12 @@ def _meetings(flow: _Flow) -> list[_Meeting]:
         d, s = flow.value(dest), flow.value(source)
         if _float32_origin(d, True) is not None and s.kind in _HALF_KINDS:
             note, related = _half_note(flow, node, s)
-            found.append(_Meeting(node, d.origin, source, f"{verb} `{ctx.code(source)}` into it{note}", related))
+            found.append(_Meeting(node, d.origin, source, f"{verb} `{ctx.code(source)}` into it{note}", related,
+                                  s.kind in _GUESSED_KINDS))
         elif _float32_origin(s, True) is not None and d.kind in _HALF_KINDS:
             note, related = _half_note(flow, node, d)
-            found.append(_Meeting(node, s.origin, dest, f"{verb} it into `{ctx.code(dest)}`{note}", related))
+            found.append(_Meeting(node, s.origin, dest, f"{verb} it into `{ctx.code(dest)}`{note}", related,
+                                  d.kind in _GUESSED_KINDS))
 
     def promoting(node, operands, verb):
         values = [flow.value(o) for o in operands]
@@ -624,7 +632,8 @@ def _meetings(flow: _Flow) -> list[_Meeting]:
             other = next(((o, v) for o, v in zip(operands, values) if v.kind in half), None)
             if other is not None:
                 note, related = _half_note(flow, node, other[1])
-                found.append(_Meeting(node, value.origin, other[0], f"{verb} `{ctx.code(other[0])}`{note}", related))
+                found.append(_Meeting(node, value.origin, other[0], f"{verb} `{ctx.code(other[0])}`{note}", related,
+                                      other[1].kind in _GUESSED_KINDS))
 
     for node in ctx.nodes(cst.Assign):
         for target in node.targets:
@@ -650,11 +659,11 @@ def _meetings(flow: _Flow) -> list[_Meeting]:
         for h in [e.value for e in state if isinstance(e, cst.Element)] or [hidden]:
             value = flow.value(h)
             # Autocast casts an RNN's state with its input; a half model does not.
-            if _float32_origin(value, False) is not None and call.args \
-                    and flow.value(call.args[0].value).kind in (HALF, ACTIVATION):
+            kind = flow.value(call.args[0].value).kind if call.args else None
+            if _float32_origin(value, False) is not None and kind in (HALF, ACTIVATION):
                 found.append(_Meeting(call, value.origin, call.args[0].value,
                                       f"passes it to `{ctx.code(call.func)}` as the state of "
-                                      f"`{ctx.code(call.args[0].value)}`{_HALF_NOTE}"))
+                                      f"`{ctx.code(call.args[0].value)}`{_HALF_NOTE}", guessed=kind in _GUESSED_KINDS))
     for node in [*ctx.nodes(cst.Call), *ctx.nodes(cst.BinaryOperation)]:
         operands = _lower_precision_operands(flow, node)
         if operands:
@@ -664,11 +673,12 @@ def _meetings(flow: _Flow) -> list[_Meeting]:
                 continue
             half = (HALF, ACTIVATION) if _in_model(ctx, node) else (HALF,)
             for value in values:
-                other = next((o for o, v in zip(operands, values) if v.kind in half), None)
+                other = next(((o, v) for o, v in zip(operands, values) if v.kind in half), None)
                 if _float32_origin(value, False) is not None and other is not None:
                     name = "@" if isinstance(node, cst.BinaryOperation) else _callee_name(node)
-                    found.append(_Meeting(node, value.origin, other,
-                                          f"multiplies it with `{ctx.code(other)}` (`{name}`){_HALF_NOTE}"))
+                    found.append(_Meeting(node, value.origin, other[0],
+                                          f"multiplies it with `{ctx.code(other[0])}` (`{name}`){_HALF_NOTE}",
+                                          guessed=other[1].kind in _GUESSED_KINDS))
     half_modules = _half_modules(ctx)
     for call in ctx.nodes(cst.Call) if half_modules else ():
         made_half = half_modules.get(ctx.code(call.func))
@@ -1798,6 +1808,7 @@ class TensorFactoryDropsDtype(Rule):
     """
 
     code = "AMP003"
+    preview_paths = ("a float32 tensor meeting a value that is half only under autocast or in a half model (an op's, a module's or an argument's), outside any autocast region of the file, runs")
     name = "tensor-factory-drops-dtype"
     summary = "A float32 tensor (factory without dtype) meets half activations"
     fixable = True
@@ -2193,4 +2204,4 @@ class Attention(torch.nn.Module):
                 f"`{_factory(ctx, m.origin)}` without `dtype=`"
             line = ctx.location(ctx.offsets(m.node)[0]).row
             ctx.report(m.origin, f"{made} makes a float32 tensor, and line {line} {m.text}", _fix(flow, m),
-                       related=m.related)
+                       related=m.related, preview=m.guessed and autocast_region(ctx, m.node) is None)

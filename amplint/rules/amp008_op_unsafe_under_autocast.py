@@ -176,6 +176,7 @@ class OpUnsafeUnderAutocast(Rule):
     """
 
     code = "AMP008"
+    preview_paths = ("a loss outside any region, in a project whose other code enables autocast, runs")
     name = "op-unsafe-under-autocast"
     summary = "Op that autocast refuses (banned) called inside an autocast region, here or in the project"
     fixable = True
@@ -287,7 +288,7 @@ class Trainer:
                                      f"(it raises), and this project runs code under autocast ({where}): if "
                                      f"{place} runs there, it fails; use the `_with_logits` form or compute it "
                                      "in float32 under `autocast(enabled=False)`", self._fix(ctx, call),
-                               related=(related,))
+                               related=(related,), preview=True)  # that the region reaches this loss is not shown
                 continue
             table = region_table(ctx, region[0])
             if table is None:
@@ -326,7 +327,8 @@ class Trainer:
                                   f"`{ops[0]}`, which autocast refuses on {table.device} (it raises), and this "
                                   f"project runs code under autocast ({where}): if {place} runs there, it fails; "
                                   "use the `_with_logits` form or compute it in float32 under "
-                                  "`autocast(enabled=False)`", related=(related,))
+                                  "`autocast(enabled=False)`", related=(related,),
+                        preview=True)  # that the region reaches the built loss is not shown
             return
 
     def _fix(self, ctx: FileContext, call: cst.Call) -> Fix | None:

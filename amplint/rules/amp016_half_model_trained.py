@@ -207,6 +207,7 @@ class HalfModelTrained(Rule):
     """
 
     code = "AMP016"
+    preview = True  # triaged precision below 0.9: docs/triage.md
     name = "half-model-trained"
     summary = "Optimizer over the parameters of a model converted to float16 (no float32 master weights)"
     fragments = (("optim", AnyOf(r"\.half\(\)", r"\.to\([^\n]*(?:float16|torch\.half)")),)  # a half model, an optimizer

@@ -977,6 +977,7 @@ class EpsilonUnderflowsInFp16(Rule):
     """
 
     code = "AMP018"
+    preview_paths = ("a guard on the caller's tensors (no half producer in the file), and a loss's guard in a project that enables float16 autocast in another file, run")
     name = "epsilon-underflows-in-fp16"
     summary = "Epsilon below float16's smallest value where the value it guards is float16"
     uses_policy = True
@@ -1228,7 +1229,8 @@ class GAE(torch.nn.Module):
         ctx.report(eps, f"`{ctx.code(eps)}`{origin} is below float16's smallest value (≈5.96e-8) and rounds "
                         f"to 0 when this runs in float16 (a float16 `{tensor}` or model), where the {zero} "
                         f"it guards reaches 0: the {op} gives inf/NaN; use ≥ 1e-6 (or one from "
-                        "`torch.finfo(x.dtype)`), or compute this step in float32")
+                        "`torch.finfo(x.dtype)`), or compute this step in float32",
+                   preview=True)  # no producer makes the caller's tensors half: a guess
 
     def _check_project_float16(self, ctx: FileContext, eps: cst.BaseExpression, written: cst.CSTNode) -> None:
         """Outside any region of this file, where a loss is computed (``crossfile.named_loss_place``)
@@ -1279,7 +1281,8 @@ class GAE(torch.nn.Module):
         ctx.report(eps, f"`{ctx.code(eps)}`{origin} is below float16's smallest value (≈5.96e-8) and rounds "
                         f"to 0 in float16, and this project runs code under float16 autocast ({where}): if "
                         f"{place} runs there, the {op} it guards gives inf/NaN at 0; use ≥ 1e-6 "
-                        "or compute this step in float32", related=(related,))
+                        "or compute this step in float32", related=(related,),
+                   preview=True)  # whether that region reaches this code is not shown
 
     @staticmethod
     def _fp16_table(ctx: FileContext, node: cst.CSTNode):

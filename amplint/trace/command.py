@@ -3,6 +3,7 @@ this module (cli.py imports it inside the `trace` command only), so the linter s
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -62,7 +63,9 @@ def _rules(select, ignore):
     from ..engine import config as config_mod
 
     try:
-        config = config_mod.load(Path.cwd())
+        # What a run shows is no guess: the preview tier, set by the static rules' precision,
+        # does not apply to the trace.
+        config = dataclasses.replace(config_mod.load(Path.cwd()), preview=True)
         return config, config.rules(
             select=config_mod.validate_codes(_codes(select), "--select") if select is not None else None,
             ignore=config_mod.validate_codes(_codes(ignore) or [], "--ignore"))

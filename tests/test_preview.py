@@ -1,0 +1,60 @@
+"""The preview tier: rules, and paths of rules, whose triaged precision (benchmarks/triage) is
+below 0.9 report only with --preview or `preview = true`, through the real CLI."""
+
+import json
+import textwrap
+
+from conftest import ROOT
+
+# A half-only-under-autocast value met by a float32 factory in a model's forward, no region in
+# the file (AMP003's preview path), and the same meeting inside an autocast region (its
+# default path); a log of a softmax (AMP013, a preview rule).
+CODE = textwrap.dedent("""\
+    import torch
+    from torch import nn
+
+
+    class Head(nn.Module):
+        def forward(self, x):
+            pad = torch.zeros(x.shape[0], 1, device=x.device)
+            return torch.cat([pad, self.proj(x)], dim=1)
+
+
+    def step(model, x):
+        with torch.autocast("cuda"):
+            h = model(x)
+            pad = torch.zeros(h.shape[0], 1, device=h.device)
+            out = torch.cat([pad, h @ h.T], dim=1)
+        return torch.log(torch.softmax(out, dim=-1))
+""")
+
+
+def _codes(run_amplint, cwd, *args):
+    result = run_amplint("check", "--no-cache", "--output-format", "json", *args, "m.py", cwd=cwd)
+    assert result.returncode in (0, 1), result.stderr
+    return sorted((d["location"]["row"], d["code"]) for d in json.loads(result.stdout))
+
+
+def test_preview_paths_and_rules_report_only_in_preview_mode(tmp_path, run_amplint):
+    (tmp_path / "m.py").write_text(CODE)
+    assert _codes(run_amplint, tmp_path) == [(14, "AMP003")]
+    assert _codes(run_amplint, tmp_path, "--preview") == [(7, "AMP003"), (14, "AMP003"), (16, "AMP013")]
+    # A preview rule selected by its code still needs preview mode.
+    assert _codes(run_amplint, tmp_path, "--select", "AMP013") == []
+
+
+def test_the_configuration_turns_preview_on_and_the_command_line_off(tmp_path, run_amplint):
+    (tmp_path / "m.py").write_text(CODE)
+    (tmp_path / "pyproject.toml").write_text("[tool.amplint]\npreview = true\n")
+    assert _codes(run_amplint, tmp_path) == [(7, "AMP003"), (14, "AMP003"), (16, "AMP013")]
+    assert _codes(run_amplint, tmp_path, "--no-preview") == [(14, "AMP003")]
+    (tmp_path / "pyproject.toml").write_text('[tool.amplint]\npreview = "yes"\n')
+    bad = run_amplint("check", "m.py", cwd=tmp_path)
+    assert bad.returncode == 2 and "'preview' must be true or false" in bad.stderr
+
+
+def test_every_rule_page_says_where_it_runs(run_amplint):
+    page = (ROOT / "docs" / "rules.md").read_text()
+    assert "Preview: runs only with `--preview`" in run_amplint("rule", "AMP013").stdout
+    assert "only with `--preview`" in run_amplint("rule", "AMP018").stdout
+    assert "| [AMP013](#amp013-log-of-softmax) | log-of-softmax | yes | rule |" in page

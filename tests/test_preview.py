@@ -58,3 +58,38 @@ def test_every_rule_page_says_where_it_runs(run_amplint):
     assert "Preview: runs only with `--preview`" in run_amplint("rule", "AMP013").stdout
     assert "only with `--preview`" in run_amplint("rule", "AMP018").stdout
     assert "| [AMP013](#amp013-log-of-softmax) | log-of-softmax | yes | rule |" in page
+
+
+def test_a_model_made_half_elsewhere_than_its_optimizer_is_a_preview_path(tmp_path, run_amplint):
+    # Made half in the function that builds the optimizer: one path does both (AMP016 by
+    # default). Made half in an evaluation method: training may never take that path.
+    (tmp_path / "m.py").write_text(textwrap.dedent("""\
+        import torch
+
+
+        class Runner:
+            def __init__(self, net, lr, half):
+                self.net = net.cuda()
+                if half:
+                    self.net = self.net.half()
+                self.opt = torch.optim.SGD(self.net.parameters(), lr=lr)
+
+            def fit(self, x):
+                self.net(x).sum().backward()
+                self.opt.step()
+
+
+        class Evaluator:
+            def __init__(self, net):
+                self.net = net
+                self.opt = torch.optim.Adam(self.net.parameters())
+
+            def export(self):
+                self.net = self.net.half()
+
+            def fit(self, x):
+                self.net(x).sum().backward()
+                self.opt.step()
+    """))
+    assert _codes(run_amplint, tmp_path) == [(9, "AMP016")]
+    assert _codes(run_amplint, tmp_path, "--preview") == [(9, "AMP016"), (19, "AMP016")]

@@ -207,7 +207,8 @@ class HalfModelTrained(Rule):
     """
 
     code = "AMP016"
-    preview = True  # triaged precision below 0.9: docs/triage.md
+    preview_paths = ("a model made half in another function than the one that builds its optimizer (an "
+                     "evaluation method, a helper) runs")
     name = "half-model-trained"
     summary = "Optimizer over the parameters of a model converted to float16 (no float32 master weights)"
     fragments = (("optim", AnyOf(r"\.half\(\)", r"\.to\([^\n]*(?:float16|torch\.half)")),)  # a half model, an optimizer
@@ -330,7 +331,11 @@ optimizer.step()
                 key = min(keys, key=lambda k: ctx.order(halved[k]))
                 half = halved[key]
                 line = ctx.location(ctx.offsets(half)[0]).row
+                # Made half earlier in the function that builds the optimizer: one path does both.
+                # From another function, the conversion may sit on a path training never takes.
+                elsewhere = enclosing_function(ctx, half) is not enclosing_function(ctx, call) \
+                    or ctx.order(half) > ctx.order(call)
                 ctx.report(call, f"this optimizer updates the float16 parameters of `{key[1]}` (`{ctx.code(half)}` "
                                  f"on line {line}): without float32 master weights updates round away; keep "
                                  "the model in float32 and use autocast + GradScaler, or give the optimizer a "
-                                 "float32 copy of the parameters")
+                                 "float32 copy of the parameters", preview=elsewhere)

@@ -15,7 +15,7 @@ from .engine.cache import clean as cache_clean
 from .engine.discovery import PathError
 from .engine.project import Options, check_paths, check_stdin
 from .engine.rule import all_rules, rule_by_code
-from .engine.runner import INTERNAL_ERROR
+from .engine.diagnostics import INTERNAL_ERROR
 from .output import FORMATS, TERMINAL_FORMATS
 from .output import json_format, rules_page
 from .output.rules_page import ENGINE_CODES

@@ -17,7 +17,8 @@ from typing import Iterator
 
 from . import __version__
 from .engine import config as config_mod
-from .engine.runner import INTERNAL_ERROR, lint_source
+from .engine.diagnostics import INTERNAL_ERROR
+from .engine.runner import lint_source
 from .policy import PolicyError, loader
 
 

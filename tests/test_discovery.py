@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from amplint.engine.config import DEFAULT_EXCLUDE, Config
+from amplint.engine.config import Config
+from amplint.engine.project_index import DEFAULT_EXCLUDE
 
 TREE = [
     "src/pkg/__init__.py", "src/pkg/train.py", "src/pkg/generated/model_pb2.py", "src/pkg/legacy/old.py",

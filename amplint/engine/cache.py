@@ -14,6 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from .. import __version__
+from ..policy import policy_dir
 from .diagnostics import Diagnostic, Edit, Fix, Location, Related
 from .project_index import Dependency, dependency, relative_name
 from .source import write_entry
@@ -30,8 +31,6 @@ def _digest(paths) -> str:
 
 
 def _tables_digest() -> str:
-    from ..policy import policy_dir
-
     return _digest(policy_dir().rglob("*.json"))
 
 

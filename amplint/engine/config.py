@@ -19,11 +19,9 @@ else:  # pragma: no cover
 
 from ..policy import PolicyError, user_tables
 from .rule import Rule, all_rules
-from .runner import INTERNAL_ERROR, SYNTAX_ERROR
+from .diagnostics import INTERNAL_ERROR, SYNTAX_ERROR
+from .project_index import DEFAULT_EXCLUDE
 
-DEFAULT_EXCLUDE = (".git", ".hg", ".svn", ".venv", "venv", "__pycache__", "build", "dist",
-                   "site-packages", "node_modules", ".tox", ".nox", ".mypy_cache", ".amplint_cache",
-                   ".ipynb_checkpoints")
 KNOWN_KEYS = {"select", "ignore", "extend-select", "exclude", "extend-exclude",
               "per-file-ignores", "device", "torch-version", "policies", "preview"}
 

@@ -12,14 +12,24 @@ import libcst as cst
 
 from .diagnostics import Diagnostic, Edit, Fix, Location, Related
 from .names import ImportResolver
-from .source import split_lines
 from .outline import Outline
+from .project_index import (
+    AutocastSite,
+    AutocastWrapper,
+    Dependency,
+    autocast_sites,
+    autocast_wrappers,
+    dependency,
+    project_root,
+    star_dependency,
+    star_imports,
+)
+from .source import split_lines
+from .torch_requirement import TorchRequirement, declared_torch
 from .tree import Index, render
 
 if TYPE_CHECKING:
     from ..policy import PolicyLoader, PolicyTable
-    from .project_index import AutocastSite, AutocastWrapper, Dependency
-    from .torch_requirement import TorchRequirement
     from .rule import Rule
 
 
@@ -138,7 +148,6 @@ class FileContext:
 
     def _star_imports(self) -> dict[str, frozenset[str]]:
         """What the file's star imports of the project's modules bind (``project_index``)."""
-        from .project_index import star_dependency, star_imports
 
         root = self._project_root
         if root is None:
@@ -248,7 +257,6 @@ class FileContext:
 
     @cached_property
     def _project_root(self) -> Path | None:
-        from .project_index import project_root  # reads config, which imports the runner
 
         path = Path(self.path)
         return project_root(path) if path.is_file() else None
@@ -257,7 +265,6 @@ class FileContext:
         """The root of the project this file belongs to and the autocast calls in its files
         (``project_index``); None for a file that is not on disk or in no project. The file's
         findings then depend on those calls: its cached result stands while they stay."""
-        from .project_index import autocast_sites, dependency
 
         root = self._project_root
         if root is None:
@@ -270,7 +277,6 @@ class FileContext:
         name code calls them by; empty for a file that is not on disk or in no project. The
         file's findings then depend on them."""
         if "_wrappers" not in self.__dict__:
-            from .project_index import autocast_wrappers, dependency
 
             found: dict = {}
             root = self._project_root
@@ -286,8 +292,6 @@ class FileContext:
         when the configuration names no ``torch-version`` (which takes precedence); None then,
         for a file that is not on disk or in no project, or one that declares no lower bound.
         The file's findings then depend on that declaration."""
-        from .project_index import dependency
-        from .torch_requirement import declared_torch
 
         if self.policy_loader is None or self.policy_loader.torch_version is not None:
             return None

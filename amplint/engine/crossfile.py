@@ -13,12 +13,13 @@ import libcst as cst
 
 from .diagnostics import Related
 from .names import dotted
+from .project_index import AutocastSite, function_dependency, relative_name
+from .project_index import project_function as lookup
 from .semantics import enclosing_function
 
 if TYPE_CHECKING:
     from .context import FileContext
     from .outline import Outline
-    from .project_index import AutocastSite
 
 # The methods a training framework runs under the autocast its precision setting opens
 # (Lightning's LightningModule hooks).
@@ -101,8 +102,6 @@ def project_function(ctx: FileContext, call: cst.Call) -> tuple[Path, ast.Functi
     name the file imports it under (``training_util.enable_clipping`` for ``from pkg.training
     import util as training_util``), with that file; None for a call of anything else. The
     file's findings then depend on that function's code."""
-    from .project_index import function_dependency
-    from .project_index import project_function as lookup
 
     root = ctx._project_root
     if root is None:
@@ -145,7 +144,6 @@ def located(ctx: FileContext, path: Path, row: int, message: str) -> tuple[str, 
     """How a finding names a line of another file of the project: ``pkg/utils.py:12`` (from
     the project's root) in its message, and as a related location (``message`` says what is
     there)."""
-    from .project_index import relative_name
 
     root = ctx._project_root
     where = relative_name(path.resolve(), root.resolve()) if root is not None else path.as_posix()

@@ -7,6 +7,10 @@ from typing import Literal
 
 Applicability = Literal["safe", "unsafe"]
 
+# The codes the engine itself reports, with their names.
+SYNTAX_ERROR = ("AMP000", "syntax-error")
+INTERNAL_ERROR = ("AMP999", "internal-error")
+
 
 @dataclass(frozen=True, order=True)
 class Edit:

@@ -13,6 +13,16 @@ from typing import Callable, Iterable
 
 import libcst as cst
 
+# torch.autocast and torch.amp.autocast take the device first; the per-device classes do not.
+AUTOCAST_GENERIC = frozenset({"torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast"})
+AUTOCAST_DEVICE = {
+    "torch.cuda.amp.autocast": "cuda",
+    "torch.cuda.amp.autocast_mode.autocast": "cuda",
+    "torch.cpu.amp.autocast": "cpu",
+    "torch.cpu.amp.autocast_mode.autocast": "cpu",
+}
+AUTOCAST = AUTOCAST_GENERIC | frozenset(AUTOCAST_DEVICE)
+
 Scope = cst.CSTNode  # a Module, FunctionDef, Lambda, ClassDef or comprehension
 _SCOPES = (cst.Module, cst.FunctionDef, cst.Lambda, cst.ClassDef,
            cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)

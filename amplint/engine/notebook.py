@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from . import source as source_io
-from .diagnostics import Diagnostic, Edit, Fix, Location
+from .diagnostics import INTERNAL_ERROR, Diagnostic, Edit, Fix, Location
 from .rule import Rule
-from .runner import INTERNAL_ERROR, FileResult, accepted_edits, lint_source
+from .runner import FileResult, accepted_edits, lint_source
 
 SUFFIX = ".ipynb"
 

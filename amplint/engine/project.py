@@ -20,11 +20,11 @@ from ..policy import PolicyError, loader, user_tables_digest
 from . import noqa, notebook, project_index, source as source_io
 from .cache import Cache
 from .config import Config, ConfigError, Resolver
-from .diagnostics import Diagnostic, Location
+from .diagnostics import INTERNAL_ERROR, SYNTAX_ERROR, Diagnostic, Location
 from .discovery import python_files
 from .outline import Outline
 from .rule import Rule
-from .runner import INTERNAL_ERROR, SYNTAX_ERROR, FileResult, TextMatch, lint_source, prefilter
+from .runner import FileResult, TextMatch, lint_source, prefilter
 from .tree import parse
 
 @dataclass

@@ -32,10 +32,14 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from . import source as source_io
-from .config import DEFAULT_EXCLUDE
+from .names import AUTOCAST, AUTOCAST_DEVICE
 from .outline import Outline, contains
-from .semantics import AUTOCAST, AUTOCAST_DEVICE
 from .torch_requirement import declared_torch
+
+# Folders no project's files are taken from, and the exclude list a configuration starts with.
+DEFAULT_EXCLUDE = (".git", ".hg", ".svn", ".venv", "venv", "__pycache__", "build", "dist",
+                   "site-packages", "node_modules", ".tox", ".nox", ".mypy_cache", ".amplint_cache",
+                   ".ipynb_checkpoints")
 
 _PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 # A project bigger than this is not read whole (a home folder taken for a project).

@@ -10,22 +10,18 @@ import threading
 import traceback
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import Callable, Sequence
 
 import libcst as cst
 
 from . import noqa
 from .context import FileContext
-from .diagnostics import Diagnostic, Edit, Fix, Location
+from .diagnostics import INTERNAL_ERROR, SYNTAX_ERROR, Diagnostic, Edit, Fix, Location
 from .outline import Outline
+from .project_index import Dependency, ProjectHints
 from .rule import AnyOf, Rule, TextTest, tolerant_of_spacing
 from .tree import parse
 
-if TYPE_CHECKING:
-    from .project_index import Dependency, ProjectHints
-
-SYNTAX_ERROR = ("AMP000", "syntax-error")
-INTERNAL_ERROR = ("AMP999", "internal-error")
 MAX_FIX_ROUNDS = 10
 
 
@@ -372,15 +368,13 @@ def lint_source(path: str, source: str, rules: Sequence[type[Rule]], *,
     """The findings in ``source`` after as many rounds of fixes as asked (``result.source``:
     the text they point into). ``text_match``: what the prefilter's text stage found in
     ``source`` already."""
-    from .project_index import ProjectHints as Hints  # it reads config, which imports this module
-
     result = FileResult(path)
     text = source
     project_tables = getattr(policy_loader, "policies", None) is not None
     for _ in range(MAX_FIX_ROUNDS if fix else 1):
         # Rules that cannot fire on this text are not run; a fix can change that, so again
         # each round.
-        hints = Hints(path)
+        hints = ProjectHints(path)
         matched = text_match if text_match is not None and text is source else None
         selected, outline = prefilter(tuple(rules), project_tables).select_with_outline(
             text, hints, None if matched is None else matched.rules) if use_prefilter else (rules, None)

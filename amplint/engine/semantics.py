@@ -11,18 +11,10 @@ from typing import Iterator, Sequence
 import libcst as cst
 
 from .context import FileContext
+from .names import AUTOCAST, AUTOCAST_DEVICE, AUTOCAST_GENERIC
 from .outline import Outline
 from .tree import children
 
-# torch.autocast and torch.amp.autocast take the device first; the per-device classes do not.
-AUTOCAST_GENERIC = frozenset({"torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast"})
-AUTOCAST_DEVICE = {
-    "torch.cuda.amp.autocast": "cuda",
-    "torch.cuda.amp.autocast_mode.autocast": "cuda",
-    "torch.cpu.amp.autocast": "cpu",
-    "torch.cpu.amp.autocast_mode.autocast": "cpu",
-}
-AUTOCAST = AUTOCAST_GENERIC | frozenset(AUTOCAST_DEVICE)
 GRAD_SCALER = frozenset({
     "torch.amp.GradScaler", "torch.amp.grad_scaler.GradScaler", "torch.cuda.amp.GradScaler",
     "torch.cuda.amp.grad_scaler.GradScaler", "torch.cpu.amp.GradScaler",

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from ..engine.rule import Rule, all_rules
-from ..engine.runner import INTERNAL_ERROR, SYNTAX_ERROR
+from ..engine.diagnostics import INTERNAL_ERROR, SYNTAX_ERROR
 
 
 # The codes the engine itself reports: (name, what it means).

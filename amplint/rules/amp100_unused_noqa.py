@@ -4,7 +4,8 @@ from ..engine import noqa
 from ..engine.context import FileContext
 from ..engine.diagnostics import Diagnostic, Fix
 from ..engine.rule import Invalid, Rule, Valid, all_rules
-from ..engine.runner import INTERNAL_ERROR, SYNTAX_ERROR, prefilter
+from ..engine.diagnostics import INTERNAL_ERROR, SYNTAX_ERROR
+from ..engine.runner import prefilter
 
 _ENGINE_CODES = {SYNTAX_ERROR[0]: SYNTAX_ERROR[1], INTERNAL_ERROR[0]: INTERNAL_ERROR[1]}
 

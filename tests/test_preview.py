@@ -93,3 +93,47 @@ def test_a_model_made_half_elsewhere_than_its_optimizer_is_a_preview_path(tmp_pa
     """))
     assert _codes(run_amplint, tmp_path) == [(9, "AMP016")]
     assert _codes(run_amplint, tmp_path, "--preview") == [(9, "AMP016"), (19, "AMP016")]
+
+
+def test_a_region_around_a_caller_in_the_file_is_evidence(tmp_path, run_amplint):
+    # `forward` runs `self._match` (and it `self._pad`) under autocast switched by a flag: the
+    # meeting in `_pad` is reported by default, naming the region, the flag and the call. The
+    # same meeting in a function no region of the file reaches is a preview path.
+    (tmp_path / "m.py").write_text(textwrap.dedent("""\
+        import torch
+        from torch import nn
+
+
+        class Matcher(nn.Module):
+            def __init__(self, use_amp=False):
+                super().__init__()
+                self.use_amp = use_amp
+                self.proj = nn.Linear(8, 8)
+
+            def forward(self, x):
+                with torch.autocast("cuda", enabled=self.use_amp):
+                    return self._match(x)
+
+            def _match(self, x):
+                return self._pad(self.proj(x))
+
+            def _pad(self, scores):
+                keep = torch.nonzero(scores.amax(0) > 0).squeeze(1)
+                full = torch.zeros(scores.shape[0], 16, device=scores.device)
+                full[:, keep] = scores[:, keep]
+                return full
+
+
+        def pad_alone(scores):
+            keep = torch.nonzero(scores.amax(0) > 0).squeeze(1)
+            full = torch.zeros(scores.shape[0], 16, device=scores.device)
+            full[:, keep] = scores[:, keep]
+            return full
+    """))
+    result = run_amplint("check", "--no-cache", "--output-format", "json", "m.py", cwd=tmp_path)
+    [finding] = json.loads(result.stdout)
+    assert (finding["location"]["row"], finding["code"]) == (20, "AMP003")
+    assert "under the autocast of line 12 when `self.use_amp` is true, through the call on line 13" \
+        in finding["message"]
+    assert [(r["location"]["row"], r["message"]) for r in finding["related"]] == [(13, "runs it under autocast")]
+    assert _codes(run_amplint, tmp_path, "--preview") == [(20, "AMP003"), (27, "AMP003")]

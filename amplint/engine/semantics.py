@@ -99,6 +99,14 @@ class AutocastCall:
     def deprecated_api(self) -> bool:
         return self.api in AUTOCAST_DEVICE
 
+    def switch(self, ctx: FileContext) -> str | None:
+        """The code of the expression that turns the region on (``enabled=self.conf.mp``),
+        when an expression decides it: what a finding in the region applies under."""
+        if self.enabled is not None:
+            return None
+        arg = next((a for a in self.node.args if a.keyword is not None and a.keyword.value == "enabled"), None)
+        return None if arg is None else ctx.code(arg.value)
+
 
 def calls_autocast(outline: Outline) -> bool:
     """The ``may_fire`` of rules about autocast regions: the file calls autocast somewhere."""
@@ -323,6 +331,53 @@ def autocast_region(ctx: FileContext, node: cst.CSTNode,
             return None
         child = ancestor
     return None
+
+
+# Calls followed from a function to the region around one of its callers (`forward` wrapping
+# `self._forward(...)` in `with torch.autocast(...)`, a helper of that helper).
+REACHING_DEPTH = 3
+
+
+def reaching_region(ctx: FileContext, node: cst.CSTNode, depth: int = REACHING_DEPTH
+                    ) -> tuple[AutocastCall | None, cst.CSTNode, cst.Call | None] | None:
+    """The autocast region ``node`` runs in: the one around it (``autocast_region``, and None
+    as the call), or else the one around a call of its function in this file (a module-level
+    function called by name, a method by ``self.name`` in its class), followed up to ``depth``
+    calls, with the call inside that region: where the code shows that autocast reaches it.
+    None when nothing in the file shows one."""
+    found = autocast_region(ctx, node)
+    if found is not None:
+        return found[0], found[1], None
+    seen: set[int] = set()
+    frontier = [node]
+    for _ in range(depth):
+        callers = []
+        for inner in frontier:
+            function = enclosing_function(ctx, inner)
+            if function is None or id(function) in seen:
+                continue
+            seen.add(id(function))
+            for call in _calls_of(ctx, function):
+                found = autocast_region(ctx, call)
+                if found is not None:
+                    return found[0], found[1], call
+                callers.append(call)
+        frontier = callers
+    return None
+
+
+def _calls_of(ctx: FileContext, function: cst.FunctionDef) -> list[cst.Call]:
+    """The calls of ``function`` in this file: by its name for a module-level function, by
+    ``self.name`` or ``cls.name`` in the methods of its class."""
+    owner = ctx.parent(ctx.parent(function))
+    name = function.name.value
+    if isinstance(owner, cst.Module):
+        return [c for c in ctx.nodes(cst.Call) if isinstance(c.func, cst.Name) and c.func.value == name]
+    if isinstance(owner, cst.ClassDef):
+        return [c for c in ctx.nodes(cst.Call) if isinstance(c.func, cst.Attribute) and c.func.attr.value == name
+                and isinstance(c.func.value, cst.Name) and c.func.value.value in ("self", "cls")
+                and any(a is owner for a in ctx.ancestors(c))]
+    return []
 
 
 # -- calls -------------------------------------------------------------------------------

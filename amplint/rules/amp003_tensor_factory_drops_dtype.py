@@ -21,6 +21,7 @@ from ..engine.semantics import (
     DTYPES,
     FP32_FAMILY,
     autocast_region,
+    reaching_region,
     call_spelling,
     calls_enabled_autocast,
     casts_back,
@@ -2203,5 +2204,13 @@ class Attention(torch.nn.Module):
             made = f"`{ctx.code(m.origin)}`" if cast else \
                 f"`{_factory(ctx, m.origin)}` without `dtype=`"
             line = ctx.location(ctx.offsets(m.node)[0]).row
-            ctx.report(m.origin, f"{made} makes a float32 tensor, and line {line} {m.text}", _fix(flow, m),
-                       related=m.related, preview=m.guessed and autocast_region(ctx, m.node) is None)
+            region = reaching_region(ctx, m.node) if m.guessed else None
+            evidence, related = "", m.related
+            if region is not None and region[2] is not None:  # the region is around a caller
+                region_line, call_line = (ctx.location(ctx.offsets(n)[0]).row for n in (region[1], region[2]))
+                switch = region[0].switch(ctx) if region[0] is not None else None
+                when = f" when `{switch}` is true" if switch else ""
+                evidence = f" (this runs under the autocast of line {region_line}{when}, through the call on line {call_line})"
+                related += (Related(ctx.path, call_line, "runs it under autocast"),)
+            ctx.report(m.origin, f"{made} makes a float32 tensor, and line {line} {m.text}{evidence}", _fix(flow, m),
+                       related=related, preview=m.guessed and region is None)

@@ -278,6 +278,14 @@ def rules_list(output_format):
 main.add_command(probe)
 
 
+@main.command()
+def server():
+    """Run the Language Server (LSP over stdio) for editors: findings as you type, fixes, noqa, docs."""
+    from .server.server import serve  # pygls only here: `check` starts without it
+
+    serve()
+
+
 @main.command("trace", add_help_option=False, context_settings={
     "ignore_unknown_options": True, "allow_extra_args": True, "allow_interspersed_args": False})
 @click.pass_context

@@ -72,4 +72,4 @@ def check(name: str, text: str, fix: bool = False) -> tuple[Checked, str | None]
 def _too_large(name: str) -> Checked:
     # As the engine refuses such a file on disk (source.read_file).
     return Checked([_internal_error(name, f"cannot check {name}: larger than "
-                                          f"{MAX_FILE_BYTES // (1024 * 1024)} MiB; not read")])
+                                          f"{MAX_FILE_BYTES // (1024 * 1024)} MiB; not checked")])

@@ -212,10 +212,9 @@ def test_failures_are_logged_and_published_as_amp999_and_the_server_goes_on(serv
     assert server.shutdown_and_exit() == 0
 
 
-# Measured: about 69 MiB after 100 documents opened, edited and closed (68 MiB after the
-# first); the bound is twice that. A leak of a document's findings or text per document
-# (each is ~3 KB of text, ~4 findings) would have to grow by 70 MiB to fail it, so the test
-# catches a leak of the engine's per-run state or of the server's caches (a parse tree each).
+# Measured: 58 MiB once initialized, 67 MiB after the first ten documents and still 67 MiB
+# after a hundred; the bound is twice that: a parse tree (about a megabyte) kept per document,
+# or the engine's per-run state kept per check, would cross it.
 RSS_BOUND_KIB = 140 * 1024
 
 

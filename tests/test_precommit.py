@@ -1,5 +1,6 @@
 """The hooks in .pre-commit-hooks.yaml, run by the real pre-commit in a temporary git repo."""
 
+import json
 import shutil
 import subprocess
 import sys
@@ -90,3 +91,39 @@ def test_hooks_fail_fix_and_pass(tmp_path, hook_repo):
 
     only_clean = _pre_commit(project, home, "run", "amplint", "--files", "clean.py")
     assert only_clean.returncode == 0
+
+
+def _notebook(*cells: str) -> str:
+    return json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+        {"cell_type": "code", "id": f"c{i}", "metadata": {}, "execution_count": None, "outputs": [],
+         "source": source.splitlines(keepends=True)} for i, source in enumerate(cells)]}, indent=1) + "\n"
+
+
+def test_a_staged_notebook_with_a_mistake_is_blocked(tmp_path, hook_repo):
+    pytest.importorskip("pre_commit")
+    repo, rev = hook_repo
+    project, home = tmp_path / "project", tmp_path / "home"
+    project.mkdir()
+    home.mkdir()
+    _git("init", "-q", cwd=project)
+    (project / ".pre-commit-config.yaml").write_text(textwrap.dedent(f"""\
+        repos:
+          - repo: {repo}
+            rev: {rev}
+            hooks:
+              - id: amplint
+    """))
+    (project / "explore.ipynb").write_text(_notebook("%matplotlib inline\nimport torch", FAULTY))
+    _git("add", ".pre-commit-config.yaml", "explore.ipynb", cwd=project)
+    installed = _pre_commit(project, home, "install")
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+
+    # The hook pre-commit installed runs on `git commit` and refuses it.
+    commit = subprocess.run(["git", "commit", "-m", "explore"], cwd=project, capture_output=True, text=True,
+                            env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                                 "GIT_COMMITTER_EMAIL": "t@t", "HOME": str(home), "PATH": "/usr/bin:/bin",
+                                 "PRE_COMMIT_HOME": str(home / "pre-commit-cache")})
+    assert commit.returncode == 1, commit.stdout + commit.stderr
+    assert "explore.ipynb:cell 2:2:10: AMP004" in commit.stdout + commit.stderr
+    log = subprocess.run(["git", "log", "--oneline"], cwd=project, capture_output=True, text=True)
+    assert log.returncode != 0  # nothing was committed: the branch has no commit yet

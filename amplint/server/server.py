@@ -172,15 +172,22 @@ def did_change_watched_files(ls: AmplintServer, params: types.DidChangeWatchedFi
         ls.schedule(uri, DEBOUNCE_SECONDS)
 
 
+# What the project's facts and settings are read from. One pattern each: some clients (eglot
+# 1.9) refuse a registration whose patterns use braces.
+_WATCHED = ("**/*.py", "**/pyproject.toml", "**/setup.py", "**/setup.cfg", "**/requirements*.txt")
+
+
 @server.feature(types.INITIALIZED)
 async def initialized(ls: AmplintServer, params: types.InitializedParams) -> None:
     watching = ls.client_capabilities.workspace and ls.client_capabilities.workspace.did_change_watched_files
-    if watching and watching.dynamic_registration:
+    if not (watching and watching.dynamic_registration):
+        return
+    try:
         await ls.client_register_capability_async(types.RegistrationParams([types.Registration(
             "amplint-watched-files", types.WORKSPACE_DID_CHANGE_WATCHED_FILES,
-            types.DidChangeWatchedFilesRegistrationOptions([
-                types.FileSystemWatcher("**/*.py"), types.FileSystemWatcher("**/pyproject.toml"),
-                types.FileSystemWatcher("**/{setup.py,setup.cfg,requirements*.txt}")]))]))
+            types.DidChangeWatchedFilesRegistrationOptions([types.FileSystemWatcher(p) for p in _WATCHED]))]))
+    except Exception as exc:  # the client's refusal: saves in the editor still trigger checks
+        ls.log(types.MessageType.Warning, f"amplint: the client does not watch files for amplint: {exc}")
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)

@@ -28,6 +28,7 @@ class Client:
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.messages: queue.Queue[dict | None] = queue.Queue()
         self.notifications: list[dict] = []  # every notification received, in order
+        self.server_requests: list[dict] = []  # requests from the server (each answered with null)
         self._responses: dict[int, dict] = {}
         self._next_id = 0
         self._write_lock = threading.Lock()
@@ -72,6 +73,7 @@ class Client:
             if message is None:
                 raise ServerExited(b"".join(self.stderr).decode("utf-8", "replace"))
             if "method" in message and "id" in message:
+                self.server_requests.append(message)
                 self._send({"id": message["id"], "result": None})
             elif "method" in message:
                 self.notifications.append(message)

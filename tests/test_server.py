@@ -186,6 +186,28 @@ def test_settings_and_other_files_of_the_project_as_check_reads_them(crossfile_p
         client.kill()
 
 
+def test_files_changed_on_disk_are_watched_and_recheck_the_open_documents(crossfile_project):
+    project = crossfile_project
+    losses, lit_module = project / "trainer_app" / "losses.py", project / "trainer_app" / "lit_module.py"
+    client = Client(cwd=project)
+    try:
+        client.initialize(project, {"workspace": {"didChangeWatchedFiles": {"dynamicRegistration": True}}})
+        uri = client.open(losses, losses.read_text())
+        bce = next(d for d in client.diagnostics(uri, 1) if d["code"] == "AMP008")
+        assert bce["relatedInformation"][0]["location"]["uri"] == lit_module.as_uri()
+        [registration] = client.server_requests[0]["params"]["registrations"]
+        assert registration["method"] == "workspace/didChangeWatchedFiles"
+        assert {"globPattern": "**/*.py"} in registration["registerOptions"]["watchers"]
+
+        # Changed outside the editor (a checkout): the client reports it, the loss module is checked again.
+        lit_module.write_text(lit_module.read_text().replace('precision="16-mixed"', 'precision="32-true"'))
+        client.notify("workspace/didChangeWatchedFiles", {"changes": [{"uri": lit_module.as_uri(), "type": 2}]})
+        bce = next(d for d in client.diagnostics(uri, 1) if d["code"] == "AMP008")
+        assert bce["relatedInformation"][0]["location"]["uri"] == (project / "trainer_app" / "utils.py").as_uri()
+    finally:
+        client.kill()
+
+
 def _log_messages(client: Client) -> list[dict]:
     return [n["params"] for n in client.notifications if n["method"] == "window/logMessage"]
 

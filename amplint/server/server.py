@@ -132,10 +132,10 @@ class AmplintServer(LanguageServer):
             code=d.code, code_description=types.CodeDescription(d.url or _ENGINE_CODES_URL),
             source="amplint", related_information=related or None)
 
-    async def fixed_text(self, uri: str, findings: Findings) -> str | None:
+    async def fixed_text(self, uri: str, findings: Findings) -> str:
         """The text after every safe fix, as `--fix` would write it (kept for the version)."""
         if findings.fixed_text is None:
-            _, fixed = await self.in_engine(lambda: lint.check(_name(uri), findings.text.text, fix=True))
+            _, fixed = await self.in_engine(lint.check, _name(uri), findings.text.text, True)
             findings.fixed_text = fixed if fixed is not None else findings.text.text
         return findings.fixed_text
 

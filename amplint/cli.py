@@ -13,12 +13,11 @@ from . import __version__
 from .engine import config as config_mod
 from .engine.cache import clean as cache_clean
 from .engine.discovery import PathError
-from .engine.project import Options, check_paths, check_stdin
+from .engine.project import Options, check_buffer, check_paths
 from .engine.rule import all_rules, rule_by_code
 from .engine.diagnostics import INTERNAL_ERROR
 from .output import FORMATS, TERMINAL_FORMATS
 from .output import json_format, rules_page
-from .output.rules_page import ENGINE_CODES
 from .output.text import statistics
 from .terminal import progress_bar, use_color
 from .probe.command import probe
@@ -30,15 +29,6 @@ def _codes(value: str | None) -> list[str] | None:
 
 def _globs(value: str | None) -> list[str] | None:
     return None if value is None else [g.strip() for g in value.split(",") if g.strip()]
-
-
-def _stdin_config(resolver: config_mod.Resolver, name: Path) -> config_mod.Config:
-    """The configuration of a buffer shown as ``name``: that of the nearest folder of its path
-    that exists (the current one for `-`)."""
-    folder = Path(os.path.abspath(name)).parent
-    while not folder.is_dir() and folder != folder.parent:
-        folder = folder.parent
-    return resolver.for_folder(folder)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -113,9 +103,8 @@ def check(paths, fix, unsafe_fixes, diff, select, ignore, extend_select, output_
                           jobs=jobs or os.cpu_count() or 1, cache=not no_cache, show_fixes=show_fixes,
                           add_noqa=add_noqa)
         if from_stdin:
-            config = _stdin_config(resolver, Path(stdin_filename or "-"))
             stdin_data = sys.stdin.buffer.read()
-            report = check_stdin(stdin_data, stdin_filename or "-", config, resolver.rules_for(config), options)
+            report = check_buffer(stdin_data, stdin_filename or "-", resolver, options)
         else:
             with contextlib.nullcontext() if quiet else progress_bar("checking", unit="files") as progress:
                 options.progress = progress
@@ -267,17 +256,11 @@ def clean(path):
 @click.argument("code")
 def rule_doc(code):
     """Show a rule's documentation."""
-    rule = rule_by_code(code.upper())
-    if rule is None and code.upper() in ENGINE_CODES:
-        name, meaning = ENGINE_CODES[code.upper()]
-        click.echo(f"# {code.upper()} {name}\n\n{meaning}")
-        return
-    if rule is None:
+    text = rules_page.rule_text(code.upper())
+    if text is None:
         click.echo(f"amplint: error: unknown rule code {code!r}", err=True)
         sys.exit(2)
-    fix = "Fix available." if rule.fixable else "No fix."
-    status = f"{rules_page.tier(rule)}\n\n" if rules_page.tier(rule) else ""
-    click.echo(f"# {rule.code} {rule.name}\n\n{rule.summary}\n\n{fix}\n\n{status}{rule.documentation()}")
+    click.echo(text)
 
 
 @main.command("rules")
@@ -296,6 +279,14 @@ def rules_list(output_format):
 
 
 main.add_command(probe)
+
+
+@main.command()
+def server():
+    """Run the Language Server (LSP over stdio) for editors: findings as you type, fixes, noqa, docs."""
+    from .server.server import serve  # pygls only here: `check` starts without it
+
+    serve()
 
 
 @main.command("trace", add_help_option=False, context_settings={

@@ -108,7 +108,7 @@ def test_grid_in_a_real_browser_filters_and_shows_evidence(browser, grid, tmp_pa
     assert "binary_cross_entropy" in cell.get_attribute("title")  # the evidence, on hover
     png = tmp_path / "grid.png"
     assert browser.save_screenshot(str(png)) and png.stat().st_size > 10_000
-    target = os.environ.get("AMPLINT_SCREENSHOT")  # regenerates the README's picture
+    target = os.environ.get("AMPLINT_SCREENSHOT")  # regenerates docs/probe.md's picture
     if target:
         browser.get(grid.as_uri())
         browser.save_screenshot(str(Path(target)))

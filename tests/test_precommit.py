@@ -1,5 +1,6 @@
 """The hooks in .pre-commit-hooks.yaml, run by the real pre-commit in a temporary git repo."""
 
+import json
 import shutil
 import subprocess
 import sys
@@ -17,10 +18,12 @@ FAULTY = textwrap.dedent("""\
 """)
 
 
+_GIT_IDENTITY = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+
+
 def _git(*args, cwd):
     done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
-                          env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-                               "GIT_COMMITTER_EMAIL": "t@t", "HOME": str(cwd), "PATH": "/usr/bin:/bin"})
+                          env={**_GIT_IDENTITY, "HOME": str(cwd), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, f"git {' '.join(args)}: {done.stderr}"
 
 
@@ -48,7 +51,7 @@ def _pre_commit(project, home, *args):
                                "PRE_COMMIT_HOME": str(home / "pre-commit-cache")})
 
 
-def test_hooks_fail_fix_and_pass(tmp_path, hook_repo):
+def test_hooks_fail_fix_and_pass_and_block_a_notebook(tmp_path, hook_repo):
     pytest.importorskip("pre_commit")
     repo, rev = hook_repo
     project, home = tmp_path / "project", tmp_path / "home"
@@ -90,3 +93,22 @@ def test_hooks_fail_fix_and_pass(tmp_path, hook_repo):
 
     only_clean = _pre_commit(project, home, "run", "amplint", "--files", "clean.py")
     assert only_clean.returncode == 0
+
+    # A staged notebook with a mistake: the hook pre-commit installed runs on `git commit` and refuses it.
+    (project / "explore.ipynb").write_text(_notebook("%matplotlib inline\nimport torch", FAULTY))
+    _git("add", "explore.ipynb", cwd=project)
+    installed = _pre_commit(project, home, "install")
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    commit = subprocess.run(["git", "commit", "-m", "explore"], cwd=project, capture_output=True, text=True,
+                            env={**_GIT_IDENTITY, "HOME": str(home), "PATH": "/usr/bin:/bin",
+                                 "PRE_COMMIT_HOME": str(home / "pre-commit-cache")})
+    assert commit.returncode == 1, commit.stdout + commit.stderr
+    assert "explore.ipynb:cell 2:2:10: AMP004" in commit.stdout + commit.stderr
+    log = subprocess.run(["git", "log", "--oneline"], cwd=project, capture_output=True, text=True)
+    assert log.returncode != 0  # nothing was committed: the branch has no commit yet
+
+
+def _notebook(*cells: str) -> str:
+    return json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+        {"cell_type": "code", "id": f"c{i}", "metadata": {}, "execution_count": None, "outputs": [],
+         "source": source.splitlines(keepends=True)} for i, source in enumerate(cells)]}, indent=1) + "\n"

@@ -193,7 +193,7 @@ def test_fp16_loss_scale_curve_in_a_real_browser(browser, fp16_page, tmp_path):
     assert browser.find_element(By.ID, "detail").text.startswith(f"step 1: loss scale {steps[0]['loss_scale']:g}")
     png = tmp_path / "trace.png"
     assert browser.save_screenshot(str(png)) and png.stat().st_size > 10_000
-    if os.environ.get("AMPLINT_SCREENSHOT"):  # regenerates docs/trace-page.png (the README's picture)
+    if os.environ.get("AMPLINT_SCREENSHOT"):  # regenerates docs/trace-page.png (docs/trace.md's picture)
         browser.get("about:blank")
         browser.get(fp16_page.as_uri())
         browser.set_window_size(1100, 900)

@@ -206,6 +206,17 @@ def check_stdin(data: bytes, name: str, config: Config, rules: list[type[Rule]],
     return report
 
 
+def check_buffer(data: bytes, name: str, resolver: Resolver, options: Options) -> Report:
+    """An editor's buffer shown as ``name`` (`--stdin-filename`, the language server; `-`: no
+    name): ``check_stdin`` with the configuration of the nearest folder of its path that
+    exists (the current one for `-`), and the rules it selects."""
+    folder = Path(os.path.abspath(name)).parent
+    while not folder.is_dir() and folder != folder.parent:
+        folder = folder.parent
+    config = resolver.for_folder(folder)
+    return check_stdin(data, name, config, resolver.rules_for(config), options)
+
+
 def _notebook_from_stdin(report: Report, data: bytes, name: str, rules: list[type[Rule]], config: Config,
                          options: Options) -> Report:
     """``check_stdin`` for a notebook's JSON: with fixes, ``fixed_text`` is the fixed notebook."""

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from ..engine.rule import Rule, all_rules
 from ..engine.diagnostics import INTERNAL_ERROR, SYNTAX_ERROR
+from ..engine.rule import Rule, all_rules, rule_by_code
 
 
 # The codes the engine itself reports: (name, what it means).
@@ -14,6 +14,20 @@ ENGINE_CODES = {
     INTERNAL_ERROR[0]: (INTERNAL_ERROR[1], "A file that cannot be read or written, or a rule that failed on it "
                                            "(`--verbose` shows the traceback); the other rules still ran. Exit code 2."),
 }
+
+
+def rule_text(code: str) -> str | None:
+    """A rule's (or an engine code's) documentation as `amplint rule CODE` prints it; None for
+    an unknown code."""
+    rule = rule_by_code(code)
+    if rule is None and code in ENGINE_CODES:
+        name, meaning = ENGINE_CODES[code]
+        return f"# {code} {name}\n\n{meaning}"
+    if rule is None:
+        return None
+    fix = "Fix available." if rule.fixable else "No fix."
+    status = f"{tier(rule)}\n\n" if tier(rule) else ""
+    return f"# {rule.code} {rule.name}\n\n{rule.summary}\n\n{fix}\n\n{status}{rule.documentation()}"
 
 
 def _demoted(markdown: str) -> str:

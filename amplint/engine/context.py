@@ -287,10 +287,12 @@ class FileContext:
             self.__dict__["_wrappers"] = found
         return self.__dict__["_wrappers"]
 
-    def torch_requirement(self) -> "TorchRequirement | None":
+    def torch_requirement(self, without_floor: bool = False) -> "TorchRequirement | None":
         """The torch the project of this file declares it supports (``torch_requirement``),
         when the configuration names no ``torch-version`` (which takes precedence); None then,
-        for a file that is not on disk or in no project, or one that declares no lower bound.
+        for a file that is not on disk or in no project, or one that declares no lower bound
+        (``without_floor``: one that declares neither a lower nor an upper bound; a requirement
+        with only a ceiling, ``torch<2.4``, then comes with its ``floor`` None).
         The file's findings then depend on that declaration."""
 
         if self.policy_loader is None or self.policy_loader.torch_version is not None:
@@ -299,7 +301,8 @@ class FileContext:
         if root is None:
             return None
         self.dependencies.add(dependency("torch-requirement", root))
-        return declared_torch(root)
+        required = declared_torch(root)
+        return required if required is None or without_floor or required.floor is not None else None
 
     def report(self, node: cst.CSTNode, message: str, fix: Fix | None = None,
                related: tuple[Related, ...] = (), preview: bool = False) -> None:

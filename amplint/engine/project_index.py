@@ -768,7 +768,8 @@ def _sites_summary(root: Path) -> object:
 
 def _requirement_summary(root: Path) -> object:
     required = declared_torch(root)
-    return None if required is None else [required.floor, required.declared, required.source]
+    return None if required is None else [required.floor, required.declared, required.source,
+                                          required.ceiling, required.ceiling_inclusive]
 
 
 def _wrappers_summary(root: Path) -> object:

@@ -16,6 +16,7 @@ for _device in ("cuda", "cpu"):
         for _module in _modules:
             _DEPRECATED[f"torch.{_device}.amp.{_module}{_name}"] = (_name, _device)
 _NEW_API = {"autocast", "GradScaler", "custom_fwd", "custom_bwd"}
+_DEPRECATED_SINCE = "2.4"  # the torch release that deprecated them
 
 # Old positional parameters, mapped to keywords of the torch.amp equivalent.
 _OLD_PARAMS = {
@@ -155,6 +156,18 @@ class DeprecatedAmpApi(Rule):
     a torch.amp one (the deprecated classes subclass them). A type check on a deprecated
     class alone is reported: it rejects `torch.amp.GradScaler("cuda")`.
 
+    Nor, when `torch-version` is not configured, the files of a project that caps torch below
+    2.4 — no torch it can be installed with deprecates the API, and the replacement may not
+    exist there: every declaration of torch the project makes admits no release from 2.4 on
+    (`torch<2.3,>=2.1`, `torch<=2.3.1`, `torch==2.1.*`, `torch~=2.3.0`; not `torch~=2.3`,
+    which admits 2.9). The declarations are read at the project's root (`pyproject.toml`
+    dependencies and optional groups, `requirements*.txt`, `setup.cfg`, `setup.py`) and, for
+    an installed package (a package folder in a site-packages or `pip install --target`
+    folder), from the `Requires-Dist` lines of the `METADATA` of the `*.dist-info` beside it
+    that lists it (its `top_level.txt` or `RECORD`), leaving out those of an extra only. One
+    declaration without an upper bound (a bare `torch` in `requirements-dev.txt`) admits every
+    newer torch: the project is then reported.
+
     ## Why is this bad?
     PyTorch deprecated them in 2.4 in favour of `torch.amp.autocast(device_type, ...)`,
     `torch.amp.GradScaler(device, ...)` and `torch.amp.custom_fwd(device_type=...)`; each call
@@ -197,6 +210,10 @@ class DeprecatedAmpApi(Rule):
     ## False positives
     A fallback whose condition cannot be evaluated in the file — a flag or helper imported from
     another module, a condition that is not about the torch version — is reported as if it ran.
+    So is the code of a project that caps torch below 2.4 where amplint does not read it: in a
+    conda `environment.yml`, a constraints file, a lock file, a `requirements*.txt` outside the
+    project's root, the metadata of an installed single module (no package folder), or only
+    under an extra of an installed distribution.
     """
 
     code = "AMP004"
@@ -276,6 +293,13 @@ else:
 class GradScaler(TorchGradScaler):
     pass
 """),
+        # A project that caps torch below 2.4: the API is deprecated on no torch it admits.
+        Valid("""
+import torch
+scaler = torch.cuda.amp.GradScaler()
+with torch.cuda.amp.autocast():
+    loss = model(x)
+""", project=(("requirements.txt", "numpy\ntorch>=2.1,<2.3  # the torch.amp GradScaler is 2.3's\n"),)),
         # References that call nothing and accept the torch.amp class too; probes that only
         # ask whether the old module exists.
         Valid("""
@@ -464,6 +488,9 @@ def make(args, kwargs):
     )
 
     def check(self, ctx: FileContext) -> None:
+        required = ctx.torch_requirement(without_floor=True)
+        if required is not None and not required.admits_from(_DEPRECATED_SINCE):
+            return  # every torch the project admits predates the deprecation
         imports = ctx.nodes(cst.Import) + ctx.nodes(cst.ImportFrom)
         in_imports = {id(n) for imp in imports for n in subtree(imp)}
         # References outside import statements; only those that start with a name an import

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from ..engine import config as config_mod
 from ..engine.diagnostics import Diagnostic, Location
 from ..engine.project import Options, check_buffer
-from ..engine.runner import INTERNAL_ERROR
+from ..engine.diagnostics import INTERNAL_ERROR
 from ..engine.source import MAX_FILE_BYTES
 
 

@@ -25,7 +25,7 @@ from .. import __version__
 from ..engine import noqa, notebook
 from ..engine.diagnostics import Diagnostic
 from ..engine.rule import all_rules
-from ..engine.runner import INTERNAL_ERROR, SYNTAX_ERROR
+from ..engine.diagnostics import INTERNAL_ERROR, SYNTAX_ERROR
 from ..output.rules_page import rule_text
 from . import lint
 from .positions import Text

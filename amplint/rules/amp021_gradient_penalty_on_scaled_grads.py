@@ -1,0 +1,720 @@
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import libcst as cst
+
+from ..engine import flow
+from ..engine.context import FileContext
+from ..engine.diagnostics import Related
+from ..engine.flow import line_of
+from ..engine.outline import Outline
+from ..engine.rule import Invalid, Rule, Valid
+from ..engine.semantics import assigned_before, bind, enclosing_function, method_call, subtree
+from ..engine.tree import children
+
+_GRAD = frozenset({"torch.autograd.grad"})
+_GRAD_PARAMETERS = ("outputs", "inputs", "grad_outputs", "retain_graph", "create_graph")
+_AUTOGRAD_BACKWARD = frozenset({"torch.autograd.backward"})
+# Functions whose result is their tensor argument multiplied or divided by the other one.
+_SCALING_FUNCTIONS = frozenset({"torch.mul", "torch.multiply", "torch.div", "torch.divide", "torch.true_divide",
+                                "torch._foreach_mul", "torch._foreach_div"})
+# ... and those that do it in place, to the gradients themselves.
+_SCALING_IN_PLACE_FUNCTIONS = frozenset({"torch._foreach_mul_", "torch._foreach_div_"})
+_SCALING_METHODS = frozenset({"mul", "div", "multiply", "divide", "true_divide", "__mul__", "__truediv__"})
+_SCALING_IN_PLACE_METHODS = frozenset({"mul_", "div_", "multiply_", "divide_", "true_divide_"})
+# Methods and builtins whose result leaves the graph: a number for a log, not a loss term.
+_LEAVES_GRAPH_METHODS = frozenset({"item", "tolist", "numpy", "detach", "detach_", "backward"})
+_LEAVES_GRAPH_FUNCTIONS = frozenset({"len", "print", "float", "int", "bool", "str", "repr", "format",
+                                     "isinstance", "type", "id", "hasattr"})
+_NESTED = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
+_STATEMENTS = (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.Expr, cst.Return, cst.For)
+_WORDS = re.compile(r"_+|(?<=[a-z0-9])(?=[A-Z])")
+_LOSS_WORDS = frozenset({"loss", "losses", "cost", "objective"})
+
+
+def _may_fire(outline: Outline) -> bool:
+    """A call of `torch.autograd.grad` (by the imports) and a `.scale(...)` call somewhere."""
+    return bool(outline.method_calls("scale")) and bool(outline.calls_to(_GRAD))
+
+
+def _last_name(node: cst.BaseExpression) -> str | None:
+    if isinstance(node, cst.Name):
+        return node.value
+    if isinstance(node, cst.Attribute):
+        return node.attr.value
+    return None
+
+
+def _loss_like(target: cst.BaseExpression) -> bool:
+    """``loss``, ``d_loss``, ``loss_D``, ``lossG``, ``D_cost``, ``self.total_loss``, ``errD``:
+    named like a loss (not ``grad_loss_ratio``)."""
+    name = _last_name(target)
+    if name is None:
+        return False
+    words = [w.lower() for w in _WORDS.split(name) if w]
+    if not words:
+        return False
+    return words[-1] in _LOSS_WORDS or (len(words) == 2 and words[0] in _LOSS_WORDS | {"err"})
+
+
+def _scale_named(name: str) -> bool:
+    """``inv_scale``, ``loss_scale``, ``self.scale``: named like the loss scale (not the scaler,
+    nor something scaled)."""
+    lowered = name.lower()
+    return "scale" in lowered and "scaler" not in lowered and "scaled" not in lowered
+
+
+@dataclass(frozen=True)
+class _Scaled:
+    scaler: str  # the code of the GradScaler
+    call: cst.Call  # its `.scale(...)` call
+
+
+def _scaled(ctx: FileContext, expr: cst.BaseExpression | None, depth: int = 2) -> _Scaled | None:
+    """``S.scale(...)`` for a GradScaler ``S``, in a list or tuple of outputs, or a name assigned
+    one earlier in its function."""
+    if expr is None:
+        return None
+    if isinstance(expr, (cst.List, cst.Tuple)):
+        return next((s for e in expr.elements if (s := _scaled(ctx, e.value, depth)) is not None), None)
+    if isinstance(expr, cst.Call):
+        mc = method_call(expr)
+        if mc is not None and mc[1] == "scale" and ctx.code(mc[0]) in flow.scalers(ctx):
+            return _Scaled(ctx.code(mc[0]), expr)
+        return None
+    if isinstance(expr, cst.Name) and depth:
+        return _scaled(ctx, assigned_before(ctx, expr), depth - 1)
+    return None
+
+
+def _outputs(call: cst.Call) -> cst.BaseExpression | None:
+    arguments = bind(call, _GRAD_PARAMETERS)
+    return arguments["outputs"].value if arguments and "outputs" in arguments else None
+
+
+def _bound_names(ctx: FileContext, target: cst.BaseExpression) -> list[str]:
+    """What an assignment binds, by code: names and attributes, tuples unpacked."""
+    if isinstance(target, (cst.Name, cst.Attribute)):
+        return [ctx.code(target)]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [n for e in target.elements for n in _bound_names(ctx, e.value)]
+    if isinstance(target, cst.StarredElement):
+        return _bound_names(ctx, target.value)
+    return []
+
+
+def _statements(ctx: FileContext, scope: cst.CSTNode) -> list[cst.CSTNode]:
+    """The assignments, expression statements, returns and `for`s of a function (or of the
+    module's own code), in source order; not those of functions or classes inside it."""
+    cache = ctx.__dict__.setdefault("_amp021_statements", {})
+    if id(scope) not in cache:
+        found = []
+        stack = [scope.body] if isinstance(scope, cst.FunctionDef) else list(scope.body)
+        while stack:
+            node = stack.pop()
+            if isinstance(node, _STATEMENTS):
+                found.append(node)
+            stack.extend(c for c in children(node) if not isinstance(c, _NESTED))
+        cache[id(scope)] = (scope, sorted(found, key=ctx.order))
+    return cache[id(scope)][1]
+
+
+def _calls_in(ctx: FileContext, statement: cst.CSTNode) -> list[cst.Call]:
+    """The calls of a simple statement, in source order (not those inside a lambda)."""
+    found, stack = [], [statement]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Call):
+            found.append(node)
+        stack.extend(c for c in children(node) if not isinstance(c, _NESTED))
+    return sorted(found, key=ctx.order)
+
+
+def _scope(ctx: FileContext, node: cst.CSTNode) -> cst.CSTNode:
+    return enclosing_function(ctx, node) or ctx.module
+
+
+def _callers(ctx: FileContext, function: cst.FunctionDef) -> list[cst.Call]:
+    """The calls of the file that run ``function`` (``flow.helper``)."""
+    return [c for c in ctx.nodes(cst.Call) if flow.helper(ctx, c) is function]
+
+
+@dataclass
+class _Use:
+    """Where gradients of a scaled value went in one function."""
+
+    sink: cst.CSTNode | None = None  # the statement or call that puts them into a loss
+    what: str = ""  # how, for the message
+    returned: bool = False  # whether the function returns them (or what was built from them)
+
+
+class _Gradients:
+    """Follows the value of one call (``seed``: a `torch.autograd.grad` call, or a call of a
+    helper that returns one) through a function, statement by statement in source order:
+    which names hold it or a value computed from it, until it is multiplied or divided by the
+    loss scale, turned into a number (`.item()`, `float()`), or put into a loss."""
+
+    def __init__(self, ctx: FileContext, scope: cst.CSTNode, seed: cst.Call):
+        self.ctx, self.scope, self.seed = ctx, scope, seed
+        self.scales = self._scale_names()
+
+    def _scale_names(self) -> set[str]:
+        """Names and attributes assigned a value that reads ``S.get_scale()`` (or such a name)."""
+        found: set[str] = set()
+        for statement in _statements(self.ctx, self.scope):
+            if isinstance(statement, (cst.Assign, cst.AnnAssign, cst.AugAssign)) and statement.value is not None \
+                    and self._reads_scale(statement.value, found):
+                targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) \
+                    else [statement.target]
+                found.update(n for t in targets for n in _bound_names(self.ctx, t))
+        return found
+
+    def _reads_scale(self, expr: cst.BaseExpression, scales: set[str]) -> bool:
+        for node in subtree(expr):
+            if isinstance(node, cst.Call):
+                mc = method_call(node)
+                if mc is not None and mc[1] == "get_scale":
+                    return True
+            elif isinstance(node, (cst.Name, cst.Attribute)):
+                if self.ctx.code(node) in scales or _scale_named(_last_name(node) or ""):
+                    return True
+        return False
+
+    def unscales(self, expr: cst.BaseExpression, held: set[str]) -> bool:
+        """``expr`` reads the loss scale and is no gradient itself."""
+        return self._reads_scale(expr, self.scales) and not self.holds(expr, held)
+
+    def holds(self, expr: cst.BaseExpression, held: set[str]) -> bool:
+        """Whether ``expr``'s value is (or is computed from) the scaled gradients, where the
+        names ``held`` hold them."""
+        ctx = self.ctx
+        if expr is self.seed:
+            return True
+        if isinstance(expr, (cst.Name, cst.Attribute)):
+            if ctx.code(expr) in held:
+                return True
+            return isinstance(expr, cst.Attribute) and self.holds(expr.value, held)
+        if isinstance(expr, cst.Subscript):
+            return self.holds(expr.value, held)
+        if isinstance(expr, cst.Call):
+            return self._call_holds(expr, held)
+        if isinstance(expr, cst.BinaryOperation):
+            left, right = self.holds(expr.left, held), self.holds(expr.right, held)
+            if isinstance(expr.operator, (cst.Multiply, cst.Divide)) and \
+                    ((left and self.unscales(expr.right, held)) or (right and self.unscales(expr.left, held))):
+                return False
+            return left or right
+        if isinstance(expr, cst.UnaryOperation):
+            return self.holds(expr.expression, held)
+        if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
+            return any(self.holds(e.value, held) for e in expr.elements)
+        if isinstance(expr, cst.Dict):
+            return any(isinstance(e, cst.DictElement) and self.holds(e.value, held) for e in expr.elements)
+        if isinstance(expr, cst.IfExp):
+            return self.holds(expr.body, held) or self.holds(expr.orelse, held)
+        if isinstance(expr, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
+            inner = set(held)
+            clause = expr.for_in
+            while clause is not None:
+                names = _bound_names(ctx, clause.target)
+                if self.holds(clause.iter, inner):
+                    inner.update(names)
+                else:
+                    inner.difference_update(names)
+                clause = clause.inner_for_in
+            return self.holds(expr.value if isinstance(expr, cst.DictComp) else expr.elt, inner)
+        if isinstance(expr, (cst.NamedExpr, cst.Await)):
+            return self.holds(expr.value if isinstance(expr, cst.NamedExpr) else expr.expression, held)
+        return False
+
+    def _call_holds(self, call: cst.Call, held: set[str]) -> bool:
+        ctx = self.ctx
+        mc = method_call(call)
+        if mc is not None:
+            receiver, method = mc
+            if method in _LEAVES_GRAPH_METHODS:
+                return False
+            if method in _SCALING_METHODS and self.holds(receiver, held) \
+                    and any(self.unscales(a.value, held) for a in call.args):
+                return False
+        names = ctx.qualified_names(call.func)
+        if isinstance(call.func, cst.Name) and not names and call.func.value in _LEAVES_GRAPH_FUNCTIONS:
+            return False
+        if any(n.startswith("math.") for n in names):
+            return False
+        given = [a.value for a in call.args if self.holds(a.value, held)]
+        if given:
+            if ctx.resolves_to(call.func, _SCALING_FUNCTIONS) and any(self.unscales(a.value, held) for a in call.args):
+                return False
+            # A helper given the scaler or the scale may unscale them itself.
+            if any(ctx.code(a.value) in flow.scalers(ctx) or self.unscales(a.value, held) for a in call.args):
+                return False
+            helper = flow.helper(ctx, call)
+            if helper is not None and self._reads_scale(helper.body, set()):
+                return False
+            return True
+        return mc is not None and self.holds(mc[0], held)
+
+    def _unscaled_in_place(self, call: cst.Call, held: set[str]) -> bool:
+        """``g.mul_(inv_scale)``, ``torch._foreach_div_(grads, scale)``."""
+        mc = method_call(call)
+        if mc is not None and mc[1] in _SCALING_IN_PLACE_METHODS and self.holds(mc[0], held) \
+                and any(self.unscales(a.value, held) for a in call.args):
+            return True
+        return bool(self.ctx.resolves_to(call.func, _SCALING_IN_PLACE_FUNCTIONS)) and \
+            any(self.holds(a.value, held) for a in call.args) and any(self.unscales(a.value, held) for a in call.args)
+
+    def _into_backward(self, call: cst.Call, held: set[str]) -> bool:
+        """``x.backward()``, ``S.scale(x)``, ``torch.autograd.backward(x)`` of a held ``x``."""
+        mc = method_call(call)
+        if mc is not None and mc[1] == "backward" and self.holds(mc[0], held):
+            return True
+        if mc is not None and mc[1] == "scale" and any(self.holds(a.value, held) for a in call.args):
+            return True
+        return bool(self.ctx.resolves_to(call.func, _AUTOGRAD_BACKWARD)) and bool(call.args) \
+            and self.holds(call.args[0].value, held)
+
+    def follow(self) -> _Use | None:
+        """Where the value goes; None when it is unscaled in place first."""
+        ctx, use = self.ctx, _Use()
+        held: set[str] = set()
+        start = ctx.order(self.seed)
+        for statement in _statements(ctx, self.scope):
+            if ctx.span(statement)[1] < start:
+                continue  # before the seed
+            if isinstance(statement, cst.For):
+                names = _bound_names(ctx, statement.target)
+                if ctx.order(statement.body) > start and self.holds(statement.iter, held):
+                    held.update(names)
+                else:
+                    held.difference_update(names)
+                continue
+            for call in _calls_in(ctx, statement):
+                if self._unscaled_in_place(call, held):
+                    return None
+                if self._into_backward(call, held):
+                    use.sink, use.what = call, "backpropagates a penalty built from them"
+                    return use
+            if isinstance(statement, cst.Return):
+                use.returned = use.returned or (statement.value is not None and self.holds(statement.value, held))
+                continue
+            if isinstance(statement, cst.Expr) or statement.value is None:
+                continue
+            targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) \
+                else [statement.target]
+            names = [n for t in targets for n in _bound_names(ctx, t)]
+            if isinstance(statement, cst.AugAssign):
+                target = ctx.code(statement.target)
+                if target in held and isinstance(statement.operator, (cst.MultiplyAssign, cst.DivideAssign)) \
+                        and self.unscales(statement.value, held):
+                    held.discard(target)
+                    continue
+                holds = self.holds(statement.value, held) or target in held
+            else:
+                holds = self.holds(statement.value, held)
+            if not holds:
+                held.difference_update(names)
+                continue
+            loss = next((t for t in targets if _loss_like(t)), None)
+            if loss is not None:
+                use.sink, use.what = statement, f"adds a penalty built from them to `{ctx.code(loss)}`"
+                return use
+            held.update(names)
+        return use
+
+
+def _follow(ctx: FileContext, scope: cst.CSTNode, seed: cst.Call) -> _Use | None:
+    return _Gradients(ctx, scope, seed).follow()
+
+
+def _into_callers(ctx: FileContext, function: cst.CSTNode) -> _Use | None:
+    """For a function that returns the gradients (or a penalty from them): the first of its
+    callers in the file that puts what it returns into a loss."""
+    if not isinstance(function, cst.FunctionDef):
+        return None
+    for call in _callers(ctx, function):
+        use = _follow(ctx, _scope(ctx, call), call)
+        if use is not None and use.sink is not None:
+            return use
+    return None
+
+
+def _helper_parameters(ctx: FileContext, function: cst.FunctionDef, call: cst.Call) -> list[str]:
+    params = [p.name.value for p in (*function.params.posonly_params, *function.params.params,
+                                     *function.params.kwonly_params)]
+    return params[1:] if isinstance(call.func, cst.Attribute) else params
+
+
+class GradientPenaltyOnScaledGrads(Rule):
+    """
+    ## What it does
+    Finds `torch.autograd.grad(S.scale(loss), ...)`, for a GradScaler `S`, whose gradients then
+    go into a loss (a penalty such as the gradient norm added to it, backpropagated with
+    `.backward()` or scaled by `S.scale(...)`) without being multiplied by
+    `1.0 / S.get_scale()` or divided by `S.get_scale()` first. The scaled value may be given
+    directly, through a name assigned `S.scale(...)`, or to a helper of the same file that
+    calls `torch.autograd.grad` on its parameter.
+
+    ## Why is this bad?
+    `torch.autograd.grad` of a scaled loss returns gradients multiplied by the loss scale
+    (65536 at first, then whatever the scaler has moved it to). A penalty built from them — a
+    gradient norm, WGAN-GP's `(‖∇D‖ - 1)²`, an R1 term — is off by that factor (or its
+    square), swamps the rest of the loss, and changes whenever the scaler grows or backs off
+    the scale. These gradients belong to no optimizer, so `S.unscale_(optimizer)` does not
+    unscale them.
+
+    ## Example
+    ```python
+    grad_params = torch.autograd.grad(scaler.scale(loss), model.parameters(), create_graph=True)
+    with torch.autocast("cuda"):
+        grad_norm = sum(g.pow(2).sum() for g in grad_params).sqrt()
+        loss = loss + grad_norm
+    scaler.scale(loss).backward()
+    ```
+
+    ## Fix
+    Unscale the gradients before building the penalty, as PyTorch's AMP examples do
+    ("Gradient penalty"), and compute the penalty under autocast:
+    ```python
+    scaled_grad_params = torch.autograd.grad(scaler.scale(loss), model.parameters(), create_graph=True)
+    inv_scale = 1.0 / scaler.get_scale()
+    grad_params = [p * inv_scale for p in scaled_grad_params]
+    with torch.autocast("cuda"):
+        grad_norm = sum(g.pow(2).sum() for g in grad_params).sqrt()
+        loss = loss + grad_norm
+    scaler.scale(loss).backward()
+    ```
+
+    ## Fix safety
+    No automatic fix: where to unscale (the gradients, or a norm built from them) is the
+    author's choice.
+
+    ## False positives
+    A GradScaler is recognised as in AMP007: a name or attribute assigned
+    `torch.amp.GradScaler(...)`, the receiver `S` of `S.scale(loss).backward()` or of
+    `S.unscale_`, or a parameter named `scaler`, `grad_scaler` or `amp_scaler`. The gradients
+    are followed through the names they are assigned to, in source order, within the function
+    that computes them, and one call level across functions of the same file: into a helper
+    (`f(...)` or `self.m(...)`) that receives the scaled value and calls `torch.autograd.grad`
+    on its parameter, and from a function that returns the gradients (or a penalty built from
+    them) to its callers in the file; no further, and not across files. They count as
+    unscaled once multiplied or divided by anything that reads `S.get_scale()` or is named
+    like the scale (`inv_scale`, `loss_scale`), in place too (`g.mul_(inv_scale)`,
+    `torch._foreach_div_(grads, scale)`), or given with the scaler or the scale to a call
+    (which may unscale them). They go into a loss when something computed from them is
+    backpropagated, scaled, or assigned to a name like `loss`, `d_loss`, `loss_D` or
+    `D_cost`; a value read with `.item()`, `.detach()` or `float()` only for logging does not.
+    """
+
+    code = "AMP021"
+    name = "gradient-penalty-on-scaled-grads"
+    summary = "a gradient penalty built from `torch.autograd.grad` of `scaler.scale(loss)` without unscaling"
+    # `grad`: every spelling of torch.autograd.grad (`torch.autograd.grad`, `autograd.grad`,
+    # `from torch.autograd import grad`, and an alias's import); `.scale(`: the scaled value.
+    fragments = (("grad", r"\.scale\("),)
+    may_fire = staticmethod(_may_fire)
+
+    valid = (
+        # PyTorch's AMP examples, "Gradient penalty", as written there.
+        Valid("""
+import torch
+from torch.amp import GradScaler, autocast
+
+scaler = GradScaler()
+
+for epoch in epochs:
+    for input, target in data:
+        optimizer.zero_grad()
+        with autocast(device_type='cuda', dtype=torch.float16):
+            output = model(input)
+            loss = loss_fn(output, target)
+
+        # Scales the loss for autograd.grad's backward pass, producing scaled_grad_params
+        scaled_grad_params = torch.autograd.grad(outputs=scaler.scale(loss),
+                                                 inputs=model.parameters(),
+                                                 create_graph=True)
+
+        # Creates unscaled grad_params before computing the penalty. scaled_grad_params are
+        # not owned by any optimizer, so ordinary division is used instead of scaler.unscale_:
+        inv_scale = 1./scaler.get_scale()
+        grad_params = [p * inv_scale for p in scaled_grad_params]
+
+        # Computes the penalty term and adds it to the loss
+        with autocast(device_type='cuda', dtype=torch.float16):
+            grad_norm = 0
+            for grad in grad_params:
+                grad_norm += grad.pow(2).sum()
+            grad_norm = grad_norm.sqrt()
+            loss = loss + grad_norm
+
+        # Applies scaling to the backward call as usual.
+        # Accumulates leaf gradients that are correctly scaled.
+        scaler.scale(loss).backward()
+
+        # may unscale_ here if desired (e.g., to allow clipping unscaled gradients)
+
+        # step() and update() as usual
+        scaler.step(optimizer)
+        scaler.update()
+"""),
+        # The gradients of the unscaled loss: nothing to unscale.
+        Valid("""
+import torch
+
+scaler = torch.amp.GradScaler("cuda")
+for images, labels in loader:
+    with torch.autocast("cuda"):
+        loss = criterion(model(images), labels)
+    grads = torch.autograd.grad(loss, model.parameters(), create_graph=True)
+    penalty = torch.stack([g.pow(2).sum() for g in grads]).sum().sqrt()
+    scaler.scale(loss + 0.1 * penalty).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad()
+"""),
+        # Scaled gradients read only for a log: no penalty.
+        Valid("""
+import torch
+
+def train_step(model, batch, optimizer, scaler, writer, step):
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = model(**batch).loss
+    grads = torch.autograd.grad(scaler.scale(loss), model.parameters(), retain_graph=True)
+    scaled_norm = torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))
+    writer.add_scalar("grad_norm/scaled", scaled_norm.item(), step)
+    print(f"step {step}: loss {loss.item():.4f}, scaled grad norm {float(scaled_norm):.1f}")
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+"""),
+        # Divided by the scale before the penalty: directly, and in place in a helper's loop.
+        Valid("""
+import torch
+from torch import autograd
+
+class WGANGP:
+    def __init__(self, critic, opt):
+        self.critic, self.opt = critic, opt
+        self.scaler = torch.amp.GradScaler()
+
+    def penalty(self, real, fake):
+        alpha = torch.rand(real.size(0), 1, 1, 1, device=real.device)
+        mixed = (alpha * real + (1 - alpha) * fake).requires_grad_(True)
+        with torch.autocast("cuda"):
+            out = self.critic(mixed)
+        (grad,) = autograd.grad(self.scaler.scale(out.sum()), mixed, create_graph=True)
+        grad = grad / self.scaler.get_scale()
+        with torch.autocast("cuda"):
+            return ((grad.flatten(1).norm(2, dim=1) - 1) ** 2).mean()
+
+    def r1(self, real):
+        real.requires_grad_(True)
+        with torch.autocast("cuda"):
+            out = self.critic(real)
+        grads = autograd.grad(self.scaler.scale(out.sum()), [real], create_graph=True)
+        scale = self.scaler.get_scale()
+        for g in grads:
+            g.div_(scale)
+        return sum(g.pow(2).flatten(1).sum(1).mean() for g in grads)
+
+    def step(self, real, fake):
+        with torch.autocast("cuda"):
+            loss_d = self.critic(fake).mean() - self.critic(real).mean()
+        loss_d = loss_d + 10.0 * self.penalty(real, fake) + 5.0 * self.r1(real)
+        self.scaler.scale(loss_d).backward()
+        self.scaler.step(self.opt)
+        self.scaler.update()
+"""),
+        # A helper given the scaled loss and the scale unscales the gradients itself; another
+        # caller gives it a loss no scaler touched.
+        Valid("""
+import torch
+
+def grad_norm_penalty(outputs, params, inv_scale=1.0):
+    grads = torch.autograd.grad(outputs, params, create_graph=True)
+    grads = [g * inv_scale for g in grads]
+    return torch.sqrt(sum((g ** 2).sum() for g in grads))
+
+def amp_step(model, x, y, opt, scaler):
+    with torch.autocast("cuda"):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+    penalty = grad_norm_penalty(scaler.scale(loss), list(model.parameters()), 1.0 / scaler.get_scale())
+    scaler.scale(loss + 0.01 * penalty).backward()
+    scaler.step(opt)
+    scaler.update()
+
+def fp32_step(model, x, y, opt):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss = loss + 0.01 * grad_norm_penalty(loss, list(model.parameters()))
+    loss.backward()
+    opt.step()
+"""),
+        # A project's own loss scaler, not torch's GradScaler.
+        Valid("""
+import torch
+
+class Trainer:
+    def __init__(self, model):
+        self.model = model
+        self.loss_scaler = DynamicLossScaler(init_scale=2 ** 16)
+
+    def step(self, x):
+        loss = self.model(x).mean()
+        grads = torch.autograd.grad(self.loss_scaler.scale(loss), self.model.parameters(), create_graph=True)
+        loss = loss + sum(g.norm() for g in grads)
+        self.loss_scaler.scale(loss).backward()
+"""),
+    )
+    invalid = (
+        # The docs' loop without the unscaling.
+        Invalid("""
+import torch
+
+scaler = torch.amp.GradScaler("cuda")
+for inputs, targets in loader:
+    optimizer.zero_grad()
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = loss_fn(model(inputs), targets)
+    grad_params = torch.autograd.grad(outputs=scaler.scale(loss), inputs=model.parameters(), create_graph=True)
+    with torch.autocast("cuda", dtype=torch.float16):
+        grad_norm = 0
+        for grad in grad_params:
+            grad_norm += grad.pow(2).sum()
+        grad_norm = grad_norm.sqrt()
+        loss = loss + grad_norm
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+""", at=((9, 19, "`torch.autograd.grad` of `scaler.scale(loss)` returns gradients multiplied by the loss scale, "
+                 "and line 15 adds a penalty built from them to `loss` without dividing by `scaler.get_scale()`"),)),
+        # WGAN-GP's critic step, the scaled critic output held in a name first.
+        Invalid("""
+import torch
+
+def critic_step(critic, real, fake, optimizer, scaler, lambda_gp=10.0):
+    alpha = torch.rand(real.size(0), 1, 1, 1, device=real.device)
+    mixed = (alpha * real + (1 - alpha) * fake).requires_grad_(True)
+    with torch.autocast("cuda"):
+        critic_mixed = critic(mixed)
+        wasserstein = critic(fake).mean() - critic(real).mean()
+    scaled_out = scaler.scale(critic_mixed.sum())
+    (grad,) = torch.autograd.grad(scaled_out, mixed, create_graph=True)
+    with torch.autocast("cuda"):
+        penalty = ((grad.flatten(1).norm(2, dim=1) - 1) ** 2).mean()
+    scaler.scale(wasserstein + lambda_gp * penalty).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+""", at=((11, 15, "`torch.autograd.grad` of `scaled_out` (`scaler.scale(critic_mixed.sum())`) returns gradients "
+                  "multiplied by the loss scale, and line 14 backpropagates a penalty built from them"),)),
+        # R1 regularization through a helper of the file that takes the scaled value.
+        Invalid("""
+import torch
+import torch.nn.functional as F
+from torch import autograd
+
+def input_gradients(outputs, inputs):
+    return autograd.grad(outputs=outputs, inputs=inputs, create_graph=True)[0]
+
+class R1Trainer:
+    def __init__(self, disc, opt, gamma=10.0):
+        self.disc, self.opt, self.gamma = disc, opt, gamma
+        self.scaler = torch.amp.GradScaler()
+
+    def disc_step(self, real):
+        real.requires_grad_(True)
+        with torch.autocast("cuda"):
+            logits = self.disc(real)
+            loss = F.softplus(-logits).mean()
+        grads = input_gradients(self.scaler.scale(logits.sum()), real)
+        r1 = grads.pow(2).flatten(1).sum(1).mean()
+        loss = loss + 0.5 * self.gamma * r1
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.opt)
+        self.scaler.update()
+""", at=((19, 17, "`input_gradients(...)` runs `torch.autograd.grad` (line 7) of `self.scaler.scale(logits.sum())`, "
+                  "which returns gradients multiplied by the loss scale, and line 21 adds a penalty built from them "
+                  "to `loss` without dividing by `self.scaler.get_scale()`"),)),
+        # A penalty helper that scales inside; its caller adds the penalty to the loss.
+        Invalid("""
+import torch
+from torch.autograd import grad
+
+def gradient_penalty(critic, real, fake, scaler):
+    eps = torch.rand(real.size(0), 1, device=real.device)
+    mixed = (eps * real + (1 - eps) * fake).requires_grad_(True)
+    with torch.autocast("cuda"):
+        scores = critic(mixed)
+    grads = grad(scaler.scale(scores.sum()), mixed, create_graph=True)[0]
+    return ((grads.norm(2, dim=1) - 1) ** 2).mean()
+
+def train(critic, gen, loader, opt_d, scaler, z_dim=128):
+    for real in loader:
+        fake = gen(torch.randn(real.size(0), z_dim, device=real.device)).detach()
+        with torch.autocast("cuda"):
+            d_loss = critic(fake).mean() - critic(real).mean()
+        d_loss += 10.0 * gradient_penalty(critic, real, fake, scaler)
+        opt_d.zero_grad()
+        scaler.scale(d_loss).backward()
+        scaler.step(opt_d)
+        scaler.update()
+""", at=((10, 13, "line 18 adds a penalty built from them to `d_loss`"),)),
+    )
+
+    def check(self, ctx: FileContext) -> None:
+        for call in ctx.nodes(cst.Call):
+            if not ctx.resolves_to(call.func, _GRAD):
+                continue
+            outputs = _outputs(call)
+            scaled = _scaled(ctx, outputs)
+            scope = _scope(ctx, call)
+            if scaled is not None:
+                use = _follow(ctx, scope, call)
+                if use is not None and use.sink is None and use.returned:
+                    use = _into_callers(ctx, scope)
+                if use is not None and use.sink is not None:
+                    self._report(ctx, call, call, outputs, scaled, use)
+            elif isinstance(scope, cst.FunctionDef):
+                self._through_helper(ctx, call, outputs, scope)
+
+    def _through_helper(self, ctx: FileContext, call: cst.Call, outputs: cst.BaseExpression | None,
+                        function: cst.FunctionDef) -> None:
+        """``call`` runs on a parameter of ``function``: its callers that give it a scaled value."""
+        values = [e.value for e in outputs.elements] if isinstance(outputs, (cst.List, cst.Tuple)) else [outputs]
+        parameters = {v.value for v in values if isinstance(v, cst.Name) and assigned_before(ctx, v) is None}
+        if not parameters:
+            return
+        inside: _Use | None = None
+        for caller in _callers(ctx, function):
+            arguments = bind(caller, _helper_parameters(ctx, function, caller)) or {}
+            scaled = next((s for p in parameters if p in arguments
+                           if (s := _scaled(ctx, arguments[p].value)) is not None), None)
+            if scaled is None:
+                continue
+            if inside is None:
+                inside = _follow(ctx, function, call) or _Use()
+            use = inside
+            if use.sink is None and use.returned:
+                use = _follow(ctx, _scope(ctx, caller), caller)
+            if use is not None and use.sink is not None:
+                self._report(ctx, caller, call, None, scaled, use)
+
+    @staticmethod
+    def _report(ctx: FileContext, at: cst.Call, grad: cst.Call, outputs: cst.BaseExpression | None,
+                scaled: _Scaled, use: _Use) -> None:
+        s = scaled.scaler
+        scaled_code = ctx.code(scaled.call)
+        if at is grad:
+            of = f"`{scaled_code}`" if outputs is scaled.call or outputs is None \
+                else f"`{ctx.code(outputs)}` (`{scaled_code}`)"
+            what = f"`torch.autograd.grad` of {of} returns"
+        else:
+            what = (f"`{ctx.code(at.func)}(...)` runs `torch.autograd.grad` (line {line_of(ctx, grad)}) of "
+                    f"`{scaled_code}`, which returns")
+        line = line_of(ctx, use.sink)
+        ctx.report(at, f"{what} gradients multiplied by the loss scale, and line {line} {use.what} without "
+                       f"dividing by `{s}.get_scale()`: the penalty is off by the scale and moves with it; "
+                       f"multiply the gradients by `1.0 / {s}.get_scale()` first",
+                   related=(Related(ctx.path, line, "the penalty built from the scaled gradients"),))

@@ -137,3 +137,22 @@ def test_a_region_around_a_caller_in_the_file_is_evidence(tmp_path, run_amplint)
         in finding["message"]
     assert [(r["location"]["row"], r["message"]) for r in finding["related"]] == [(13, "runs it under autocast")]
     assert _codes(run_amplint, tmp_path, "--preview") == [(20, "AMP003"), (27, "AMP003")]
+
+
+def test_an_epsilon_in_a_helper_run_under_float16_autocast_is_reported_by_default(tmp_path, run_amplint):
+    (tmp_path / "m.py").write_text(textwrap.dedent("""\
+        import torch
+
+
+        def normalized(x):
+            return x / (x.abs().amax(dim=-1, keepdim=True) + 1e-8)
+
+
+        def embed(encoder, batch):
+            with torch.autocast("cuda", dtype=torch.float16):
+                return normalized(encoder(batch) @ encoder.weight.T)
+    """))
+    result = run_amplint("check", "--no-cache", "--output-format", "json", "m.py", cwd=tmp_path)
+    [finding] = json.loads(result.stdout)
+    assert (finding["location"]["row"], finding["code"]) == (5, "AMP018")
+    assert "under the float16 autocast of line 9, through the call on line 10" in finding["message"]

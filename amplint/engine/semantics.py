@@ -11,7 +11,7 @@ from typing import Iterator, Sequence
 import libcst as cst
 
 from .context import FileContext
-from .names import AUTOCAST, AUTOCAST_DEVICE, AUTOCAST_GENERIC
+from .names import AUTOCAST, AUTOCAST_DEVICE
 from .outline import Outline
 from .tree import children
 
@@ -369,7 +369,8 @@ def reaching_region(ctx: FileContext, node: cst.CSTNode, depth: int = REACHING_D
 def _calls_of(ctx: FileContext, function: cst.FunctionDef) -> list[cst.Call]:
     """The calls of ``function`` in this file: by its name for a module-level function, by
     ``self.name`` or ``cls.name`` in the methods of its class."""
-    owner = ctx.parent(ctx.parent(function))
+    parent = ctx.parent(function)
+    owner = parent if isinstance(parent, cst.Module) else ctx.parent(parent)
     name = function.name.value
     if isinstance(owner, cst.Module):
         return [c for c in ctx.nodes(cst.Call) if isinstance(c.func, cst.Name) and c.func.value == name]

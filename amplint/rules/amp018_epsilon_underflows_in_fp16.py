@@ -9,6 +9,7 @@ from typing import NamedTuple
 import libcst as cst
 
 from ..engine.context import FileContext
+from ..engine.diagnostics import Related
 from ..engine.crossfile import enabling_site, named_loss_place, named_loss_places_on_ast
 from ..engine.outline import Outline, contains
 from ..engine.rule import AnyOf, Invalid, Rule, TextTest, Valid
@@ -16,7 +17,7 @@ from ..engine.semantics import (
     DTYPES,
     assigned_before,
     FP32_FAMILY,
-    autocast_region,
+    reaching_region,
     call_spelling,
     calls_enabled_autocast,
     enclosing_function,
@@ -24,7 +25,6 @@ from ..engine.semantics import (
     method_call,
     policies_of,
     region_dtype,
-    region_spans,
     region_table,
     subtree,
 )
@@ -279,8 +279,8 @@ def _surely_fixed_dtype(outline: Outline, expr: ast.expr, bound: dict[str, list[
 
 def _may_fire(outline: Outline) -> bool:
     """A float literal the rule would call tiny (libcst's ``Float`` nodes are the ``float``
-    constants of Python's ast), and either it or a name that stands for one where it is used
-    (``_TinyNames``) inside a region; or an epsilon in a function that guards a division, log
+    constants of Python's ast), in a file that enables autocast (a region around it or around a
+    caller of its function); or an epsilon in a function that guards a division, log
     or root (``_guarded_epsilons``) of a value that no cast on its way surely widens
     (``_surely_widens``), inside a loss place by name in a project that enables float16
     autocast (the value not a count nor computed from the labels), or in a class of this file
@@ -291,15 +291,11 @@ def _may_fire(outline: Outline) -> bool:
     if not tiny_constants:
         return False
     tiny_in = _TinyNames(outline, tiny_constants)
-    # In a float16 region (_check_operand, _check_keyword): where the epsilon is written. What
-    # the region holds is in the function around it (or at module level: scope 0).
+    # In a float16 region (_check_operand, _check_keyword): around the epsilon, or around a
+    # call of its function in this file (``reaching_region``), so anywhere in a file that
+    # enables autocast.
     if calls_enabled_autocast(outline):
-        spans = [((first.lineno, first.col_offset), (last.end_lineno, last.end_col_offset), scope)
-                 for first, last, scope in region_spans(outline)]
-        if any(start <= (c.lineno, c.col_offset) < end for c in tiny_constants for start, end, _ in spans) or any(
-                start <= (n.lineno, n.col_offset) < end and n.id in tiny_in(scope)
-                for n in outline.nodes(ast.Name) for start, end, scope in spans):
-            return True
+        return True
     guards = _guarded_epsilons(outline, tiny_constants, tiny_in)
     bound_in: dict[int, dict[str, list[ast.expr]]] = {}
     # Every path outside regions reads the guarded value's slice and drops a widened one.
@@ -1186,7 +1182,7 @@ class GAE(torch.nn.Module):
         halved = _halved_classes(ctx)
         for kind in (cst.Float, cst.Name):
             for node in ctx.nodes(kind):
-                if (found := epsilon(node)) is None or autocast_region(ctx, node) is not None:
+                if (found := epsilon(node)) is None or reaching_region(ctx, node) is not None:
                     continue
                 owner = next((a.name.value for a in ctx.ancestors(node) if isinstance(a, cst.ClassDef)), None)
                 if owner in halved:
@@ -1285,25 +1281,34 @@ class GAE(torch.nn.Module):
                    preview=True)  # whether that region reaches this code is not shown
 
     @staticmethod
-    def _fp16_table(ctx: FileContext, node: cst.CSTNode):
-        region = autocast_region(ctx, node)
-        if region is None or region_dtype(ctx, region[0]) != "float16":
-            return False, None
-        return True, region_table(ctx, region[0])
+    def _fp16_region(ctx: FileContext, node: cst.CSTNode):
+        """(table, where) of the float16 region ``node`` runs in (around it, or around a caller
+        in this file: ``where`` then names it), or None."""
+        region = reaching_region(ctx, node)
+        if region is None or region[0] is None or region_dtype(ctx, region[0]) != "float16":
+            return None
+        if region[2] is None:
+            return region_table(ctx, region[0]), "in this float16 region", ()
+        line, call = (ctx.location(ctx.offsets(n)[0]).row for n in (region[1], region[2]))
+        switch = region[0].switch(ctx)
+        when = f" when `{switch}` is true" if switch else ""
+        return (region_table(ctx, region[0]),
+                f"in float16: this runs under the float16 autocast of line {line}{when}, through the call on line {call}",
+                (Related(ctx.path, call, "runs it under float16 autocast"),))
 
     def _check_operand(self, ctx, literal, other) -> None:
-        fp16, table = self._fp16_table(ctx, literal)
-        if fp16 and inferred_dtype(ctx, other, table) != "float32":
+        region = self._fp16_region(ctx, literal)
+        if region is not None and inferred_dtype(ctx, other, region[0]) != "float32":
             ctx.report(literal, f"`{ctx.code(literal)}` is below float16's smallest value (≈5.96e-8) "
-                                "and rounds to 0 in this float16 region: use ≥ 1e-6 or compute in float32")
+                                f"and rounds to 0 {region[1]}: use ≥ 1e-6 or compute in float32", related=region[2])
 
     def _check_keyword(self, ctx, arg: cst.Arg) -> None:
-        fp16, table = self._fp16_table(ctx, arg)
+        region = self._fp16_region(ctx, arg)
         call = ctx.parent(arg)
-        if not fp16 or not isinstance(call, cst.Call):
+        if region is None or not isinstance(call, cst.Call):
             return
-        policies = policies_of(table, call_spelling(ctx, call))
+        policies = policies_of(region[0], call_spelling(ctx, call))
         if policies and policies <= FP32_FAMILY:
             return  # autocast runs this op in float32, where the epsilon survives
         ctx.report(arg.value, f"`{arg.keyword.value}={ctx.code(arg.value)}` is below float16's "
-                              "smallest value (≈5.96e-8) and rounds to 0 in this float16 region")
+                              f"smallest value (≈5.96e-8) and rounds to 0 {region[1]}", related=region[2])

@@ -11,9 +11,8 @@ import traceback
 from dataclasses import dataclass
 
 from ..engine import config as config_mod
-from ..engine.diagnostics import Diagnostic, Location
+from ..engine.diagnostics import INTERNAL_ERROR, Diagnostic, Location
 from ..engine.project import Options, check_buffer
-from ..engine.diagnostics import INTERNAL_ERROR
 from ..engine.source import MAX_FILE_BYTES
 
 

@@ -11,7 +11,7 @@ from ..engine.diagnostics import Related
 from ..engine.flow import line_of
 from ..engine.outline import Outline
 from ..engine.rule import Invalid, Rule, Valid
-from ..engine.semantics import assigned_before, bind, enclosing_function, method_call, subtree
+from ..engine.semantics import assigned_before, bind, enclosing_function, method_call
 from ..engine.tree import children
 
 _GRAD = frozenset({"torch.autograd.grad"})
@@ -28,6 +28,11 @@ _SCALING_IN_PLACE_METHODS = frozenset({"mul_", "div_", "multiply_", "divide_", "
 _LEAVES_GRAPH_METHODS = frozenset({"item", "tolist", "numpy", "detach", "detach_", "backward"})
 _LEAVES_GRAPH_FUNCTIONS = frozenset({"len", "print", "float", "int", "bool", "str", "repr", "format",
                                      "isinstance", "type", "id", "hasattr"})
+# What the loss scale does not change: a sign, a direction, a test. An adversarial step
+# (`x + eps * g.sign()`) or a normalized gradient is no penalty off by the scale.
+_SCALE_FREE_METHODS = frozenset({"sign", "sgn", "argmax", "argmin", "argsort", "isfinite", "isnan", "isinf"})
+_SCALE_FREE_FUNCTIONS = frozenset({"torch.sign", "torch.sgn", "torch.nn.functional.normalize", "torch.argmax",
+                                   "torch.argmin", "torch.argsort", "torch.isfinite", "torch.isnan", "torch.isinf"})
 _NESTED = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
 _STATEMENTS = (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.Expr, cst.Return, cst.For)
 _WORDS = re.compile(r"_+|(?<=[a-z0-9])(?=[A-Z])")
@@ -111,7 +116,8 @@ def _statements(ctx: FileContext, scope: cst.CSTNode) -> list[cst.CSTNode]:
     cache = ctx.__dict__.setdefault("_amp021_statements", {})
     if id(scope) not in cache:
         found = []
-        stack = [scope.body] if isinstance(scope, cst.FunctionDef) else list(scope.body)
+        stack = [scope.body] if isinstance(scope, cst.FunctionDef) \
+            else [s for s in scope.body if not isinstance(s, _NESTED)]
         while stack:
             node = stack.pop()
             if isinstance(node, _STATEMENTS):
@@ -161,25 +167,62 @@ class _Gradients:
         self.scales = self._scale_names()
 
     def _scale_names(self) -> set[str]:
-        """Names and attributes assigned a value that reads ``S.get_scale()`` (or such a name)."""
+        """Names and attributes assigned the scale or its inverse: a value that reads
+        ``S.get_scale()`` (or such a name) and nothing else but constants and devices
+        (``inv_scale = 1.0 / scaler.get_scale()``, not ``grads = [g * inv_scale for g in scaled]``)."""
         found: set[str] = set()
         for statement in _statements(self.ctx, self.scope):
             if isinstance(statement, (cst.Assign, cst.AnnAssign, cst.AugAssign)) and statement.value is not None \
-                    and self._reads_scale(statement.value, found):
+                    and self._reads_scale(statement.value, found) and self._only_scale(statement.value, found):
                 targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) \
                     else [statement.target]
                 found.update(n for t in targets for n in _bound_names(self.ctx, t))
         return found
 
-    def _reads_scale(self, expr: cst.BaseExpression, scales: set[str]) -> bool:
-        for node in subtree(expr):
+    def _only_scale(self, node: cst.CSTNode, scales: set[str]) -> bool:
+        """Every name ``node`` reads (not a function's own) is a name in ``scales``, named like
+        the scale, or a device or dtype; ``S.get_scale()`` reads nothing else."""
+        stack = [node]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, cst.Call):
+                mc = method_call(node)
+                if mc is not None and mc[1] == "get_scale":
+                    continue
+                stack.extend(a.value for a in node.args)
+                if mc is not None:
+                    stack.append(mc[0])
+            elif isinstance(node, (cst.Name, cst.Attribute)):
+                last = _last_name(node) or ""
+                if not (self.ctx.code(node) in scales or _scale_named(last) or last in ("device", "dtype")
+                        or self.ctx.qualified_names(node)):
+                    return False
+            elif isinstance(node, _NESTED):
+                return False
+            else:
+                stack.extend(children(node))
+        return True
+
+    def _reads_scale(self, node: cst.CSTNode, scales: set[str]) -> bool:
+        """``node`` calls ``S.get_scale()`` or reads a name in ``scales`` or named like the
+        scale (not a function's or method's own name: ``S.scale(...)`` reads ``S``)."""
+        stack = [node]
+        while stack:
+            node = stack.pop()
             if isinstance(node, cst.Call):
                 mc = method_call(node)
                 if mc is not None and mc[1] == "get_scale":
                     return True
+                stack.extend(a.value for a in node.args)
+                if mc is not None:
+                    stack.append(mc[0])
             elif isinstance(node, (cst.Name, cst.Attribute)):
                 if self.ctx.code(node) in scales or _scale_named(_last_name(node) or ""):
                     return True
+                if isinstance(node, cst.Attribute):
+                    stack.append(node.value)
+            elif not isinstance(node, _NESTED):
+                stack.extend(children(node))
         return False
 
     def unscales(self, expr: cst.BaseExpression, held: set[str]) -> bool:
@@ -202,6 +245,8 @@ class _Gradients:
             return self._call_holds(expr, held)
         if isinstance(expr, cst.BinaryOperation):
             left, right = self.holds(expr.left, held), self.holds(expr.right, held)
+            if left and right and isinstance(expr.operator, cst.Divide):
+                return False  # `g / g.norm()`: the scale cancels
             if isinstance(expr.operator, (cst.Multiply, cst.Divide)) and \
                     ((left and self.unscales(expr.right, held)) or (right and self.unscales(expr.left, held))):
                 return False
@@ -234,7 +279,7 @@ class _Gradients:
         mc = method_call(call)
         if mc is not None:
             receiver, method = mc
-            if method in _LEAVES_GRAPH_METHODS:
+            if method in _LEAVES_GRAPH_METHODS or method in _SCALE_FREE_METHODS:
                 return False
             if method in _SCALING_METHODS and self.holds(receiver, held) \
                     and any(self.unscales(a.value, held) for a in call.args):
@@ -242,7 +287,7 @@ class _Gradients:
         names = ctx.qualified_names(call.func)
         if isinstance(call.func, cst.Name) and not names and call.func.value in _LEAVES_GRAPH_FUNCTIONS:
             return False
-        if any(n.startswith("math.") for n in names):
+        if any(n.startswith("math.") for n in names) or ctx.resolves_to(call.func, _SCALE_FREE_FUNCTIONS):
             return False
         given = [a.value for a in call.args if self.holds(a.value, held)]
         if given:
@@ -405,12 +450,14 @@ class GradientPenaltyOnScaledGrads(Rule):
     `torch._foreach_div_(grads, scale)`), or given with the scaler or the scale to a call
     (which may unscale them). They go into a loss when something computed from them is
     backpropagated, scaled, or assigned to a name like `loss`, `d_loss`, `loss_D` or
-    `D_cost`; a value read with `.item()`, `.detach()` or `float()` only for logging does not.
+    `D_cost`; a value read with `.item()`, `.detach()` or `float()` only for logging does not,
+    nor what the scale does not change: a sign (an adversarial step `x + eps * g.sign()`), a
+    direction (`g / g.norm()`, `F.normalize(g)`).
     """
 
     code = "AMP021"
     name = "gradient-penalty-on-scaled-grads"
-    summary = "a gradient penalty built from `torch.autograd.grad` of `scaler.scale(loss)` without unscaling"
+    summary = "Gradient penalty built from `torch.autograd.grad(scaler.scale(loss), ...)` without unscaling"
     # `grad`: every spelling of torch.autograd.grad (`torch.autograd.grad`, `autograd.grad`,
     # `from torch.autograd import grad`, and an alias's import); `.scale(`: the scaled value.
     fragments = (("grad", r"\.scale\("),)

@@ -1282,23 +1282,26 @@ class GAE(torch.nn.Module):
 
     @staticmethod
     def _fp16_region(ctx: FileContext, node: cst.CSTNode):
-        """(table, where) of the float16 region ``node`` runs in (around it, or around a caller
-        in this file: ``where`` then names it), or None."""
+        """(table, where, related, through a call) of the float16 region ``node`` runs in (around
+        it, or around a caller in this file: ``where`` then names it), or None."""
         region = reaching_region(ctx, node)
         if region is None or region[0] is None or region_dtype(ctx, region[0]) != "float16":
             return None
         if region[2] is None:
-            return region_table(ctx, region[0]), "in this float16 region", ()
+            return region_table(ctx, region[0]), "in this float16 region", (), False
         line, call = (ctx.location(ctx.offsets(n)[0]).row for n in (region[1], region[2]))
         switch = region[0].switch(ctx)
         when = f" when `{switch}` is true" if switch else ""
         return (region_table(ctx, region[0]),
                 f"in float16: this runs under the float16 autocast of line {line}{when}, through the call on line {call}",
-                (Related(ctx.path, call, "runs it under float16 autocast"),))
+                (Related(ctx.path, call, "runs it under float16 autocast"),), True)
 
     def _check_operand(self, ctx, literal, other) -> None:
         region = self._fp16_region(ctx, literal)
-        if region is not None and inferred_dtype(ctx, other, region[0]) != "float32":
+        # Through a call, what the caller passed is not seen: only an op of this function that
+        # autocast lowers shows the value half.
+        wanted = ("lowp",) if region is not None and region[3] else ("lowp", None)
+        if region is not None and inferred_dtype(ctx, other, region[0]) in wanted:
             ctx.report(literal, f"`{ctx.code(literal)}` is below float16's smallest value (≈5.96e-8) "
                                 f"and rounds to 0 {region[1]}: use ≥ 1e-6 or compute in float32", related=region[2])
 

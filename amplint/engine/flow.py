@@ -30,6 +30,7 @@ from .semantics import (
     GRAD_SCALER,
     SCALER_PARAMETERS,
     autocast_of_with_item,
+    called_function,
     is_backward,
     known_scalers,
     method_call,
@@ -584,25 +585,10 @@ def _truth_subject(test: cst.BaseExpression) -> tuple[cst.BaseExpression, bool]:
     return test, True
 
 
-def helper(ctx: FileContext, call: cst.Call) -> cst.FunctionDef | None:
-    """The function of this file that ``call`` runs: ``self.m(...)`` for a method of the
-    enclosing class, or ``f(...)`` for a module-level function."""
-    func = call.func
-    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
-        cls = next((a for a in ctx.ancestors(call) if isinstance(a, cst.ClassDef)), None)
-        body = cls.body.body if cls is not None else ()
-        name = func.attr.value
-    elif isinstance(func, cst.Name):
-        body, name = ctx.module.body, func.value
-    else:
-        return None
-    return next((s for s in body if isinstance(s, cst.FunctionDef) and s.name.value == name), None)
-
-
 def _helper_clip(ctx: FileContext, call: cst.Call) -> cst.Call | None:
     """The clip inside a helper of this file that ``call`` runs (``helper``), whose own body
     clips gradients and never unscales them."""
-    helper_def = helper(ctx, call)
+    helper_def = called_function(ctx, call)
     if helper_def is None:
         return None
     clips = []

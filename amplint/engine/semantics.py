@@ -357,7 +357,7 @@ def reaching_region(ctx: FileContext, node: cst.CSTNode, depth: int = REACHING_D
             if function is None or id(function) in seen:
                 continue
             seen.add(id(function))
-            for call in _calls_of(ctx, function):
+            for call in calls_of(ctx, function):
                 found = autocast_region(ctx, call)
                 if found is not None:
                     return found[0], found[1], call
@@ -366,19 +366,24 @@ def reaching_region(ctx: FileContext, node: cst.CSTNode, depth: int = REACHING_D
     return None
 
 
-def _calls_of(ctx: FileContext, function: cst.FunctionDef) -> list[cst.Call]:
-    """The calls of ``function`` in this file: by its name for a module-level function, by
-    ``self.name`` or ``cls.name`` in the methods of its class."""
-    parent = ctx.parent(function)
-    owner = parent if isinstance(parent, cst.Module) else ctx.parent(parent)
-    name = function.name.value
-    if isinstance(owner, cst.Module):
-        return [c for c in ctx.nodes(cst.Call) if isinstance(c.func, cst.Name) and c.func.value == name]
-    if isinstance(owner, cst.ClassDef):
-        return [c for c in ctx.nodes(cst.Call) if isinstance(c.func, cst.Attribute) and c.func.attr.value == name
-                and isinstance(c.func.value, cst.Name) and c.func.value.value in ("self", "cls")
-                and any(a is owner for a in ctx.ancestors(c))]
-    return []
+def called_function(ctx: FileContext, call: cst.Call) -> cst.FunctionDef | None:
+    """The function of this file that ``call`` runs: ``self.m(...)`` for a method of the
+    enclosing class, or ``f(...)`` for a module-level function."""
+    func = call.func
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
+        cls = next((a for a in ctx.ancestors(call) if isinstance(a, cst.ClassDef)), None)
+        body = cls.body.body if cls is not None else ()
+        name = func.attr.value
+    elif isinstance(func, cst.Name):
+        body, name = ctx.module.body, func.value
+    else:
+        return None
+    return next((s for s in body if isinstance(s, cst.FunctionDef) and s.name.value == name), None)
+
+
+def calls_of(ctx: FileContext, function: cst.FunctionDef) -> list[cst.Call]:
+    """The calls of this file that run ``function`` (``called_function``)."""
+    return [c for c in ctx.nodes(cst.Call) if called_function(ctx, c) is function]
 
 
 # -- calls -------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from ..engine.semantics import (
     GRAD_SCALER,
     SCALER_PARAMETERS,
     Block,
+    called_function,
     enclosing_function,
     method_call,
     scaled_backward_scaler,
@@ -552,7 +553,7 @@ def enable_gradient_clamping(model, bound):
         """For a call of a helper that registers clamping hooks (of this file: ``registered``,
         the clamp of each registration by its id): how the message says so, and the other
         file's line it names."""
-        own = flow.helper(ctx, call) if registered else None
+        own = called_function(ctx, call) if registered else None
         if own is not None:
             for inner in ctx.nodes(cst.Call):
                 if id(inner) in registered and ctx.contains(own, inner):

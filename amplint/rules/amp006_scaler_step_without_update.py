@@ -8,7 +8,7 @@ from ..engine import flow
 from ..engine.context import FileContext
 from ..engine.flow import Event, Flow, line_of
 from ..engine.rule import Invalid, Rule, Valid
-from ..engine.semantics import enclosing_function, method_call
+from ..engine.semantics import called_function, enclosing_function, method_call
 
 
 class ScalerStepWithoutUpdate(Rule):
@@ -279,7 +279,7 @@ def _out_of_sight(ctx: FileContext, scope: Flow, scaler: str) -> bool:
             continue
         if any(ctx.code(a.value) == scaler for a in call.args):
             return True
-        helper = flow.helper(ctx, call)
+        helper = called_function(ctx, call)
         if helper is not None and any(
                 (mc := method_call(c)) is not None and mc[1] in _SCALER_STATE and ctx.code(mc[0]) == scaler
                 for c in ctx.nodes(cst.Call) if ctx.contains(helper, c)):

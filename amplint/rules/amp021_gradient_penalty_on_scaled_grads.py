@@ -11,7 +11,14 @@ from ..engine.diagnostics import Related
 from ..engine.flow import line_of
 from ..engine.outline import Outline
 from ..engine.rule import Invalid, Rule, Valid
-from ..engine.semantics import assigned_before, bind, enclosing_function, method_call
+from ..engine.semantics import (
+    assigned_before,
+    bind,
+    called_function,
+    calls_of,
+    enclosing_function,
+    method_call,
+)
 from ..engine.tree import children
 
 _GRAD = frozenset({"torch.autograd.grad"})
@@ -140,11 +147,6 @@ def _calls_in(ctx: FileContext, statement: cst.CSTNode) -> list[cst.Call]:
 
 def _scope(ctx: FileContext, node: cst.CSTNode) -> cst.CSTNode:
     return enclosing_function(ctx, node) or ctx.module
-
-
-def _callers(ctx: FileContext, function: cst.FunctionDef) -> list[cst.Call]:
-    """The calls of the file that run ``function`` (``flow.helper``)."""
-    return [c for c in ctx.nodes(cst.Call) if flow.helper(ctx, c) is function]
 
 
 @dataclass
@@ -296,7 +298,7 @@ class _Gradients:
             # A helper given the scaler or the scale may unscale them itself.
             if any(ctx.code(a.value) in flow.scalers(ctx) or self.unscales(a.value, held) for a in call.args):
                 return False
-            helper = flow.helper(ctx, call)
+            helper = called_function(ctx, call)
             if helper is not None and self._reads_scale(helper.body, set()):
                 return False
             return True
@@ -379,7 +381,7 @@ def _into_callers(ctx: FileContext, function: cst.CSTNode) -> _Use | None:
     callers in the file that puts what it returns into a loss."""
     if not isinstance(function, cst.FunctionDef):
         return None
-    for call in _callers(ctx, function):
+    for call in calls_of(ctx, function):
         use = _follow(ctx, _scope(ctx, call), call)
         if use is not None and use.sink is not None:
             return use
@@ -734,7 +736,7 @@ def train(critic, gen, loader, opt_d, scaler, z_dim=128):
         if not parameters:
             return
         inside: _Use | None = None
-        for caller in _callers(ctx, function):
+        for caller in calls_of(ctx, function):
             arguments = bind(caller, _helper_parameters(ctx, function, caller)) or {}
             scaled = next((s for p in parameters if p in arguments
                            if (s := _scaled(ctx, arguments[p].value)) is not None), None)

@@ -248,7 +248,7 @@ def step(model, x):
     monkeypatch.chdir(tmp_path)
     rules = [r for r in all_rules() if r.on_by_default]
     options = project.Options()
-    project._init_worker([(Config(tmp_path, preview=True), None)])
+    project._init_worker([(Config(tmp_path, preview=True), None)], frozenset())
     tasks = {i: (Path(name), rules, 0) for i, name in enumerate(sorted(files)) if name.endswith(".py")}
     project_index.forget()
     facts, settled, matched = project._read_project_in_worker(tmp_path.resolve(), tasks, options)

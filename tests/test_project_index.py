@@ -209,3 +209,24 @@ def test_the_other_file_is_a_related_location_in_json_and_sarif(tmp_path, monkey
     assert related == [{"id": 0, "message": {"text": "autocast entered here"},
                         "physicalLocation": {"artifactLocation": {"uri": "demo/trainer.py"},
                                              "region": {"startLine": 12}}}]
+
+
+def test_a_folder_named_on_the_command_line_is_the_root_of_an_unmarked_source_tree(tmp_path, monkeypatch):
+    # a downloaded source tree: a requirements file, packages, no project marker, no .git
+    tree = tmp_path / "downloaded"
+    (tree / "scripts").mkdir(parents=True)
+    (tree / "requirements.txt").write_text("numpy\ntorch>=2.1,<3\n")
+    (tree / "scripts" / "train.py").write_text("import torch\nscaler = torch.cuda.amp.GradScaler()\n")
+    (tree / "lib").mkdir()
+    (tree / "lib" / "__init__.py").write_text("")
+    (tree / "lib" / "loop.py").write_text("import torch\nscaler = torch.cuda.amp.GradScaler()\n")
+    for named in ("downloaded", "downloaded/scripts/train.py"):
+        found = _findings(tmp_path, monkeypatch, named, extra=("--select", "AMP004"))
+        declared = [message for _, _, _, message in found if "declares `torch>=2.1,<3` (requirements.txt)" in message]
+        # named as a folder: the tree declares torch 2.1, which lacks torch.amp.GradScaler
+        assert len(declared) == (2 if named == "downloaded" else 0), found
+    # no safe fix that needs a newer torch than the tree declares
+    monkeypatch.chdir(tmp_path)
+    CliRunner().invoke(main, ["check", "--no-cache", "--select", "AMP004", "--fix", "downloaded"])
+    assert "torch.cuda.amp.GradScaler()" in (tree / "lib" / "loop.py").read_text()
+    assert "torch.cuda.amp.GradScaler()" in (tree / "scripts" / "train.py").read_text()

@@ -20,13 +20,16 @@ from .project_index import (
     autocast_sites,
     autocast_wrappers,
     dependency,
+    module_dependency,
+    module_text,
+    project_module,
     project_root,
     star_dependency,
     star_imports,
 )
 from .source import split_lines
 from .torch_requirement import TorchRequirement, declared_torch
-from .tree import Index, render
+from .tree import Index, parse, render
 
 if TYPE_CHECKING:
     from ..policy import PolicyLoader, PolicyTable
@@ -45,6 +48,12 @@ def _ast_statements(tree: ast.AST) -> Iterator[ast.stmt]:
             yield child
         if isinstance(child, (ast.stmt, ast.excepthandler, ast.match_case)):
             yield from _ast_statements(child)
+
+
+# Other modules of a project that checks asked about (``FileContext.project_module``), by path
+# and text: a module that many files import is parsed once.
+_PROJECT_MODULES: dict[tuple[str, str], "FileContext | None"] = {}
+_KEPT_MODULES = 32
 
 
 class FileContext:
@@ -286,6 +295,31 @@ class FileContext:
                     found.setdefault(wrapper.name, []).append(wrapper)
             self.__dict__["_wrappers"] = found
         return self.__dict__["_wrappers"]
+
+    def project_module(self, module: str | None, level: int) -> "FileContext | None":
+        """The module of this file's project that ``from <level dots><module> import ...``
+        reads here, as a context of its own (without tables: what is asked of it is its code);
+        None for another library's module, this file itself, or one that does not parse. The
+        file's findings then depend on that module's text."""
+        root = self._project_root
+        if root is None:
+            return None
+        path = project_module(root, Path(self.path), module, level)
+        if path is None or path.resolve() == Path(self.path).resolve():
+            return None
+        self.dependencies.add(module_dependency(root, path))
+        text = module_text(path)
+        if text is None:
+            return None
+        key = (str(path.resolve()), text)
+        if key not in _PROJECT_MODULES:
+            if len(_PROJECT_MODULES) >= _KEPT_MODULES:
+                _PROJECT_MODULES.pop(next(iter(_PROJECT_MODULES)))
+            try:
+                _PROJECT_MODULES[key] = FileContext(str(path), text, parse(text))
+            except (cst.ParserSyntaxError, RecursionError):
+                _PROJECT_MODULES[key] = None
+        return _PROJECT_MODULES[key]
 
     def torch_requirement(self, without_floor: bool = False) -> "TorchRequirement | None":
         """The torch the project of this file declares it supports (``torch_requirement``),

@@ -106,7 +106,7 @@ def project_function(ctx: FileContext, call: cst.Call) -> tuple[Path, ast.Functi
     root = ctx._project_root
     if root is None:
         return None
-    for module, level, name in _imported_as(ctx, call.func):
+    for module, level, name in imported_as(ctx, call.func):
         found = lookup(root, Path(ctx.path), module, level, name)
         if found is None:
             continue
@@ -117,7 +117,7 @@ def project_function(ctx: FileContext, call: cst.Call) -> tuple[Path, ast.Functi
     return None
 
 
-def _imported_as(ctx: FileContext, func: cst.BaseExpression) -> list[tuple[str | None, int, str]]:
+def imported_as(ctx: FileContext, func: cst.BaseExpression) -> list[tuple[str | None, int, str]]:
     """Where ``func`` may be imported from, as (module, level of its relative import, name):
     by the file's absolute imports (``ctx.qualified_names``), else by its relative ones
     (``from .utils import helper``: ``helper``; ``from . import utils``: ``utils.helper``)."""

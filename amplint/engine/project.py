@@ -116,6 +116,7 @@ def check_paths(paths: list[Path], config: Config | Resolver, rules: list[type[R
     it selects)."""
     resolver = config if isinstance(config, Resolver) else Resolver(config, rules=rules)
     project_index.forget()  # a run reads the project's other files as they are now
+    project_index.name_folders(paths)
     report = Report()
     profiles: list[_Profile] = []
     profile_of: dict[int, int] = {}  # id(config) -> index in profiles
@@ -258,7 +259,8 @@ def _in_pool(tasks, options: Options, profiles: list[_Profile], real_folders: di
     shared = [(p.config, p.cache) for p in profiles]  # each worker's options take the config's preview
     # Per task: its chunk and its place there, or its result.
     placed: list[tuple[Future, int] | FileResult | None] = [None] * len(tasks)
-    with ProcessPoolExecutor(options.jobs, mp_context=context, initializer=_init_worker, initargs=(shared,)) as pool:
+    with ProcessPoolExecutor(options.jobs, mp_context=context, initializer=_init_worker,
+                             initargs=(shared, project_index.named_folders())) as pool:
 
         def hand_out(indices: list[int], facts: dict, matched: dict[int, TextMatch]) -> None:
             for start in range(0, len(indices), size):
@@ -284,8 +286,9 @@ def _in_pool(tasks, options: Options, profiles: list[_Profile], real_folders: di
 _worker_state: list[tuple] = []  # per profile: (policy loader, cache, preview)
 
 
-def _init_worker(profiles: list[tuple[Config, Cache | None]]) -> None:
+def _init_worker(profiles: list[tuple[Config, Cache | None]], named: frozenset[Path]) -> None:
     global _worker_state
+    project_index.name_folders(named)
     _worker_state = [(policy_loader(config), cache, config.preview) for config, cache in profiles]
 
 

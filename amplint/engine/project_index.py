@@ -3,7 +3,10 @@
 `check` reads one file at a time, but some mistakes are mistakes because of another file: a
 loss module is called by a trainer, elsewhere, under autocast. For a file, the project is the
 folder of the nearest ``pyproject.toml``, ``setup.py``, ``setup.cfg`` or ``.git`` above it,
-else the outermost package (folders with ``__init__.py``) that holds it. Its facts are read
+else the outermost folder named on the command line that holds it (a downloaded source tree
+with a ``requirements.txt``: ``name_folders``), unless a package (folders with
+``__init__.py``) holds that folder or is an installed distribution: then the outermost
+package. Its facts are read
 once per run (``forget`` starts a new one), when a rule asks or, where files are spread over
 processes, by one of them for all (``project_facts``): the torch it declares (``torch_requirement``),
 and a literal scan of the project's ``.py`` files for ``autocast`` (and the words of the
@@ -140,13 +143,44 @@ def project_root(path: Path) -> Path | None:
     return _folder_root(path.resolve().parent)
 
 
+# The folders a run was asked to check, resolved: roots of the projects no marker names.
+_NAMED: set[Path] = set()
+
+
+def name_folders(folders: Iterable[Path]) -> None:
+    """Take ``folders`` (those named on the command line) as this run's named folders."""
+    _NAMED.clear()
+    _NAMED.update(Path(os.path.realpath(f)) for f in folders if os.path.isdir(f))
+    _folder_root.cache_clear()
+
+
+def named_folders() -> frozenset[Path]:
+    return frozenset(_NAMED)
+
+
 @lru_cache(maxsize=None)
 def _folder_root(folder: Path) -> Path | None:
     """``project_root`` of the files of one folder."""
     marked = _nearest_marked(folder)
     if marked is not None and all(_walked(part) for part in folder.relative_to(marked).parts):
         return marked
-    return _outermost_package(folder)
+    package = _outermost_package(folder)
+    named = next((f for f in (*reversed(folder.parents), folder) if f in _NAMED), None)
+    if named is not None and (package is None or package.is_relative_to(named)) and not _installed(folder, named):
+        return named
+    return package
+
+
+def _installed(folder: Path, named: Path) -> bool:
+    """Whether ``folder`` lies in a folder of installed distributions (a ``site-packages``,
+    pip's ``--target``) at or below ``named``: an installed package is its own project, and
+    the other files there are in none."""
+    return any(_holds_distributions(f) for f in (folder, *folder.parents) if f.is_relative_to(named))
+
+
+@lru_cache(maxsize=None)
+def _holds_distributions(folder: Path) -> bool:
+    return any(folder.glob("*.dist-info"))
 
 
 # Each asked once per folder and run, from its parent's answer: the folders of a tree share
@@ -574,8 +608,14 @@ def _module_file(root: Path, importer: Path, module: str | None, level: int) -> 
     else:
         if not module:
             return None
-        top = module.split(".", 1)[0]
-        bases = [root.parent] if (root / "__init__.py").exists() and root.name == top else [root, root / "src"]
+        names = module.split(".")
+        top = names[0]
+        bases = [root, root / "src"]
+        if (root / "__init__.py").exists():
+            # The project is a package: the import names it by its folders, and those above it
+            # where they are namespace packages (`megatron.core.utils` from `megatron/core`).
+            bases = [root.parents[i] for i in range(min(len(names), len(root.parts) - 1))
+                     if root.parts[len(root.parts) - 1 - i:] == tuple(names[:i + 1])] or bases
         base = next((b for b in bases if (b / top).exists() or (b / f"{top}.py").exists()), None)
         if base is None:
             return None
@@ -672,6 +712,26 @@ def project_function(root: Path, importer: Path, module: str | None, level: int,
     if path is None:
         return None
     return path, _function(path, name)
+
+
+def project_module(root: Path, importer: Path, module: str | None, level: int) -> Path | None:
+    """The project's module that ``importer`` imports as ``from <level dots><module> import
+    ...``; None for another library's module."""
+    return _module_file(root, importer, module, level) if module or level else None
+
+
+def module_text(path: Path) -> str | None:
+    """A project module's text, read once per run; None when it cannot be read or decoded."""
+    data = _read(path)
+    try:
+        return source_io.decode(data).text if data is not None else None
+    except source_io.SourceError:
+        return None
+
+
+def module_dependency(root: Path, path: Path) -> Dependency:
+    """A module of the project, its whole text, as a summary a file's result depends on."""
+    return dependency(f"module:{relative_name(path.resolve(), root.resolve())}", root)
 
 
 def _function(path: Path, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
@@ -796,6 +856,8 @@ def dependency(kind: str, root: Path) -> Dependency:
     if key not in _FACTS:
         if kind.startswith("star-imports:"):
             text = json.dumps(_star_summary(root, kind.split(":", 1)[1]))
+        elif kind.startswith("module:"):
+            text = module_text(root.resolve() / kind.split(":", 1)[1]) or ""
         elif kind.startswith("function:"):
             text = json.dumps(_function_summary(root, *kind.split(":", 1)[1].rsplit(":", 1)))
         else:
@@ -843,7 +905,9 @@ def forget() -> None:
     Outline.forget_kept()
     _STORE.clear()
     _FACTS.clear()
+    _NAMED.clear()
     _folder_root.cache_clear()
+    _holds_distributions.cache_clear()
     _nearest_marked.cache_clear()
     _outermost_package.cache_clear()
     _marked.cache_clear()

@@ -9,9 +9,13 @@ deprecated API counts as available only if the declared floor has it. A conditio
 evaluated the way Python would, on a small set of values: strings, numbers, tuples, versions
 (``packaging``, ``distutils``/``looseversion``, ``pkg_resources``), ``torch.__version__``
 (which compares as a version with strings and tuples), torch's AMP attributes (for
-``hasattr`` / ``getattr``), module-level names assigned once, and calls to module-level helper
-functions made of assignments, ``if`` and ``return``. Anything else is unknown, and so is a
-condition that depends on it.
+``hasattr`` / ``getattr``), module-level names assigned once (in a ``try`` whose ``except``
+assigns a default: as the ``try`` assigns it), and calls to module-level helper functions made
+of assignments, ``if`` and ``return``. Such names and helpers may live in another module of the
+project and be imported (``from .compat import TORCH_GE_2_4``, ``utils.torch_at_least("2.4")``,
+re-exported by a package's ``__init__``): they are evaluated in their own module, and the
+file's findings then depend on its text. Anything else is unknown, and so is a condition that
+depends on it.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import libcst as cst
 
 from ..policy import PolicyError
 from .context import FileContext
+from .crossfile import imported_as
 from .torch_requirement import TorchRequirement
 from .names import dotted
 
@@ -434,6 +439,10 @@ class _Evaluator:
         imported = self._imported(expr)
         if imported is not None:
             return imported
+        elsewhere = self._imported_from_project(expr)
+        if elsewhere is not None:
+            other, name = elsewhere
+            return self._asking(other, lambda: other._module_name(name, depth))
         if dotted(expr) is not None and self.ctx.qualified_names(expr):
             raise _Unknown(expr)  # some other imported thing
         value = self.value(expr.value, env, depth)
@@ -469,24 +478,30 @@ class _Evaluator:
             raise _Unknown(expr)
         names = self.ctx.qualified_names(expr.func)
         positional = [self.value(a.value, env, depth) for a in expr.args if a.keyword is None]
-        keywords = {a.keyword.value: a.value for a in expr.args if a.keyword is not None}
+        keywords = {a.keyword.value: self.value(a.value, env, depth) for a in expr.args if a.keyword is not None}
         if names & _VERSION_TYPES and len(positional) == 1 and not keywords:
             return Version(str(positional[0]))
         if names & _DISTRIBUTION_VERSION and positional == ["torch"]:
             self._torch = True
             return self.version
-        if isinstance(expr.func, cst.Name) and not names and expr.func.value not in env:
-            builtin = self._builtin(expr, positional, keywords, env, depth)
+        if isinstance(expr.func, cst.Name) and expr.func.value in env:
+            raise _Unknown(expr)
+        elsewhere = self._imported_from_project(expr.func)
+        if elsewhere is not None:  # a helper of another module: `utils.torch_at_least("2.4")`
+            other, name = elsewhere
+            return self._asking(other, lambda: other._helper(name, positional, keywords, depth))
+        if isinstance(expr.func, cst.Name) and not names:
+            builtin = self._builtin(expr, positional, keywords)
             if builtin is not _NOT_BUILTIN:
                 return builtin
-            return self._helper(expr.func.value, positional, keywords, env, depth)
+            return self._helper(expr.func.value, positional, keywords, depth)
         if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _STR_METHODS and not keywords:
             owner = self.value(expr.func.value, env, depth)
             if isinstance(owner, str):
                 return getattr(str(owner), expr.func.attr.value)(*positional)
         raise _Unknown(expr)
 
-    def _builtin(self, expr, positional, keywords, env, depth):
+    def _builtin(self, expr, positional, keywords):
         name = expr.func.value
         if name in _module_bindings(self.ctx):
             return _NOT_BUILTIN  # the module's own function of that name
@@ -543,16 +558,62 @@ class _Evaluator:
 
     def _assigned_value(self, name: str, depth: int):
         values = []
-        for binding in _module_bindings(self.ctx).get(name, ()):
+        bindings = _module_bindings(self.ctx).get(name, ())
+        for binding in bindings:
+            if self.fallback(binding, depth) is not None:
+                self._torch = True  # which binding runs depends on torch
+                continue
+            if self._in_handler_of_binding_try(binding, bindings):
+                continue  # runs only when the `try` that binds the name failed
+            if isinstance(binding, cst.ImportAlias) and isinstance(self.ctx.parent(binding), cst.ImportFrom):
+                values.append(self._imported_value(self.ctx.parent(binding), binding, depth))
+                continue
             if not isinstance(binding, (cst.Assign, cst.AnnAssign)):
                 raise _Unknown(name)
-            if self.fallback(binding, depth) is not None:
-                self._torch = True  # which assignment runs depends on torch
-                continue
             values.append(self.value(binding.value, {}, depth))
         if not values or any(v != values[0] or type(v) is not type(values[0]) for v in values):
             raise _Unknown(name)
         return values[0]
+
+    def _in_handler_of_binding_try(self, binding: cst.CSTNode, bindings) -> bool:
+        """Whether ``binding`` sits in an ``except`` of a ``try`` whose body binds the same
+        name: what the name holds when the body ran (``_torch_version = Version(torch.__version__)``
+        beside ``except Exception: _torch_version = Version("0.0.0")``)."""
+        child = binding
+        for ancestor in self.ctx.ancestors(binding):
+            if isinstance(ancestor, cst.Try) and isinstance(child, cst.ExceptHandler):
+                return any(other is not binding and self.ctx.contains(ancestor.body, other) for other in bindings)
+            child = ancestor
+        return False
+
+    def _imported_value(self, statement: cst.ImportFrom, alias: cst.ImportAlias, depth: int):
+        """A name imported from another module of the project: its value there."""
+        if isinstance(statement.names, cst.ImportStar):
+            raise _Unknown(alias)
+        module = ".".join(dotted(statement.module) or ()) if statement.module is not None else None
+        other = self.ctx.project_module(module, len(statement.relative))
+        if other is None:
+            raise _Unknown(alias)
+        evaluator = _Evaluator(other, self.version)
+        return self._asking(evaluator, lambda: evaluator._module_name(alias.evaluated_name, depth))
+
+    def _imported_from_project(self, expr: cst.BaseExpression) -> "tuple[_Evaluator, str] | None":
+        """The module of the project ``expr`` (``torch_at_least``, ``utils.TORCH_GE``) is
+        imported from, as an evaluator of that module, and its name there; None for anything
+        else."""
+        for module, level, name in imported_as(self.ctx, expr):
+            other = self.ctx.project_module(module, level)
+            if other is not None:
+                return _Evaluator(other, self.version), name
+        return None
+
+    def _asking(self, other: "_Evaluator", question):
+        """``question``'s answer, asked of another module's evaluator: the gate depends on
+        torch if that answer does."""
+        try:
+            return question()
+        finally:
+            self._torch = self._torch or other._torch
 
     def _local_to_function(self, name: cst.Name) -> bool:
         for ancestor in self.ctx.ancestors(name):
@@ -561,8 +622,9 @@ class _Evaluator:
                 return True
         return False
 
-    def _helper(self, name: str, positional, keywords, env, depth):
-        """Call a module-level function of assignments, ``if`` and ``return``."""
+    def _helper(self, name: str, positional: list, keywords: dict, depth: int):
+        """Call a module-level function of assignments, ``if`` and ``return`` with the values
+        of its arguments."""
         bindings = _module_bindings(self.ctx).get(name, [])
         if len(bindings) != 1 or not isinstance(bindings[0], cst.FunctionDef):
             raise _Unknown(name)
@@ -579,7 +641,7 @@ class _Evaluator:
             if i < len(positional):
                 local[key] = positional[i]
             elif key in keywords:
-                local[key] = self.value(keywords.pop(key), env, depth)
+                local[key] = keywords.pop(key)
             elif param.default is not None:
                 local[key] = self.value(param.default, {}, depth)
             else:
@@ -614,6 +676,8 @@ class _Evaluator:
                 elif isinstance(small, cst.Expr) and isinstance(small.value, (cst.SimpleString,
                                                                               cst.ConcatenatedString)):
                     continue  # a docstring
+                elif isinstance(small, cst.Global):
+                    continue  # an assignment after it would be local here: taken as one
                 elif not isinstance(small, cst.Pass):
                     raise _Unknown(small)
         return _FELL_THROUGH
@@ -682,18 +746,23 @@ def _bindings(ctx: FileContext) -> Iterator[tuple[cst.CSTNode, set[str]]]:
 
 def _module_bindings(ctx: FileContext) -> dict[str, list[cst.CSTNode]]:
     """What binds each module-level name: the bindings outside functions, classes and
-    comprehensions, and every function that declares the name ``global``."""
+    comprehensions, and every function that declares the name ``global`` and binds it."""
     found = ctx.__dict__.get("_module_bindings")
     if found is None:
         found = {}
+        bound_in: dict[int, set[str]] = {}  # by function: the names bound in its body
         for node, names in _bindings(ctx):
             if not any(isinstance(a, _NESTED_SCOPES) for a in ctx.ancestors(node)):
                 for name in names:
                     found.setdefault(name, []).append(node)
+            function = next((a for a in ctx.ancestors(node) if isinstance(a, cst.FunctionDef)), None)
+            if function is not None:
+                bound_in.setdefault(id(function), set()).update(names)
         for declaration in ctx.nodes(cst.Global):
             function = next((a for a in ctx.ancestors(declaration) if isinstance(a, cst.FunctionDef)), None)
             for item in declaration.names if function is not None else ():
-                found.setdefault(item.name.value, []).append(function)
+                if item.name.value in bound_in.get(id(function), ()):
+                    found.setdefault(item.name.value, []).append(function)
         ctx.__dict__["_module_bindings"] = found
     return found
 

@@ -149,8 +149,9 @@ class DeprecatedAmpApi(Rule):
     Not reported: version-gated fallbacks, code that only older torch runs, where the torch.amp
     API is missing or not yet deprecated — the `else`/`elif` branch of a condition on the torch
     version (`if version.parse(torch.__version__) >= version.parse("2.4")`, a module-level flag
-    or helper function computing one, `hasattr(torch.amp, "custom_fwd")`) evaluated for the
-    configured `torch-version`, and an `except AttributeError/ImportError/TypeError` handler
+    or helper function computing one, `hasattr(torch.amp, "custom_fwd")`, in the file or
+    imported from another module of the project) evaluated for the configured
+    `torch-version`, and an `except AttributeError/ImportError/TypeError` handler
     around a use of torch.amp. Nor references that call nothing and accept the torch.amp
     classes as well: annotations, and `isinstance`/`issubclass`/`except` classes that include
     a torch.amp one (the deprecated classes subclass them). A type check on a deprecated

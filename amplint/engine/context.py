@@ -26,6 +26,7 @@ from .project_index import (
     project_root,
     star_dependency,
     star_imports,
+    switches,
 )
 from .source import split_lines
 from .torch_requirement import TorchRequirement, declared_torch
@@ -33,6 +34,7 @@ from .tree import Index, parse, render
 
 if TYPE_CHECKING:
     from ..policy import PolicyLoader, PolicyTable
+    from .switches import ConfigKey, Flag
     from .rule import Rule
 
 
@@ -295,6 +297,20 @@ class FileContext:
                     found.setdefault(wrapper.name, []).append(wrapper)
             self.__dict__["_wrappers"] = found
         return self.__dict__["_wrappers"]
+
+    def switches(self) -> "tuple[tuple[Flag, ...], tuple[ConfigKey, ...]]":
+        """The command-line flags and config keys of this file's project that may turn AMP on
+        (``project_index.switches``); none for a file that is not on disk or in no project. The
+        file's findings then depend on them."""
+        root = self._project_root
+        if root is None:
+            return (), ()
+        self.dependencies.add(dependency("switches", root))
+        return switches(root)
+
+    def project_root(self) -> Path | None:
+        """The root of this file's project (``project_index.project_root``)."""
+        return self._project_root
 
     def project_module(self, module: str | None, level: int) -> "FileContext | None":
         """The module of this file's project that ``from <level dots><module> import ...``

@@ -29,7 +29,7 @@ import json
 import os
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterable
@@ -37,6 +37,8 @@ from typing import Callable, Iterable
 from . import source as source_io
 from .names import AUTOCAST, AUTOCAST_DEVICE
 from .outline import Outline, contains
+from .switches import (CONFIG_SUFFIXES, MAX_CONFIG_BYTES, ConfigKey, Flag, config_keys_in, flags_in, may_define_flags,
+                       turns_on)
 from .torch_requirement import declared_torch
 
 # Folders no project's files are taken from, and the exclude list a configuration starts with.
@@ -231,12 +233,21 @@ def _per_project(question: Callable[[Path], object]) -> Callable:
 
 
 @lru_cache(maxsize=32)
-def _python_files(root: Path) -> tuple[Path, ...]:
-    found = []
+def _files(root: Path) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
+    """The project's ``.py`` files and its config files (``switches.CONFIG_SUFFIXES``)."""
+    python, configs = [], []
     for folder, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if _walked(d))
-        found.extend(Path(folder) / name for name in sorted(files) if name.endswith(".py"))
-    return tuple(found)
+        for name in sorted(files):
+            if name.endswith(".py"):
+                python.append(Path(folder) / name)
+            elif name.endswith(CONFIG_SUFFIXES):
+                configs.append(Path(folder) / name)
+    return tuple(python), tuple(configs)
+
+
+def _python_files(root: Path) -> tuple[Path, ...]:
+    return _files(root)[0]
 
 
 # Where the summaries of a run with a result cache are kept: (folder, the linter's digest).
@@ -370,7 +381,8 @@ def _autocast_device(outline: Outline, call: ast.Call) -> str | None:
 @_per_project
 def autocast_sites(root: Path) -> tuple[AutocastSite, ...]:
     """Every autocast call of the project that is not disabled by a literal ``enabled=False``,
-    in path order."""
+    in path order, then every key of its config files that turns mixed precision on
+    (``switches.turns_on``: the framework that reads the file opens the region)."""
     found: list[AutocastSite] = []
     for count, path in enumerate(_python_files(root)):
         if count >= MAX_PROJECT_FILES:
@@ -381,6 +393,10 @@ def autocast_sites(root: Path) -> tuple[AutocastSite, ...]:
         if _may_hold_sites(data):
             summary = _summary(path)
             found.extend(AutocastSite(path, *site) for site in (summary["sites"] if summary else ()))
+    for key in switches(root)[1]:  # a config file that turns it on for the framework that reads it
+        on, dtype = turns_on(key)
+        if on:
+            found.append(AutocastSite(root / key.path, key.row, None, f"{'.'.join(key.key)}: {key.value}", dtype))
     return tuple(found)
 
 
@@ -593,6 +609,36 @@ def autocast_wrappers(root: Path) -> tuple[AutocastWrapper, ...]:
         ambiguous |= (set(summary["defs"]) & set(found)) - wrapped
     return tuple(sorted((w for name, ws in found.items() if name not in ambiguous for w in ws),
                         key=lambda w: (w.path, w.row)))
+
+
+# Config files past this many are not read (a project that keeps data as JSON files).
+MAX_CONFIG_FILES = 2_000
+# What a config file's text must mention to hold an AMP key (``switches.AMP_KEYS``).
+_MAY_HOLD_AMP_KEY = re.compile(r"amp|fp16|bf16|precision|autocast|half", re.IGNORECASE)
+
+
+@_per_project
+def switches(root: Path) -> tuple[tuple[Flag, ...], tuple[ConfigKey, ...]]:
+    """The command-line flags the project's modules define, and the AMP keys of its config
+    files (``switches``), read as data."""
+    flags: list[Flag] = []
+    for path in _python_files(root):
+        data = _read(path)
+        if data is not None and may_define_flags(data):
+            outline = _outline_of(data)
+            if outline is not None:
+                flags += flags_in(outline.tree, relative_name(path, root))
+    keys: list[ConfigKey] = []
+    for path in _files(root)[1][:MAX_CONFIG_FILES]:
+        try:
+            if path.stat().st_size > MAX_CONFIG_BYTES:
+                continue
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if _MAY_HOLD_AMP_KEY.search(text):
+            keys += config_keys_in(text, relative_name(path, root))
+    return tuple(flags), tuple(keys)
 
 
 def wrapper_names(root: Path) -> frozenset[str]:
@@ -836,8 +882,13 @@ def _wrappers_summary(root: Path) -> object:
     return [[w.path.as_posix(), w.row, w.name, w.device] for w in autocast_wrappers(root)]
 
 
+def _switches_summary(root: Path) -> object:
+    flags, keys = switches(root)
+    return [[astuple(f) for f in flags], [astuple(k) for k in keys]]
+
+
 SUMMARIES = {"autocast-sites": _sites_summary, "torch-requirement": _requirement_summary,
-             "autocast-wrappers": _wrappers_summary}
+             "autocast-wrappers": _wrappers_summary, "switches": _switches_summary}
 
 
 def star_dependency(root: Path, path: Path) -> Dependency:
@@ -898,7 +949,7 @@ def adopt(facts: dict[tuple[str, Path], object]) -> None:
 
 def forget() -> None:
     """Read the project's files again when next asked: a new run sees them as they are now."""
-    _python_files.cache_clear()
+    _files.cache_clear()
     _BYTES.clear()
     _SUMMARIES.clear()
     _PARSED.clear()

@@ -99,14 +99,6 @@ class AutocastCall:
     def deprecated_api(self) -> bool:
         return self.api in AUTOCAST_DEVICE
 
-    def switch(self, ctx: FileContext) -> str | None:
-        """The code of the expression that turns the region on (``enabled=self.conf.mp``),
-        when an expression decides it: what a finding in the region applies under."""
-        if self.enabled is not None:
-            return None
-        arg = next((a for a in self.node.args if a.keyword is not None and a.keyword.value == "enabled"), None)
-        return None if arg is None else ctx.code(arg.value)
-
 
 def calls_autocast(outline: Outline) -> bool:
     """The ``may_fire`` of rules about autocast regions: the file calls autocast somewhere."""

@@ -13,6 +13,7 @@ import libcst as cst
 from ..engine.context import FileContext
 from ..engine.crossfile import enabling_site, loss_places_on_ast, named_loss_place
 from ..engine.diagnostics import Fix, Related
+from ..engine.enabling import region_switch
 from ..engine.factories import chain_without_calls, new_method_fix
 from ..engine.outline import BINDING_STATEMENTS, Outline, Scopes
 from ..engine.rule import PARENTHESIZED, AnyOf, Invalid, Rule, TextTest, Valid, tolerant_of_spacing
@@ -2208,9 +2209,9 @@ class Attention(torch.nn.Module):
             evidence, related = "", m.related
             if region is not None and region[2] is not None:  # the region is around a caller
                 region_line, call_line = (ctx.location(ctx.offsets(n)[0]).row for n in (region[1], region[2]))
-                switch = region[0].switch(ctx) if region[0] is not None else None
-                when = f" when `{switch}` is true" if switch else ""
+                switch = region_switch(ctx, region[0]) if region[0] is not None else None
+                when = f" {switch.when}" if switch else ""
                 evidence = f" (this runs under the autocast of line {region_line}{when}, through the call on line {call_line})"
-                related += (Related(ctx.path, call_line, "runs it under autocast"),)
+                related += (Related(ctx.path, call_line, "runs it under autocast"),) + (switch.related if switch else ())
             ctx.report(m.origin, f"{made} makes a float32 tensor, and line {line} {m.text}{evidence}", _fix(flow, m),
                        related=related, preview=m.guessed and region is None)

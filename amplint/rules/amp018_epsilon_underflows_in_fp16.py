@@ -10,6 +10,7 @@ import libcst as cst
 
 from ..engine.context import FileContext
 from ..engine.diagnostics import Related
+from ..engine.enabling import region_switch
 from ..engine.crossfile import enabling_site, named_loss_place, named_loss_places_on_ast
 from ..engine.outline import Outline, contains
 from ..engine.rule import AnyOf, Invalid, Rule, TextTest, Valid
@@ -1290,11 +1291,11 @@ class GAE(torch.nn.Module):
         if region[2] is None:
             return region_table(ctx, region[0]), "in this float16 region", (), False
         line, call = (ctx.location(ctx.offsets(n)[0]).row for n in (region[1], region[2]))
-        switch = region[0].switch(ctx)
-        when = f" when `{switch}` is true" if switch else ""
+        switch = region_switch(ctx, region[0])
+        when = f" {switch.when}" if switch else ""
         return (region_table(ctx, region[0]),
                 f"in float16: this runs under the float16 autocast of line {line}{when}, through the call on line {call}",
-                (Related(ctx.path, call, "runs it under float16 autocast"),), True)
+                (Related(ctx.path, call, "runs it under float16 autocast"), *(switch.related if switch else ())), True)
 
     def _check_operand(self, ctx, literal, other) -> None:
         region = self._fp16_region(ctx, literal)

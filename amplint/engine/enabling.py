@@ -1,0 +1,120 @@
+"""Which switch turns a region or a scaler on, when an expression decides (``enabled=args.amp``):
+the words a finding there applies under, and where the switch is set — a command-line flag or
+a config key of the project (``switches``), a parameter and its default, or else the expression
+itself."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import libcst as cst
+
+from .context import FileContext
+from .diagnostics import Related
+from .project_index import relative_name
+from .semantics import AutocastCall, assigned_before, enclosing_function
+from .switches import ConfigKey, Flag
+
+
+@dataclass(frozen=True)
+class Switch:
+    when: str  # "when `--amp` is set (train.py:42)"
+    related: tuple[Related, ...] = ()
+
+
+def region_switch(ctx: FileContext, ac: AutocastCall) -> Switch | None:
+    """The switch of an autocast region whose ``enabled=`` an expression decides; None when a
+    literal does (or nothing: it is on)."""
+    if ac.enabled is not None:
+        return None
+    arg = next((a for a in ac.node.args if a.keyword is not None and a.keyword.value == "enabled"), None)
+    return None if arg is None else switch_of(ctx, arg.value)
+
+
+def switch_of(ctx: FileContext, expr: cst.BaseExpression) -> Switch:
+    """The switch ``expr`` stands for: ``args.amp`` for the project's ``--amp`` flag,
+    ``cfg.SOLVER.AMP.ENABLED`` for that key of a config file, a parameter for its default."""
+    chain = _chain(expr)
+    # `self.use_amp` is the object's own attribute, not a flag or a key
+    if chain is not None and len(chain) >= 2 and not (chain[0] == "self" and len(chain) == 2):
+        found = _flag(ctx, chain) or _config_key(ctx, chain)
+        if found is not None:
+            return found
+    if isinstance(expr, cst.Name):
+        found = _parameter(ctx, expr)
+        if found is not None:
+            return found
+    return Switch(f"when `{ctx.code(expr)}` is true")
+
+
+def _chain(expr: cst.BaseExpression) -> list[str] | None:
+    """``args.amp`` → [args, amp]; ``cfg["train"]["amp"]`` → [cfg, train, amp]."""
+    if isinstance(expr, cst.Name):
+        return [expr.value]
+    if isinstance(expr, cst.Attribute):
+        head = _chain(expr.value)
+        return None if head is None else [*head, expr.attr.value]
+    if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
+        key = expr.slice[0].slice.value
+        head = _chain(expr.value)
+        if head is not None and isinstance(key, cst.SimpleString) and key.value[:1] in "'\"":
+            return [*head, key.evaluated_value]
+    return None
+
+
+def _ordered(ctx: FileContext, found: list[Flag] | list[ConfigKey]) -> list:
+    """This file's own first, then by place."""
+    root = ctx.project_root()
+    here = relative_name(Path(ctx.path).resolve(), root.resolve()) if root is not None else None
+    return sorted(found, key=lambda f: (f.path != here, f.path, f.row))
+
+
+def _place(ctx: FileContext, found: list[Flag] | list[ConfigKey], what: str) -> tuple[str, Related]:
+    """How a finding names the first of ``found``: ``configs/base.yaml:12`` (and how many
+    more), and as a related location."""
+    first, root = found[0], ctx.project_root()
+    more = f" and {len(found) - 1} more" if len(found) > 1 else ""
+    shown = relative_name((root / first.path).resolve(), Path.cwd())
+    return f"{first.path}:{first.row}{more}", Related(shown, first.row, what)
+
+
+def _flag(ctx: FileContext, chain: list[str]) -> Switch | None:
+    flags = _ordered(ctx, [f for f in ctx.switches()[0] if f.dest == chain[-1]])
+    if not flags:
+        return None
+    flag = flags[0]
+    where, related = _place(ctx, flags, f"`{flag.option}` is defined here")
+    state = "is set" if flag.store_true else "is true" + (f", default {flag.default}" if flag.default else "")
+    return Switch(f"when `{flag.option}` {state} ({where})", (related,))
+
+
+def _config_key(ctx: FileContext, chain: list[str]) -> Switch | None:
+    """The config keys whose path ends as ``chain`` does past its first name (the config
+    object): all of it, or its last two names (`cfg.train.amp` and `train: {amp: true}`)."""
+    wanted = chain[1:]
+    need = min(len(wanted), 2)
+    keys = _ordered(ctx, [k for k in ctx.switches()[1] if len(k.key) >= need and k.key[-need:] == tuple(wanted[-need:])])
+    if not keys:
+        return None
+    key = keys[0]
+    name = ".".join(key.key)
+    where, related = _place(ctx, keys, f"`{name}: {key.value}`")
+    if key.value.lower() in ("true", "yes", "on", "1"):
+        return Switch(f"with `{name}: {key.value}` ({where})", (related,))
+    return Switch(f"when `{name}` is true ({where} has `{key.value}`)", (related,))
+
+
+def _parameter(ctx: FileContext, name: cst.Name) -> Switch | None:
+    function = enclosing_function(ctx, name)
+    if function is None or assigned_before(ctx, name) is not None:
+        return None
+    params = function.params
+    param = next((p for p in (*params.params, *params.kwonly_params, *params.posonly_params)
+                  if p.name.value == name.value), None)
+    if param is None or param.default is None:
+        return None
+    row = ctx.location(ctx.offsets(param)[0]).row
+    return Switch(f"when `{name.value}` is true (a parameter of `{function.name.value}`, "
+                  f"default `{ctx.code(param.default)}`)",
+                  (Related(ctx.path, row, f"`{name.value}` defaults to `{ctx.code(param.default)}`"),))

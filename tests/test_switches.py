@@ -79,6 +79,9 @@ def main(epochs: int = 3, amp: bool = typer.Option(False, "--amp", help="autocas
      "when `train.amp` is true (config.toml:6 has `false`)", ("config.toml", 6, "`train.amp: false`")),
     ("use_amp", {}, "when `use_amp` is true (a parameter of `forward`, default `False`)",
      ("m.py", 11, "`use_amp` defaults to `False`")),
+    # a device that is not a literal: judged as the configured one (cuda), and said
+    ('self.cfg.amp, device_type=str(x.device)', {"train.py": TRAIN_ARGPARSE},
+     "when `--amp` is set (train.py:6) and `str(x.device)` is cuda", ("train.py", 6, "`--amp` is defined here")),
     # nothing in the project sets it: the expression itself
     ("self.cfg.run_fast", {"train.py": TRAIN_ARGPARSE}, "when `self.cfg.run_fast` is true", None),
 ])

@@ -24,12 +24,21 @@ class Switch:
 
 
 def region_switch(ctx: FileContext, ac: AutocastCall) -> Switch | None:
-    """The switch of an autocast region whose ``enabled=`` an expression decides; None when a
-    literal does (or nothing: it is on)."""
-    if ac.enabled is not None:
+    """What an autocast region applies under when expressions decide it: its ``enabled=``
+    (``switch_of``) and its device (``device_type=str(device)``: judged as the configured
+    device, "when `device` is cuda"); None when literals do."""
+    args = {a.keyword.value: a.value for a in ac.node.args if a.keyword is not None}
+    positional = [a.value for a in ac.node.args if a.keyword is None and not a.star]
+    parts = []
+    if ac.enabled is None and "enabled" in args:
+        parts.append(switch_of(ctx, args["enabled"]))
+    device = args.get("device_type", positional[0] if positional and not ac.deprecated_api else None)
+    if ac.device is None and device is not None:
+        parts.append(Switch(f"when `{ctx.code(device)}` is {ctx.policy().device}"))
+    if not parts:
         return None
-    arg = next((a for a in ac.node.args if a.keyword is not None and a.keyword.value == "enabled"), None)
-    return None if arg is None else switch_of(ctx, arg.value)
+    when = " and ".join([parts[0].when, *(p.when.removeprefix("when ") for p in parts[1:])])
+    return Switch(when, tuple(r for p in parts for r in p.related))
 
 
 def switch_of(ctx: FileContext, expr: cst.BaseExpression) -> Switch:

@@ -171,3 +171,30 @@ def test_a_config_file_that_turns_it_on_opens_the_region(tmp_path, run_amplint, 
     [finding] = json.loads(run_amplint(*args, cwd=tmp_path).stdout)
     assert (finding["code"], finding["location"]["row"]) == ("AMP008", 8)
     assert f"runs code under autocast ({shown})" in finding["message"]
+
+
+@pytest.mark.parametrize("name,text,shown", [
+    ("configs/seg_amp.py", "optim_wrapper = dict(\n    type='AmpOptimWrapper',\n    optimizer=dict(type='SGD', lr=0.01),\n)\n",
+     "configs/seg_amp.py:1, `type='AmpOptimWrapper'`"),
+    ("configs/det_fp16.py", "_base_ = './det.py'\nfp16 = dict(loss_scale=512.0)\n", "configs/det_fp16.py:2, `fp16 = dict(...)`"),
+    ("tools/train_net.py", "from detectron2.engine import AMPTrainer\n\ndef build(model, loader, opt):\n"
+     "    return AMPTrainer(model, loader, opt)\n", "tools/train_net.py:4, `AMPTrainer(...)`"),
+])
+def test_an_mm_or_detectron2_setting_opens_the_region(tmp_path, run_amplint, name, text, shown):
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'det'\n")
+    (tmp_path / "losses.py").write_text(textwrap.dedent("""\
+        import torch.nn.functional as F
+        from torch import nn
+
+
+        class MaskLoss(nn.Module):
+            def forward(self, logits, target):
+                return F.binary_cross_entropy(logits.sigmoid(), target)
+        """))
+    args = ("check", "--no-cache", "--preview", "--output-format", "json", "losses.py")
+    assert json.loads(run_amplint(*args, cwd=tmp_path).stdout) == []
+    (tmp_path / name).parent.mkdir(exist_ok=True)
+    (tmp_path / name).write_text(text)
+    [finding] = json.loads(run_amplint(*args, cwd=tmp_path).stdout)
+    assert (finding["code"], finding["location"]["row"]) == ("AMP008", 7)
+    assert f"runs code under autocast ({shown})" in finding["message"]

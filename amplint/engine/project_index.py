@@ -102,13 +102,20 @@ _FRAMEWORK_SETTINGS = (
      frozenset({True})),
     (frozenset({f"mmcv.runner{module}.{name}" for module in ("", ".hooks", ".hooks.optimizer")
                 for name in ("Fp16OptimizerHook", "GradientCumulativeFp16OptimizerHook")}), None, frozenset()),
+    # mmengine's wrapper runs `optim_context` (the model's forward and losses) under autocast
+    (frozenset({"mmengine.optim.AmpOptimWrapper", "mmengine.optim.optimizer.AmpOptimWrapper"}), None, frozenset()),
+    # detectron2's trainer runs the model (losses included) under autocast
+    (frozenset({"detectron2.engine.AMPTrainer", "detectron2.engine.train_loop.AMPTrainer"}), None, frozenset()),
 )
 _FRAMEWORK_CLASSES = frozenset().union(*(names for names, _, _ in _FRAMEWORK_SETTINGS))
 # What a file that sets one must contain: a class's name and the keyword given (`precision`
 # alone is a metric); plain searches first, they are many times faster than the expression.
 _FRAMEWORK_WORDS = (b"Trainer", b"Fabric", b"Accelerator", b"TrainingArguments")
 _SETTING = re.compile(rb"(?:precision|fp16|bf16)\s*=")
-_CONSTRUCTED_SETTINGS = (b"Fp16OptimizerHook",)
+_CONSTRUCTED_SETTINGS = (b"Fp16OptimizerHook", b"AmpOptimWrapper", b"AMPTrainer")
+# A config module of mmcv 1.x that sets `fp16 = dict(loss_scale=...)`: its runner builds the
+# Fp16OptimizerHook.
+_MMCV_FP16 = re.compile(rb"^fp16\s*=\s*dict\(", re.MULTILINE)
 
 
 def _setting_dtype(keyword: str | None, value: object) -> str | None:
@@ -359,6 +366,32 @@ def _sites_of(outline: Outline) -> list[list]:
             value = next((k.value for k in call.keywords if k.arg == keyword), None)
             if isinstance(value, ast.Constant) and value.value in values and type(value.value) in (str, int, bool):
                 found.append([call.lineno, None, f"{keyword}={value.value!r}", _setting_dtype(keyword, value.value)])
+    return found + _config_module_sites(outline)
+
+
+def _config_module_sites(outline: Outline) -> list[list]:
+    """The settings of a config module (mmengine, mmcv 1.x) that make the runner open the
+    region: an optimizer wrapper of type ``AmpOptimWrapper`` (as ``dict(type=...)`` or a dict
+    literal; its ``dtype`` picks the precision), and a module-level ``fp16 = dict(...)``."""
+    found = []
+    for node in outline.nodes(ast.Call) + outline.nodes(ast.Dict):
+        if isinstance(node, ast.Call):
+            if not (isinstance(node.func, ast.Name) and node.func.id == "dict"):
+                continue
+            fields = {k.arg: k.value for k in node.keywords if k.arg is not None}
+        else:
+            fields = {k.value: v for k, v in zip(node.keys, node.values)
+                      if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+        kind = fields.get("type")
+        if isinstance(kind, ast.Constant) and kind.value == "AmpOptimWrapper":
+            dtype = fields.get("dtype")
+            named = dtype.value if isinstance(dtype, ast.Constant) and isinstance(dtype.value, str) else ""
+            found.append([node.lineno, None, "type='AmpOptimWrapper'",
+                          "bfloat16" if "bf" in named else "float16" if not named or "16" in named else None])
+    for statement in outline.tree.body:
+        if isinstance(statement, ast.Assign) and [getattr(t, "id", None) for t in statement.targets] == ["fp16"] \
+                and isinstance(statement.value, (ast.Call, ast.Dict)):
+            found.append([statement.lineno, None, "fp16 = dict(...)", "float16"])
     return found
 
 
@@ -401,7 +434,7 @@ def autocast_sites(root: Path) -> tuple[AutocastSite, ...]:
 
 
 def _may_hold_sites(data: bytes) -> bool:
-    return b"autocast" in data or any(name in data for name in _CONSTRUCTED_SETTINGS) \
+    return b"autocast" in data or any(name in data for name in _CONSTRUCTED_SETTINGS) or _MMCV_FP16.search(data) \
         or (any(name in data for name in _FRAMEWORK_WORDS) and _SETTING.search(data) is not None)
 
 

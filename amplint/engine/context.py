@@ -19,6 +19,8 @@ from .project_index import (
     Dependency,
     autocast_sites,
     autocast_wrappers,
+    command_line_flags,
+    config_keys,
     dependency,
     module_dependency,
     module_text,
@@ -26,7 +28,6 @@ from .project_index import (
     project_root,
     star_dependency,
     star_imports,
-    switches,
 )
 from .source import split_lines
 from .torch_requirement import TorchRequirement, declared_torch
@@ -298,15 +299,24 @@ class FileContext:
             self.__dict__["_wrappers"] = found
         return self.__dict__["_wrappers"]
 
-    def switches(self) -> "tuple[tuple[Flag, ...], tuple[ConfigKey, ...]]":
-        """The command-line flags and config keys of this file's project that may turn AMP on
-        (``project_index.switches``); none for a file that is not on disk or in no project. The
-        file's findings then depend on them."""
+    def command_line_flags(self) -> "tuple[Flag, ...]":
+        """The command-line flags this file's project defines (``project_index``); none for a
+        file that is not on disk or in no project. The file's findings then depend on them."""
         root = self._project_root
         if root is None:
-            return (), ()
-        self.dependencies.add(dependency("switches", root))
-        return switches(root)
+            return ()
+        self.dependencies.add(dependency("command-line-flags", root))
+        return command_line_flags(root)
+
+    def config_keys(self) -> "tuple[ConfigKey, ...]":
+        """The AMP keys of the config files of this file's project (``project_index``); none
+        for a file that is not on disk or in no project. The file's findings then depend on
+        them."""
+        root = self._project_root
+        if root is None:
+            return ()
+        self.dependencies.add(dependency("config-keys", root))
+        return config_keys(root)
 
     def project_root(self) -> Path | None:
         """The root of this file's project (``project_index.project_root``)."""

@@ -89,7 +89,7 @@ def _place(ctx: FileContext, found: list[Flag] | list[ConfigKey], what: str) -> 
 
 
 def _flag(ctx: FileContext, chain: list[str]) -> Switch | None:
-    flags = _ordered(ctx, [f for f in ctx.switches()[0] if f.dest == chain[-1]])
+    flags = _ordered(ctx, [f for f in ctx.command_line_flags() if f.dest == chain[-1]])
     if not flags:
         return None
     flag = flags[0]
@@ -103,7 +103,7 @@ def _config_key(ctx: FileContext, chain: list[str]) -> Switch | None:
     object): all of it, or its last two names (`cfg.train.amp` and `train: {amp: true}`)."""
     wanted = chain[1:]
     need = min(len(wanted), 2)
-    keys = _ordered(ctx, [k for k in ctx.switches()[1] if len(k.key) >= need and k.key[-need:] == tuple(wanted[-need:])])
+    keys = _ordered(ctx, [k for k in ctx.config_keys() if len(k.key) >= need and k.key[-need:] == tuple(wanted[-need:])])
     if not keys:
         return None
     key = keys[0]

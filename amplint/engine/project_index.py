@@ -38,7 +38,7 @@ from . import source as source_io
 from .names import AUTOCAST, AUTOCAST_DEVICE
 from .outline import Outline, contains
 from .switches import (CONFIG_SUFFIXES, MAX_CONFIG_BYTES, ConfigKey, Flag, config_keys_in, flags_in, may_define_flags,
-                       turns_on)
+                       may_hold_amp_key, turns_on)
 from .torch_requirement import declared_torch
 
 # Folders no project's files are taken from, and the exclude list a configuration starts with.
@@ -426,7 +426,7 @@ def autocast_sites(root: Path) -> tuple[AutocastSite, ...]:
         if _may_hold_sites(data):
             summary = _summary(path)
             found.extend(AutocastSite(path, *site) for site in (summary["sites"] if summary else ()))
-    for key in switches(root)[1]:  # a config file that turns it on for the framework that reads it
+    for key in config_keys(root):  # a config file that turns it on for the framework that reads it
         on, dtype = turns_on(key)
         if on:
             found.append(AutocastSite(root / key.path, key.row, None, f"{'.'.join(key.key)}: {key.value}", dtype))
@@ -646,21 +646,24 @@ def autocast_wrappers(root: Path) -> tuple[AutocastWrapper, ...]:
 
 # Config files past this many are not read (a project that keeps data as JSON files).
 MAX_CONFIG_FILES = 2_000
-# What a config file's text must mention to hold an AMP key (``switches.AMP_KEYS``).
-_MAY_HOLD_AMP_KEY = re.compile(r"amp|fp16|bf16|precision|autocast|half", re.IGNORECASE)
-
-
 @_per_project
-def switches(root: Path) -> tuple[tuple[Flag, ...], tuple[ConfigKey, ...]]:
-    """The command-line flags the project's modules define, and the AMP keys of its config
-    files (``switches``), read as data."""
+def command_line_flags(root: Path) -> tuple[Flag, ...]:
+    """The command-line flags the project's modules define (``switches.flags_in``)."""
     flags: list[Flag] = []
     for path in _python_files(root):
         data = _read(path)
         if data is not None and may_define_flags(data):
-            outline = _outline_of(data)
-            if outline is not None:
-                flags += flags_in(outline.tree, relative_name(path, root))
+            try:
+                tree = ast.parse(data)
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                continue
+            flags += flags_in(tree, relative_name(path, root))
+    return tuple(flags)
+
+
+@_per_project
+def config_keys(root: Path) -> tuple[ConfigKey, ...]:
+    """The AMP keys of the project's config files (``switches.config_keys_in``), read as data."""
     keys: list[ConfigKey] = []
     for path in _files(root)[1][:MAX_CONFIG_FILES]:
         try:
@@ -669,9 +672,9 @@ def switches(root: Path) -> tuple[tuple[Flag, ...], tuple[ConfigKey, ...]]:
             text = path.read_text(encoding="utf-8", errors="replace")
         except OSError:
             continue
-        if _MAY_HOLD_AMP_KEY.search(text):
+        if may_hold_amp_key(text):
             keys += config_keys_in(text, relative_name(path, root))
-    return tuple(flags), tuple(keys)
+    return tuple(keys)
 
 
 def wrapper_names(root: Path) -> frozenset[str]:
@@ -915,13 +918,12 @@ def _wrappers_summary(root: Path) -> object:
     return [[w.path.as_posix(), w.row, w.name, w.device] for w in autocast_wrappers(root)]
 
 
-def _switches_summary(root: Path) -> object:
-    flags, keys = switches(root)
-    return [[astuple(f) for f in flags], [astuple(k) for k in keys]]
-
-
 SUMMARIES = {"autocast-sites": _sites_summary, "torch-requirement": _requirement_summary,
-             "autocast-wrappers": _wrappers_summary, "switches": _switches_summary}
+             "autocast-wrappers": _wrappers_summary,
+             "config-keys": lambda root: [astuple(k) for k in config_keys(root)],
+             "command-line-flags": lambda root: [astuple(f) for f in command_line_flags(root)]}
+# Read only where a check asks (a switch to name), not ahead for every project.
+_ON_DEMAND = frozenset({"command-line-flags"})
 
 
 def star_dependency(root: Path, path: Path) -> Dependency:
@@ -970,7 +972,7 @@ def projects_of(paths: Iterable[str | Path], real_folders: dict[str, str] | None
 def project_facts(root: Path) -> dict[tuple[str, Path], object]:
     """Every answer the checks of a project's files may ask of it, read now: handed with its
     files to the processes that check them (``adopt``), so that one reading serves them all."""
-    for kind in SUMMARIES:
+    for kind in SUMMARIES.keys() - _ON_DEMAND:
         dependency(kind, root)
     return {key: value for key, value in _FACTS.items() if key[1] == root}
 

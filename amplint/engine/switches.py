@@ -3,8 +3,9 @@ click, typer) and the keys of its config files (YAML, JSON, TOML). Config files 
 data (YAML is only composed into nodes, never constructed into objects; nothing is run).
 
 A region or a scaler whose ``enabled=`` is ``args.amp`` or ``cfg.SOLVER.AMP.ENABLED`` runs
-only when that switch is on; a finding there names it (``semantics.Switch``). The project's
-flags and keys are read by ``project_index.switches``; this module reads one file.
+only when that switch is on; a finding there names it (``enabling.Switch``). The project's
+flags and keys are read by ``project_index.command_line_flags`` and ``config_keys``; this
+module reads one file.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ AMP_KEYS = frozenset({
 _SECTION_SWITCHES = frozenset({"enabled", "enable", "enabled_amp", "dtype"})
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml")
 MAX_CONFIG_BYTES = 256 * 1024  # a bigger file is data, not configuration
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, where PyYAML was built with it
 
 
 @dataclass(frozen=True)
@@ -146,13 +148,21 @@ def _typer_parameters(function: ast.FunctionDef | ast.AsyncFunctionDef, path: st
 
 # -- config files ----------------------------------------------------------------------------
 
+_KEY_WORD = re.compile(r"""["']?\b(?:%s)\b["']?\s*[:=]""" % "|".join(sorted(AMP_KEYS)), re.IGNORECASE)
+
+
+def may_hold_amp_key(text: str) -> bool:
+    """The first step of ``config_keys_in``: some AMP word written as a key."""
+    return _KEY_WORD.search(text) is not None
+
+
 def config_keys_in(text: str, path: str) -> list[ConfigKey]:
     """The AMP keys of one config file (``is_amp_key``) with their rows; none for a file that
     does not parse."""
     if path.endswith(".toml"):
         return _toml_keys(text, path)
     try:  # JSON is read as YAML too: its nodes carry their rows
-        documents = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+        documents = list(yaml.compose_all(text, Loader=_LOADER))
     except (yaml.YAMLError, RecursionError, ValueError):
         return []
     found: list[ConfigKey] = []

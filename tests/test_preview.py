@@ -129,6 +129,9 @@ def test_a_region_around_a_caller_in_the_file_is_evidence(tmp_path, run_amplint)
             full = torch.zeros(scores.shape[0], 16, device=scores.device)
             full[:, keep] = scores[:, keep]
             return full
+
+
+        matcher = Matcher(use_amp=True)
     """))
     result = run_amplint("check", "--no-cache", "--output-format", "json", "m.py", cwd=tmp_path)
     [finding] = json.loads(result.stdout)

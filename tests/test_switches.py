@@ -77,7 +77,8 @@ def main(epochs: int = 3, amp: bool = typer.Option(False, "--amp", help="autocas
      "with `fp16.enabled: true` (ds_config.json:4)", ("ds_config.json", 4, "`fp16.enabled: true`")),
     ("self.cfg.train.amp", {"config.toml": "[model]\nwidth = 8\n\n[train]\nlr = 0.1\namp = false\n"},
      "when `train.amp` is true (config.toml:6 has `false`)", ("config.toml", 6, "`train.amp: false`")),
-    ("use_amp", {}, "when `use_amp` is true (a parameter of `forward`, default `False`)",
+    ("use_amp", {"train.py": "def step(model, x):\n    return model(x, use_amp=True)\n"},
+     "when `use_amp` is true (a parameter of `forward`, default `False`)",
      ("m.py", 11, "`use_amp` defaults to `False`")),
     # a device that is not a literal: judged as the configured one (cuda), and said
     ('self.cfg.amp, device_type=str(x.device)', {"train.py": TRAIN_ARGPARSE},

@@ -22,6 +22,8 @@ from .project_index import (
     command_line_flags,
     config_keys,
     dependency,
+    keyword_dependency,
+    keyword_passes,
     module_dependency,
     module_text,
     project_module,
@@ -307,6 +309,16 @@ class FileContext:
             return ()
         self.dependencies.add(dependency("command-line-flags", root))
         return command_line_flags(root)
+
+    def keyword_passes(self, name: str) -> tuple[tuple[str, int], ...]:
+        """Where a call in this file's project passes ``name=...`` (``project_index``); none
+        for a file that is not on disk or in no project. The file's findings then depend on
+        them."""
+        root = self._project_root
+        if root is None:
+            return ()
+        self.dependencies.add(keyword_dependency(root, name))
+        return keyword_passes(root, name)
 
     def config_keys(self) -> "tuple[ConfigKey, ...]":
         """The AMP keys of the config files of this file's project (``project_index``); none

@@ -833,6 +833,31 @@ def _function_summary(root: Path, shown: str, name: str) -> object:
     return ast.dump(found, include_attributes=True) if found is not None else None
 
 
+def keyword_passes(root: Path, name: str) -> tuple[tuple[str, int], ...]:
+    """Where a call in the project's modules passes ``name=...`` (a keyword argument), as
+    (path from the root, row); read once per name and run."""
+    key = (f"keyword:{name}", root)
+    if key not in _FACTS:
+        word = re.compile(rb"\b" + re.escape(name.encode()) + rb"\s*=(?!=)")
+        found = []
+        for path in _python_files(root):
+            data = _read(path)
+            if data is None or word.search(data) is None:
+                continue
+            try:
+                tree = ast.parse(data)
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                continue
+            found += [(relative_name(path, root), node.lineno) for node in ast.walk(tree)
+                      if isinstance(node, ast.Call) and any(k.arg == name for k in node.keywords)]
+        _FACTS[key] = tuple(found)
+    return _FACTS[key]
+
+
+def keyword_dependency(root: Path, name: str) -> Dependency:
+    return dependency(f"keyword:{name}", root)
+
+
 class ProjectHints:
     """What the prefilter may ask of the project a checked file belongs to, asked lazily: the
     names of the project's autocast wrappers (a backward inside ``with amp_ctx():`` is inside
@@ -944,6 +969,8 @@ def dependency(kind: str, root: Path) -> Dependency:
             text = json.dumps(_star_summary(root, kind.split(":", 1)[1]))
         elif kind.startswith("module:"):
             text = module_text(root.resolve() / kind.split(":", 1)[1]) or ""
+        elif kind.startswith("keyword:"):
+            text = json.dumps(keyword_passes(root, kind.split(":", 1)[1]))
         elif kind.startswith("function:"):
             text = json.dumps(_function_summary(root, *kind.split(":", 1)[1].rsplit(":", 1)))
         else:

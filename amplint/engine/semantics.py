@@ -215,7 +215,68 @@ def autocast_call(ctx: FileContext, expr: cst.BaseExpression) -> AutocastCall | 
     enabled = literal_bool(args["enabled"].value) if "enabled" in args else True
     if has_star_args(expr):
         enabled = None
+    elif enabled is None and _off_unless_passed(ctx, args["enabled"].value):
+        enabled = False
     return AutocastCall(expr, api, device, dtype, dtype_given, enabled)
+
+
+def _off_unless_passed(ctx: FileContext, expr: cst.BaseExpression) -> bool:
+    """Whether an ``enabled=`` expression is a parameter that defaults to False (``use_amp``,
+    or ``self.use_amp`` that ``__init__`` sets from one) and that nothing passes: no call in
+    this file (by keyword or position), no call in the project by keyword, no command-line
+    flag or config key of its name. The region is then off on every run the project shows."""
+    function, name = _parameter_behind(ctx, expr)
+    if function is None:
+        return False
+    params = list(function.params.params)
+    param = next((p for p in params if p.name.value == name), None)
+    if param is None or param.default is None or literal_bool(param.default) is not False:
+        return False
+    index = params.index(param) - (1 if params and params[0].name.value == "self" else 0)
+    for call in _calls_running(ctx, function):
+        positional = [a for a in call.args if a.keyword is None]
+        if len(positional) > index or any(a.star or (a.keyword is not None and a.keyword.value == name)
+                                          for a in call.args):
+            return False
+    return not (ctx.keyword_passes(name) or any(f.dest == name for f in ctx.command_line_flags())
+                or any(k.key[-1] == name for k in ctx.config_keys()))
+
+
+def _parameter_behind(ctx: FileContext, expr: cst.BaseExpression) -> tuple[cst.FunctionDef | None, str]:
+    """The function and parameter an expression reads: ``x`` of the function it is in (not
+    rebound), or for ``self.x`` the parameter ``__init__`` assigns it from (its only binding in
+    the class)."""
+    if isinstance(expr, cst.Name):
+        function = enclosing_function(ctx, expr)
+        return (function, expr.value) if function is not None and assigned_before(ctx, expr) is None else (None, "")
+    if not (isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self"):
+        return None, ""
+    cls = next((a for a in ctx.ancestors(expr) if isinstance(a, cst.ClassDef)), None)
+    if cls is None:
+        return None, ""
+    assigned = [t for node in subtree(cls) if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign))
+                for t in ([x.target for x in node.targets] if isinstance(node, cst.Assign) else [node.target])
+                if isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == "self"
+                and t.attr.value == expr.attr.value]
+    if len(assigned) != 1:
+        return None, ""
+    statement = ctx.parent(assigned[0]) if isinstance(ctx.parent(assigned[0]), cst.Assign) else None
+    if statement is None:
+        statement = ctx.parent(ctx.parent(assigned[0]))
+    function = enclosing_function(ctx, assigned[0])
+    if function is None or function.name.value != "__init__" or not isinstance(statement, cst.Assign) \
+            or not isinstance(statement.value, cst.Name):
+        return None, ""
+    return function, statement.value.value
+
+
+def _calls_running(ctx: FileContext, function: cst.FunctionDef) -> list[cst.Call]:
+    """The calls of this file that run ``function``: ``calls_of``, and for ``__init__`` the
+    calls of its class by name."""
+    if function.name.value != "__init__":
+        return calls_of(ctx, function)
+    cls = next((a for a in ctx.ancestors(function) if isinstance(a, cst.ClassDef)), None)
+    return [c for c in calls(ctx) if cls is not None and isinstance(c.func, cst.Name) and c.func.value == cls.name.value]
 
 
 def enclosing_function(ctx: FileContext, node: cst.CSTNode) -> cst.FunctionDef | None:
@@ -540,54 +601,147 @@ def tensor_input(call: cst.Call, spelling: str) -> cst.BaseExpression | None:
 
 
 def assigned_before(ctx: FileContext, name: cst.Name) -> cst.BaseExpression | None:
-    """The value last assigned to ``name`` (a plain ``x = ...``) earlier in its function."""
+    """The value ``name`` holds where it is read, where a plain assignment earlier in its
+    function shows it (``x = ...``, ``x: T = ...``, ``x := ...``). None when there is none,
+    when the last binding before the read is another kind (``x += ...``, a ``for`` or ``with``
+    target, unpacking, an import), or when a binding later in a loop around the read may
+    reach it on the next iteration: each read has one answer or none."""
     scope = enclosing_function(ctx, name) or ctx.module
-    cache = ctx.__dict__.setdefault("_assignments", {})
-    if id(scope) not in cache:
-        found: list[tuple[int, str, cst.BaseExpression]] = []
-        for node in _walk_same_scope(scope):
-            if isinstance(node, cst.Assign) and len(node.targets) == 1 \
-                    and isinstance(node.targets[0].target, cst.Name):
-                found.append((ctx.order(node), node.targets[0].target.value, node.value))
-        cache[id(scope)] = sorted(found, key=lambda t: t[0])
+    bindings = _bindings_in(ctx, scope).get(name.value, ())
     at = ctx.order(name)
     value = None
-    for pos, target, expr in cache[id(scope)]:
-        if pos >= at:
+    for binding, bound in bindings:
+        if ctx.order(binding) >= at:
             break
-        if target == name.value:
-            value = expr
+        if not ctx.contains(binding, name):  # `x = x + 1` reads the binding before it
+            value = bound
+    if value is None:
+        return None
+    for loop in ctx.ancestors(name):
+        if loop is scope:
+            break
+        if isinstance(loop, (cst.For, cst.While)) and any(
+                ctx.order(b) > at and ctx.contains(loop, b) for b, _ in bindings):
+            return None
     return value
+
+
+def _bindings_in(ctx: FileContext, scope: cst.CSTNode) -> dict[str, list[tuple[cst.CSTNode, cst.BaseExpression | None]]]:
+    """Every binding of each name in ``scope`` (not in nested functions, classes, lambdas), in
+    source order, with the value it binds where a plain assignment shows it (else None)."""
+    cache = ctx.__dict__.setdefault("_scope_bindings", {})
+    if id(scope) not in cache:
+        found: dict[str, list] = {}
+
+        def bind(node: cst.CSTNode, target: cst.BaseExpression, value: cst.BaseExpression | None) -> None:
+            if isinstance(target, cst.Name):
+                found.setdefault(target.value, []).append((node, value))
+            elif isinstance(target, (cst.Tuple, cst.List)):
+                for element in target.elements:
+                    bind(node, element.value, None)
+            elif isinstance(target, cst.StarredElement):
+                bind(node, target.value, None)
+
+        for node in _walk_same_scope(scope):
+            if isinstance(node, cst.Assign):
+                for target in node.targets:
+                    bind(node, target.target, node.value)
+            elif isinstance(node, (cst.AnnAssign, cst.NamedExpr)) and node.value is not None:
+                bind(node, node.target, node.value)
+            elif isinstance(node, (cst.AugAssign, cst.For, cst.CompFor)):
+                bind(node, node.target, None)
+            elif isinstance(node, cst.AsName):
+                bind(node, node.name, None)
+            elif isinstance(node, cst.ImportAlias) and node.asname is None:
+                found.setdefault(node.evaluated_name.split(".")[0], []).append((node, None))
+        cache[id(scope)] = {k: sorted(v, key=lambda b: ctx.order(b[0])) for k, v in found.items()}
+    return cache[id(scope)]
+
+
+# A value's dtype and whether it is a 0-dim tensor or a Python number: those take part in
+# type promotion only when their category is higher (a float32 0-dim tensor or a float
+# added to a float16 tensor leaves it float16).
+_NUMBER = ("number", True)
+_DTYPE_METHODS = {"float": "float32", "half": "lowp", "bfloat16": "lowp"}
+_SAME_DTYPE_METHODS = frozenset({"cpu", "cuda", "detach", "clone", "contiguous", "abs", "neg", "clamp", "clamp_min",
+                                 "clamp_max", "squeeze", "unsqueeze", "view", "reshape", "flatten", "t",
+                                 "transpose", "permute", "expand", "expand_as"})
+_FULL_REDUCTIONS = frozenset({"sum", "mean", "amax", "amin", "max", "min", "norm", "prod"})
 
 
 def inferred_dtype(ctx: FileContext, expr: cst.BaseExpression, table, depth: int = 3) -> str | None:
     """'lowp', 'float32' or None (unknown) for a value computed inside an autocast region whose
-    device's policies are ``table``: what autocast makes of the op that produced it."""
+    device's policies are ``table``: what autocast makes of the op that produced it, and what
+    PyTorch's type promotion makes of arithmetic on such values."""
+    dtype = _dtype(ctx, expr, table, depth)[0]
+    return dtype if dtype in ("lowp", "float32") else None
+
+
+def _dtype(ctx: FileContext, expr: cst.BaseExpression, table, depth: int) -> tuple[str | None, bool]:
+    """(``inferred_dtype``'s answer, or "number" for a Python number; whether a 0-dim value)."""
     if depth == 0:
-        return None
+        return None, False
+    if isinstance(expr, (cst.Integer, cst.Float)):
+        return _NUMBER
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
+        return _dtype(ctx, expr.expression, table, depth)
     if isinstance(expr, cst.Name):
-        value = assigned_before(ctx, expr)
-        return inferred_dtype(ctx, value, table, depth - 1) if value is not None else None
-    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.MatrixMultiply):
-        spelling = "torch.Tensor.__matmul__"
-    elif isinstance(expr, cst.Call):
-        mc = method_call(expr)
-        if mc is not None and mc[1] == "float":
-            return "float32"
-        if mc is not None and mc[1] in ("half", "bfloat16"):
-            return "lowp"
-        spelling = call_spelling(ctx, expr)
-        if casts_back(table, spelling):
-            source = tensor_input(expr, spelling)
-            return inferred_dtype(ctx, source, table, depth - 1) if source is not None else None
-    else:
-        return None
+        value = assigned_before(ctx, expr)  # an earlier binding: no cycle, so no depth spent
+        return _dtype(ctx, value, table, depth) if value is not None else (None, False)
+    if isinstance(expr, cst.BinaryOperation):
+        if isinstance(expr.operator, cst.MatrixMultiply):
+            return _by_policy(table, "torch.Tensor.__matmul__")
+        return _promoted(_dtype(ctx, expr.left, table, depth - 1), _dtype(ctx, expr.right, table, depth - 1))
+    if not isinstance(expr, cst.Call):
+        return None, False
+    mc = method_call(expr)
+    if mc is not None and mc[1] in _DTYPE_METHODS and not expr.args:
+        return _DTYPE_METHODS[mc[1]], False
+    if mc is not None and mc[1] == "to":
+        target = next((dtype_of(ctx, a.value) for a in expr.args
+                       if a.keyword is None or a.keyword.value == "dtype"), None)
+        if target is not None:
+            return ("float32" if target == "float32" else "lowp" if target in ("float16", "bfloat16") else None), False
+        if all(a.keyword is not None and a.keyword.value in ("device", "non_blocking") for a in expr.args):
+            return _dtype(ctx, mc[0], table, depth - 1)
+    if mc is not None and mc[1] in _SAME_DTYPE_METHODS:
+        return _dtype(ctx, mc[0], table, depth - 1)
+    if ctx.resolves_to(expr.func, {"torch.tensor"}) is not None and expr.args and expr.args[0].keyword is None \
+            and isinstance(expr.args[0].value, (cst.Float, cst.Integer, cst.UnaryOperation)):
+        given = next((dtype_of(ctx, a.value) for a in expr.args if a.keyword is not None and a.keyword.value == "dtype"), None)
+        if given is None and isinstance(expr.args[0].value, cst.Float) or given == "float32":
+            return "float32", True
+        return ("lowp" if given in ("float16", "bfloat16") else None), True
+    spelling = call_spelling(ctx, expr)
+    if casts_back(table, spelling):
+        source = tensor_input(expr, spelling)
+        return _dtype(ctx, source, table, depth - 1) if source is not None else (None, False)
+    dtype = _by_policy(table, spelling)
+    if mc is not None and mc[1] in _FULL_REDUCTIONS and not expr.args:
+        return (dtype[0] or _dtype(ctx, mc[0], table, depth - 1)[0]), True
+    return dtype
+
+
+def _by_policy(table, spelling: str | None) -> tuple[str | None, bool]:
     policies = policies_of(table, spelling)
     if policies == {"lower_precision_fp"}:
-        return "lowp"
+        return "lowp", False
     if policies and policies <= FP32_FAMILY:
-        return "float32"
-    return None
+        return "float32", False
+    return None, False
+
+
+def _promoted(left: tuple[str | None, bool], right: tuple[str | None, bool]) -> tuple[str | None, bool]:
+    """PyTorch's promotion of two floating operands: a Python number or a 0-dim tensor leaves
+    a tensor with dimensions its dtype; otherwise float32 wins over float16/bfloat16."""
+    if left == _NUMBER or right == _NUMBER:
+        other = right if left == _NUMBER else left
+        return other if other != _NUMBER else _NUMBER
+    if None in (left[0], right[0]):
+        return None, False
+    if left[1] != right[1]:
+        return left if right[1] else right
+    return ("float32" if "float32" in (left[0], right[0]) else "lowp"), left[1]
 
 
 def makes_float32_outside_autocast(outline: Outline) -> bool:

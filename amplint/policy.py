@@ -45,6 +45,7 @@ class PolicyTable:
         # Ops whose autocast kernel casts the output back to the input's dtype (roi_align's).
         self._cast_back = {e["op"] for e in data["ops"] if e.get("cast_back") is True}
         self._by_spelling: dict[str, list[str]] = {}
+        self._with_policy: dict[str, frozenset[str]] = {}
         for entry in data["ops"]:
             for spelling in entry.get("python", []):
                 self._by_spelling.setdefault(spelling, []).append(entry["op"])
@@ -64,8 +65,13 @@ class PolicyTable:
         """The spellings that reach some op for which ``wanted(op)`` holds."""
         return {s for s, ops in self._by_spelling.items() if any(wanted(o) for o in ops)}
 
-    def spellings_with(self, policy: str) -> set[str]:
-        return {s for s, ops in self._by_spelling.items() if any(self._policy[o] == policy for o in ops)}
+    def spellings_with(self, policy: str) -> frozenset[str]:
+        """The spellings that reach some op of ``policy``; found once per policy (rules ask
+        for each call they judge)."""
+        if policy not in self._with_policy:
+            self._with_policy[policy] = frozenset(
+                s for s, ops in self._by_spelling.items() if any(self._policy[o] == policy for o in ops))
+        return self._with_policy[policy]
 
     def message_for(self, op: str) -> str | None:
         entry = next((e for e in self.data["ops"] if e["op"] == op), None)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ast
 import re
-from bisect import bisect_left, bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Hashable, Iterator
@@ -153,9 +152,10 @@ def event_calls(outline: Outline) -> dict[int, str]:
     found |= {a.arg for a in outline.nodes(ast.arg) if a.arg in SCALER_PARAMETERS}
     found |= {ast.unparse(r) for c in calls if (r := scaled(c)) is not None}
     found |= {ast.unparse(c.func.value) for c in calls if method(c) == "unscale_"}
-    for _ in range(2):  # `s = self.scaler`: `s` is one too
-        found |= {t.id for a in outline.nodes(ast.Assign) if ast.unparse(a.value) in found
-                  for t in a.targets if isinstance(t, ast.Name)} if found else set()
+    if found:  # `s = self.scaler`: `s` is one too (each value unparsed once, for both rounds)
+        values = [(ast.unparse(a.value), a.targets) for a in outline.nodes(ast.Assign)]
+        for _ in range(2):
+            found |= {t.id for value, targets in values if value in found for t in targets if isinstance(t, ast.Name)}
     clips = [c for c in calls if not outline.qualified_names(c.func).isdisjoint(CLIP_GRAD)]
     clipping = {f.name for kind in (ast.FunctionDef, ast.AsyncFunctionDef) for f in outline.nodes(kind)
                 if any(contains(f, c) for c in clips)} if clips else set()
@@ -514,14 +514,8 @@ def _params(params: cst.Parameters) -> Iterator[cst.Param]:
 
 
 def _calls_within(ctx: FileContext, node: cst.CSTNode) -> list[cst.Call]:
-    ranked = ctx.__dict__.get("_call_ranks")
-    if ranked is None:
-        calls = ctx.nodes(cst.Call)  # in source order
-        ranked = ctx.__dict__["_call_ranks"] = (calls, [ctx.order(c) for c in calls])
-    calls, ranks = ranked
-    first, last = ctx.span(node)
     found = []
-    for call in calls[bisect_left(ranks, first):bisect_right(ranks, last)]:
+    for call in ctx.nodes_within(cst.Call, node):
         if call is node:
             found.append(call)
             continue
@@ -591,6 +585,14 @@ def _helper_clip(ctx: FileContext, call: cst.Call) -> cst.Call | None:
     helper_def = called_function(ctx, call)
     if helper_def is None:
         return None
+    # Once per helper, not once per call of it.
+    cache = ctx.__dict__.setdefault("_helper_clips", {})
+    if id(helper_def) not in cache:
+        cache[id(helper_def)] = _clip_in(ctx, helper_def)
+    return cache[id(helper_def)]
+
+
+def _clip_in(ctx: FileContext, helper_def: cst.FunctionDef) -> cst.Call | None:
     clips = []
     for node in _walk(helper_def.body, into_suites=True):
         if isinstance(node, cst.Call):
@@ -658,9 +660,27 @@ def _cap(states: set) -> set:
         conditions = sorted({atom for _, atoms in states for atom, _ in atoms}, key=lambda a: (a.text, a.version))
         if not conditions:
             break
-        states = min(({(fact, frozenset(a for a in atoms if a[0] != dropped)) for fact, atoms in states}
-                      for dropped in conditions), key=len)
+        # How many states forgetting each atom leaves, counted without building every
+        # candidate set: only the states on the atom change, and each merges with another so
+        # changed or with a state that was already without the atom.
+        holding: dict[Atom, list] = {}
+        for state in states:
+            for atom in {atom for atom, _ in state[1]}:
+                holding.setdefault(atom, []).append(state)
+
+        def left(dropped: Atom) -> int:
+            sides = _sides(dropped)
+            changed = {(fact, atoms - sides) for fact, atoms in holding[dropped]}
+            return len(states) - len(holding[dropped]) + sum(state not in states for state in changed)
+
+        sides = _sides(min(conditions, key=left))  # the first of those that leave the fewest
+        states = {(fact, atoms - sides) for fact, atoms in states}
     return states
+
+
+def _sides(atom: Atom) -> frozenset:
+    """What a path may assume of ``atom``: either of its values."""
+    return frozenset({(atom, True), (atom, False)})
 
 
 def _run(block: list, states: set, analysis: Analysis, trace: list | None) -> Outcome:

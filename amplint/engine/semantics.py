@@ -200,6 +200,15 @@ def calls_in_regions(outline: Outline) -> set[int]:
 def autocast_call(ctx: FileContext, expr: cst.BaseExpression) -> AutocastCall | None:
     if not isinstance(expr, cst.Call):
         return None
+    # Once per call: rules ask it of every `with` around every call they judge.
+    cache = ctx.__dict__.setdefault("_autocast_call", {})
+    hit = cache.get(id(expr))
+    if hit is None or hit[0] is not expr:  # an id is unique only while its node lives
+        hit = cache[id(expr)] = (expr, _autocast_call(ctx, expr))
+    return hit[1]
+
+
+def _autocast_call(ctx: FileContext, expr: cst.Call) -> AutocastCall | None:
     api = ctx.resolves_to(expr.func, AUTOCAST)
     if api is None:
         return None
@@ -280,7 +289,7 @@ def _calls_running(ctx: FileContext, function: cst.FunctionDef) -> list[cst.Call
 
 
 def enclosing_function(ctx: FileContext, node: cst.CSTNode) -> cst.FunctionDef | None:
-    return next((a for a in ctx.ancestors(node) if isinstance(a, cst.FunctionDef)), None)
+    return ctx.enclosing(node, cst.FunctionDef)
 
 
 def _autocast_bindings(ctx: FileContext, scope: cst.CSTNode) -> dict[str, AutocastCall]:
@@ -367,9 +376,23 @@ def autocast_region(ctx: FileContext, node: cst.CSTNode,
     or None when there is none or the innermost one is disabled by a literal False. With
     ``frameworks``, a ``with`` on a ``framework_autocast`` is a region too, given as
     ``(None, with)``: nothing is known of its device or dtype."""
-    child = node
-    for ancestor in ctx.ancestors(node):
-        if isinstance(ancestor, cst.With) and child is ancestor.body:
+    # Once per node: most rules ask it of every call of the file.
+    cache = ctx.__dict__.setdefault("_autocast_region", {})
+    hit = cache.get((id(node), frameworks))
+    if hit is None or hit[0] is not node:  # an id is unique only while its node lives
+        hit = cache[(id(node), frameworks)] = (node, _autocast_region(ctx, node, frameworks))
+    return hit[1]
+
+
+# What bounds a region: the ancestors ``autocast_region`` stops at (``FileContext.enclosing``).
+REGION_BOUNDS = (cst.With, cst.FunctionDef, cst.Lambda)
+
+
+def _autocast_region(ctx: FileContext, node: cst.CSTNode,
+                     frameworks: bool) -> tuple[AutocastCall | None, cst.CSTNode] | None:
+    ancestor = ctx.enclosing(node, REGION_BOUNDS)
+    while ancestor is not None:
+        if isinstance(ancestor, cst.With) and ctx.contains(ancestor.body, node):
             for item in reversed(ancestor.items):
                 ac = autocast_of_with_item(ctx, item)
                 if ac is not None:
@@ -378,11 +401,11 @@ def autocast_region(ctx: FileContext, node: cst.CSTNode,
                 if framework is not None:
                     return (None, ancestor) if framework else None
         elif isinstance(ancestor, cst.FunctionDef):
-            ac = autocast_decorator(ctx, ancestor) if child is ancestor.body else None
+            ac = autocast_decorator(ctx, ancestor) if ctx.contains(ancestor.body, node) else None
             return None if ac is None or ac.enabled is False else (ac, ancestor)
         elif isinstance(ancestor, cst.Lambda):
             return None
-        child = ancestor
+        ancestor = ctx.enclosing(ancestor, REGION_BOUNDS)
     return None
 
 
@@ -424,19 +447,41 @@ def called_function(ctx: FileContext, call: cst.Call) -> cst.FunctionDef | None:
     enclosing class, or ``f(...)`` for a module-level function."""
     func = call.func
     if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
-        cls = next((a for a in ctx.ancestors(call) if isinstance(a, cst.ClassDef)), None)
-        body = cls.body.body if cls is not None else ()
+        owner = ctx.enclosing(call, cst.ClassDef)
+        if owner is None:
+            return None
         name = func.attr.value
     elif isinstance(func, cst.Name):
-        body, name = ctx.module.body, func.value
+        owner, name = ctx.module, func.value
     else:
         return None
-    return next((s for s in body if isinstance(s, cst.FunctionDef) and s.name.value == name), None)
+    return _defined_in(ctx, owner).get(name)
+
+
+def _defined_in(ctx: FileContext, owner: cst.Module | cst.ClassDef) -> dict[str, cst.FunctionDef]:
+    """The functions a module's or class's body defines directly, by name (the first of each
+    name): read once per body, not once per call (``called_function`` is asked of them all)."""
+    cache = ctx.__dict__.setdefault("_defined_in", {})
+    if id(owner) not in cache:
+        found: dict[str, cst.FunctionDef] = {}
+        for statement in owner.body.body if isinstance(owner, cst.ClassDef) else owner.body:
+            if isinstance(statement, cst.FunctionDef):
+                found.setdefault(statement.name.value, statement)
+        cache[id(owner)] = found
+    return cache[id(owner)]
 
 
 def calls_of(ctx: FileContext, function: cst.FunctionDef) -> list[cst.Call]:
-    """The calls of this file that run ``function`` (``called_function``)."""
-    return [c for c in ctx.nodes(cst.Call) if called_function(ctx, c) is function]
+    """The calls of this file that run ``function`` (``called_function``), in source order:
+    every call's function is found once per file, not once per function asked about."""
+    if "_calls_of" not in ctx.__dict__:
+        found: dict[int, list[cst.Call]] = {}
+        for call in ctx.nodes(cst.Call):
+            called = called_function(ctx, call)
+            if called is not None:
+                found.setdefault(id(called), []).append(call)
+        ctx.__dict__["_calls_of"] = found
+    return ctx.__dict__["_calls_of"].get(id(function), [])
 
 
 # -- calls -------------------------------------------------------------------------------

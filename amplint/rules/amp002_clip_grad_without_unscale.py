@@ -555,8 +555,8 @@ def enable_gradient_clamping(model, bound):
         file's line it names."""
         own = called_function(ctx, call) if registered else None
         if own is not None:
-            for inner in ctx.nodes(cst.Call):
-                if id(inner) in registered and ctx.contains(own, inner):
+            for inner in ctx.nodes_within(cst.Call, own):
+                if id(inner) in registered:
                     clamp = registered[id(inner)]
                     return (f"`{ctx.code(call.func)}` registers gradient hooks that clamp the gradients "
                             f"(`{ctx.code(clamp.func)}` on line {line_of(ctx, clamp)})"), ()
@@ -677,17 +677,17 @@ def _hook_clamp(ctx: FileContext, registration: cst.Call) -> cst.Call | None:
     elif isinstance(hook, cst.Name):
         body = next((f for f in ctx.nodes(cst.FunctionDef) if f.name.value == hook.value), None)
     elif isinstance(hook, cst.Attribute) and isinstance(hook.value, cst.Name) and hook.value.value == "self":
-        cls = next((a for a in ctx.ancestors(registration) if isinstance(a, cst.ClassDef)), None)
+        cls = ctx.enclosing(registration, cst.ClassDef)
         body = next((f for f in cls.body.body if isinstance(f, cst.FunctionDef)
                      and f.name.value == hook.attr.value), None) if cls is not None else None
     else:
         return None
     if body is None:
         return None
-    names = [n for kind in (cst.Name, cst.Attribute) for n in ctx.nodes(kind) if ctx.contains(body, n)]
+    names = [n for kind in (cst.Name, cst.Attribute) for n in ctx.nodes_within(kind, body)]
     if any(_unscaling(n.value if isinstance(n, cst.Name) else n.attr.value) for n in names):
         return None
-    return next((c for c in ctx.nodes(cst.Call) if ctx.contains(body, c) and _clamping(_cst_name(c))), None)
+    return next((c for c in ctx.nodes_within(cst.Call, body) if _clamping(_cst_name(c))), None)
 
 
 def _scaler_here(ctx: FileContext, node: cst.CSTNode) -> tuple[str, int] | None:
@@ -701,10 +701,8 @@ def _scaler_here(ctx: FileContext, node: cst.CSTNode) -> tuple[str, int] | None:
                       if p.name.value in SCALER_PARAMETERS), None)
         if param is not None:
             return param.name.value, line_of(ctx, param)
-    scope = next((a for a in ctx.ancestors(node) if isinstance(a, cst.ClassDef)), ctx.module)
-    for call in ctx.nodes(cst.Call):
-        if not ctx.contains(scope, call):
-            continue
+    scope = ctx.enclosing(node, cst.ClassDef) or ctx.module
+    for call in ctx.nodes_within(cst.Call, scope):
         scaled = scaled_backward_scaler(ctx, call)
         if scaled is not None:
             return scaled, line_of(ctx, call)

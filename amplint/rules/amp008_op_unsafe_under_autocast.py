@@ -10,7 +10,14 @@ from ..engine.crossfile import loss_place
 from ..engine.diagnostics import Fix, Related
 from ..engine.outline import Outline
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
-from ..engine.semantics import autocast_of_with_item, autocast_region, calls, method_call, region_table
+from ..engine.semantics import (
+    REGION_BOUNDS,
+    autocast_of_with_item,
+    autocast_region,
+    calls,
+    method_call,
+    region_table,
+)
 from ..policy import PolicyError, committed_tables
 
 _SIGMOID = frozenset({"torch.sigmoid", "torch.nn.functional.sigmoid", "torch.special.expit"})
@@ -53,13 +60,15 @@ def _banned_anywhere() -> frozenset[str]:
 
 def _disabled_region(ctx: FileContext, node: cst.CSTNode) -> bool:
     """Inside ``with autocast(enabled=False)``: what the region around it runs is out of autocast."""
-    for ancestor in ctx.ancestors(node):
+    ancestor = ctx.enclosing(node, REGION_BOUNDS)
+    while ancestor is not None:
         if isinstance(ancestor, cst.With):
             if any((ac := autocast_of_with_item(ctx, item)) is not None and ac.enabled is False
                    for item in ancestor.items):
                 return True
-        elif isinstance(ancestor, (cst.FunctionDef, cst.Lambda)):
+        else:  # a function or lambda
             return False
+        ancestor = ctx.enclosing(ancestor, REGION_BOUNDS)
     return False
 
 

@@ -105,6 +105,15 @@ class _TrainingPaths:
             owner = _owner(ctx, func)
             if owner is not None:
                 self.functions[(id(owner), func.name.value)] = func
+        # The calls of each function of the file (``_callee``) with the function they are in,
+        # by id of the callee: found once, not once per region's function.
+        self.callers: dict[int, list[tuple[cst.Call, cst.FunctionDef | None]]] = {}
+        for found in self.calls_in.values():
+            for call in found:
+                caller = enclosing_function(ctx, call)
+                callee = self._callee(call, caller)
+                if callee is not None:
+                    self.callers.setdefault(id(callee), []).append((call, caller))
 
     def file_scales(self) -> bool:
         return bool(known_scalers(self.ctx)) or self._scales(calls(self.ctx))
@@ -181,21 +190,17 @@ class _TrainingPaths:
         """``loss = self.func(...)`` then ``loss.backward()`` in another function of the file."""
         if func is None:
             return None
-        for found in self.calls_in.values():
-            for call in found:
-                caller = enclosing_function(self.ctx, call)
-                if self._callee(call, caller) is not func:
-                    continue
-                assignment = self.ctx.parent(call)
-                if not isinstance(assignment, cst.Assign) or len(assignment.targets) != 1 \
-                        or not isinstance(assignment.targets[0].target, cst.Name):
-                    continue
-                name = assignment.targets[0].target.value
-                for backward in self._unscaled_backwards(caller):
-                    tensor = _backward_tensor(backward)
-                    if isinstance(tensor, cst.Name) and tensor.value == name \
-                            and self.ctx.order(backward) > self.ctx.order(call):
-                        return backward
+        for call, caller in self.callers.get(id(func), []):
+            assignment = self.ctx.parent(call)
+            if not isinstance(assignment, cst.Assign) or len(assignment.targets) != 1 \
+                    or not isinstance(assignment.targets[0].target, cst.Name):
+                continue
+            name = assignment.targets[0].target.value
+            for backward in self._unscaled_backwards(caller):
+                tensor = _backward_tensor(backward)
+                if isinstance(tensor, cst.Name) and tensor.value == name \
+                        and self.ctx.order(backward) > self.ctx.order(call):
+                    return backward
         return None
 
 

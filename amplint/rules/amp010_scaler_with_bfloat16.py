@@ -64,14 +64,23 @@ def _runtime_bfloat16(ctx: FileContext, ac: AutocastCall) -> tuple[str, cst.CSTN
     source = _dtype_source(ac)
     if source is None or not isinstance(source[0], (cst.Name, cst.Attribute)):
         return None
-    code = ctx.code(source[0])
+    # Once per source: a file's regions often share one (``self.amp_dtype``).
+    cache = ctx.__dict__.setdefault("_amp010_sources", {})
+    key = (ctx.code(source[0]), source[1])
+    if key not in cache:
+        cache[key] = _set_to_bfloat16(ctx, *key)
+    return cache[key]
+
+
+def _set_to_bfloat16(ctx: FileContext, code: str, kwargs: bool) -> tuple[str, cst.CSTNode] | None:
+    """``_runtime_bfloat16`` for the source spelled ``code`` (``kwargs``: passed as ``**code``)."""
     chosen, bfloat16_at = set(), None
     for node in ctx.nodes(cst.Assign):
         if not any(ctx.code(t.target) == code for t in node.targets):
             if any(isinstance(t.target, cst.Subscript) and ctx.code(t.target.value) == code for t in node.targets):
                 return None  # an entry set elsewhere: its dtype is not in sight
             continue
-        choices = _choices(ctx, node.value, source[1])
+        choices = _choices(ctx, node.value, kwargs)
         if choices is None:
             return None
         chosen |= choices

@@ -179,12 +179,12 @@ def _values_of(ctx: FileContext, expr: cst.BaseExpression) -> list[cst.BaseExpre
         value = assigned_before(ctx, expr)
         return [value] if value is not None else []
     if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self":
-        cls = next((a for a in ctx.ancestors(expr) if isinstance(a, cst.ClassDef)), None)
+        cls = ctx.enclosing(expr, cst.ClassDef)
         if cls is None:
             return []
         target = ctx.code(expr)
-        return [node.value for node in ctx.nodes(cst.Assign) if ctx.contains(cls, node)
-                and any(ctx.code(t.target) == target for t in node.targets)]
+        return [node.value for node in ctx.nodes_within(cst.Assign, cls)
+                if any(ctx.code(t.target) == target for t in node.targets)]
     return []
 
 

@@ -17,7 +17,7 @@ _CHECKPOINT_WORDS = frozenset({"save", "checkpoint", "ckpt"})
 
 def _unit(ctx: FileContext, node: cst.CSTNode) -> cst.CSTNode:
     """The class a node is in (its methods share their scalers and checkpoints), else the module."""
-    return next((a for a in ctx.ancestors(node) if isinstance(a, cst.ClassDef)), ctx.module)
+    return ctx.enclosing(node, cst.ClassDef) or ctx.module
 
 
 def _self_call(call: cst.Call) -> bool:
@@ -602,11 +602,11 @@ class Trainer:
         if id(unit) not in cache:
             body = unit.body.body if isinstance(unit, cst.ClassDef) else unit.body
             by_name = {f.name.value: f for f in body if isinstance(f, cst.FunctionDef)}
-            calls = [c for c in ctx.nodes(cst.Call) if isinstance(c.func, cst.Name) or _self_call(c)]
             direct = {}
             for function in by_name.values():
                 direct[id(function)] = [function] + [
-                    by_name[last_name(c.func)] for c in calls if ctx.contains(function, c)
+                    by_name[last_name(c.func)] for c in ctx.nodes_within(cst.Call, function)
+                    if (isinstance(c.func, cst.Name) or _self_call(c))
                     and last_name(c.func) in by_name and _self_call(c) is isinstance(unit, cst.ClassDef)]
             reach = {}
             for key, first in direct.items():
@@ -643,7 +643,7 @@ class Trainer:
 
     @staticmethod
     def _in_unit(ctx: FileContext, unit: cst.CSTNode, kind: type) -> list:
-        return [n for n in ctx.nodes(kind) if ctx.contains(unit, n) and _unit(ctx, n) is unit]
+        return ctx.nodes_in(kind, cst.ClassDef, None if unit is ctx.module else unit)
 
     @staticmethod
     def _is_scaler(ctx: FileContext, expr: cst.BaseExpression, unit_scalers: list[Scaler]) -> bool:
@@ -741,9 +741,7 @@ class Trainer:
     def _restores_in(self, ctx: FileContext, function: cst.FunctionDef, code: str) -> list[cst.Call]:
         """Calls directly in ``function`` that restore the scaler held by ``code``, or the object holding it."""
         found = []
-        for call in ctx.nodes(cst.Call):
-            if not ctx.contains(function, call) or enclosing_function(ctx, call) is not function:
-                continue
+        for call in ctx.nodes_in(cst.Call, cst.FunctionDef, function):
             if last_name(call.func) == "load_state_dict" and isinstance(call.func, cst.Attribute) \
                     and holds(spelled(ctx, call.func.value), code):
                 found.append(call)

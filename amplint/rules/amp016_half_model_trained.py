@@ -55,31 +55,28 @@ def _bindings(ctx: FileContext, node: cst.CSTNode) -> dict[str, list]:
     """What each name of ``node``'s function is bound to: assigned values, the iterables of the
     ``for`` loops that bind it (as ``cst.For``), and what ``name.append(...)`` collects (as
     ``cst.Arg``)."""
-    scope = enclosing_function(ctx, node) or ctx.module
+    function = enclosing_function(ctx, node)
     cache = ctx.__dict__.setdefault("_amp016_bindings", {})
-    if id(scope) not in cache:
+    if id(function) not in cache:
         found: dict[str, list] = {}
-        for assign in ctx.nodes(cst.Assign):
-            if ctx.contains(scope, assign) and (enclosing_function(ctx, assign) or ctx.module) is scope:
-                for target in assign.targets:
-                    if isinstance(target.target, cst.Name):
-                        found.setdefault(target.target.value, []).append(assign.value)
-        for loop in ctx.nodes(cst.For):
-            if ctx.contains(scope, loop) and (enclosing_function(ctx, loop) or ctx.module) is scope:
-                stack = [loop.target]
-                while stack:
-                    target = stack.pop()
-                    if isinstance(target, cst.Name):
-                        found.setdefault(target.value, []).append(loop)
-                    elif isinstance(target, (cst.Tuple, cst.List)):
-                        stack.extend(e.value for e in target.elements)
-        for call in ctx.nodes(cst.Call):
+        for assign in ctx.nodes_in(cst.Assign, cst.FunctionDef, function):
+            for target in assign.targets:
+                if isinstance(target.target, cst.Name):
+                    found.setdefault(target.target.value, []).append(assign.value)
+        for loop in ctx.nodes_in(cst.For, cst.FunctionDef, function):
+            stack = [loop.target]
+            while stack:
+                target = stack.pop()
+                if isinstance(target, cst.Name):
+                    found.setdefault(target.value, []).append(loop)
+                elif isinstance(target, (cst.Tuple, cst.List)):
+                    stack.extend(e.value for e in target.elements)
+        for call in ctx.nodes_in(cst.Call, cst.FunctionDef, function):
             mc = method_call(call)
-            if mc and mc[1] in _COLLECT and isinstance(mc[0], cst.Name) and ctx.contains(scope, call) \
-                    and (enclosing_function(ctx, call) or ctx.module) is scope:
+            if mc and mc[1] in _COLLECT and isinstance(mc[0], cst.Name):
                 found.setdefault(mc[0].value, []).extend(call.args)
-        cache[id(scope)] = found
-    return cache[id(scope)]
+        cache[id(function)] = found
+    return cache[id(function)]
 
 
 def _owners(ctx: FileContext, expr: cst.BaseExpression, seen: set[str]) -> set[str]:
@@ -146,15 +143,21 @@ def _wrapped(ctx: FileContext, call: cst.Call) -> bool:
     if not isinstance(parent, cst.Assign):
         return False
     variables = {ctx.code(t.target) for t in parent.targets}
-    for other in ctx.nodes(cst.Assign):
-        if other is parent or not isinstance(other.value, cst.Call):
-            continue
-        targets = {ctx.code(t.target) for t in other.targets} | {
-            ctx.code(e.value) for t in other.targets if isinstance(t.target, (cst.Tuple, cst.List))
-            for e in t.target.elements}
-        if targets & variables and any(ctx.code(a.value) in variables for a in other.value.args):
-            return True
-    return False
+    return any(other is not parent and targets & variables
+               and any(ctx.code(a.value) in variables for a in other.value.args)
+               for other, targets in _rebindings(ctx))
+
+
+def _rebindings(ctx: FileContext) -> list[tuple[cst.Assign, set[str]]]:
+    """Each assignment of a call's result, with the code of what it binds (the elements of a
+    tuple target too): spelled out once per file, not once per optimizer."""
+    if "_amp016_rebindings" not in ctx.__dict__:
+        ctx.__dict__["_amp016_rebindings"] = [
+            (other, {ctx.code(t.target) for t in other.targets} | {
+                ctx.code(e.value) for t in other.targets if isinstance(t.target, (cst.Tuple, cst.List))
+                for e in t.target.elements})
+            for other in ctx.nodes(cst.Assign) if isinstance(other.value, cst.Call)]
+    return ctx.__dict__["_amp016_rebindings"]
 
 
 class HalfModelTrained(Rule):

@@ -199,3 +199,56 @@ def test_an_mm_or_detectron2_setting_opens_the_region(tmp_path, run_amplint, nam
     [finding] = json.loads(run_amplint(*args, cwd=tmp_path).stdout)
     assert (finding["code"], finding["location"]["row"]) == ("AMP008", 7)
     assert f"runs code under autocast ({shown})" in finding["message"]
+
+
+TRAIN_LOOP = """\
+import argparse
+
+import torch
+
+
+def parse():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--amp", action="store_true")
+    parser.add_argument("--clip", type=float, default=0.0)
+    return parser.parse_args()
+
+
+def train(args, model, loader, optimizer, device):
+    scaler = torch.amp.GradScaler("cuda", enabled=args.amp)
+    for batch in loader:
+        with torch.autocast(device_type=device.type, enabled=args.amp):
+            loss = model(batch).mean()
+{body}
+"""
+
+
+@pytest.mark.parametrize("body,code,row,says", [
+    # the backward inside the region: only when the region is on
+    ("            loss.backward()\n        optimizer.step()", "AMP001", 18,
+     "`backward()` inside an autocast region (when `--amp` is set (train.py:8))"),
+    # the clip on scaled gradients: only when the scaler is on
+    ("        scaler.scale(loss).backward()\n        torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)\n"
+     "        scaler.step(optimizer)\n        scaler.update()", "AMP002", 19,
+     "still scaled by `scaler` (when `--amp` is set (train.py:8))"),
+])
+def test_scaler_and_region_findings_name_their_switch(tmp_path, run_amplint, body, code, row, says):
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'loop'\n")
+    (tmp_path / "train.py").write_text(TRAIN_LOOP.format(body=body))
+    result = run_amplint("check", "--no-cache", "--output-format", "json", "train.py", cwd=tmp_path)
+    found = [f for f in json.loads(result.stdout) if f["code"] == code]
+    assert [f["location"]["row"] for f in found] == [row]
+    assert says in found[0]["message"]
+    assert ("train.py", 8, "`--amp` is defined here") in [
+        (r["filename"], r["location"]["row"], r["message"]) for r in found[0]["related"]]
+
+
+def test_fp16_without_a_scaler_names_the_switch_and_the_device(tmp_path, run_amplint):
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'loop'\n")
+    (tmp_path / "train.py").write_text(TRAIN_LOOP.replace(
+        '    scaler = torch.amp.GradScaler("cuda", enabled=args.amp)\n', "").format(
+        body="        loss.backward()\n        optimizer.step()"))
+    result = run_amplint("check", "--no-cache", "--output-format", "json", "train.py", cwd=tmp_path)
+    [finding] = [f for f in json.loads(result.stdout) if f["code"] == "AMP009"]
+    assert finding["message"].startswith(
+        "float16 autocast (when `--amp` is set (train.py:8) and `device.type` is cuda) with a backward pass")

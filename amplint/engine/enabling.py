@@ -13,7 +13,7 @@ import libcst as cst
 from .context import FileContext
 from .diagnostics import Related
 from .project_index import relative_name
-from .semantics import AutocastCall, assigned_before, enclosing_function
+from .semantics import GRAD_SCALER, AutocastCall, assigned_before, enclosing_function, literal_bool
 from .switches import ConfigKey, Flag
 
 
@@ -23,22 +23,36 @@ class Switch:
     related: tuple[Related, ...] = ()
 
 
-def region_switch(ctx: FileContext, ac: AutocastCall) -> Switch | None:
+def region_switch(ctx: FileContext, ac: AutocastCall, device: bool = True) -> Switch | None:
     """What an autocast region applies under when expressions decide it: its ``enabled=``
-    (``switch_of``) and its device (``device_type=str(device)``: judged as the configured
-    device, "when `device` is cuda"); None when literals do."""
+    (``switch_of``) and, with ``device``, its device (``device_type=str(device)``: judged as
+    the configured device, "when `device` is cuda"); None when literals do."""
     args = {a.keyword.value: a.value for a in ac.node.args if a.keyword is not None}
     positional = [a.value for a in ac.node.args if a.keyword is None and not a.star]
     parts = []
     if ac.enabled is None and "enabled" in args:
         parts.append(switch_of(ctx, args["enabled"]))
-    device = args.get("device_type", positional[0] if positional and not ac.deprecated_api else None)
-    if ac.device is None and device is not None:
-        parts.append(Switch(f"when `{ctx.code(device)}` is {ctx.policy().device}"))
+    given = args.get("device_type", positional[0] if positional and not ac.deprecated_api else None)
+    if device and ac.device is None and given is not None:
+        parts.append(Switch(f"when `{ctx.code(given)}` is {ctx.policy().device}"))
     if not parts:
         return None
     when = " and ".join([parts[0].when, *(p.when.removeprefix("when ") for p in parts[1:])])
     return Switch(when, tuple(r for p in parts for r in p.related))
+
+
+def scaler_switch(ctx: FileContext, scaler: str) -> Switch | None:
+    """The switch of the GradScaler the file assigns to ``scaler`` (its code, ``self.scaler``)
+    with ``enabled=`` an expression: a finding about its scaling applies only when it is on.
+    None when the file makes it otherwise, or in more than one way."""
+    made = [node.value for node in ctx.nodes(cst.Assign)
+            if isinstance(node.value, cst.Call) and ctx.resolves_to(node.value.func, GRAD_SCALER)
+            and any(ctx.code(t.target) == scaler for t in node.targets)]
+    enabled = [next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "enabled"), None)
+               for call in made]
+    if len(enabled) != 1 or enabled[0] is None or literal_bool(enabled[0]) is not None:
+        return None
+    return switch_of(ctx, enabled[0])
 
 
 def switch_of(ctx: FileContext, expr: cst.BaseExpression) -> Switch:

@@ -6,6 +6,7 @@ import libcst as cst
 
 from ..engine.context import FileContext
 from ..engine.diagnostics import Fix, Related
+from ..engine.enabling import region_switch
 from ..engine.edits import edit_from_tree
 from ..engine.outline import Outline
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
@@ -335,8 +336,10 @@ def step(self, batch):
                 fixed_blocks.add(id(region[1]))
             wrapper = _project_wrapper(ctx, region[1]) if region[0] is None else None
             if wrapper is None:
-                ctx.report(call, f"`{what}` inside an autocast region: run the backward pass "
-                                 "after the `with` block", fix)
+                switch = region_switch(ctx, region[0], device=False) if region[0] is not None else None
+                ctx.report(call, f"`{what}` inside an autocast region{f' ({switch.when})' if switch else ''}: "
+                                 "run the backward pass after the `with` block", fix,
+                           related=switch.related if switch else ())
                 continue
             root = ctx.project()[0]
             ctx.report(call, f"`{what}` inside an autocast region (`{wrapper.name}` opens autocast, "

@@ -9,6 +9,7 @@ from ..engine import flow
 from ..engine.context import FileContext
 from ..engine.crossfile import located, project_function
 from ..engine.diagnostics import Fix
+from ..engine.enabling import scaler_switch
 from ..engine.edits import edit_from_tree
 from ..engine.flow import Event, Flow, line_of
 from ..engine.outline import Outline, contains
@@ -588,8 +589,11 @@ def enable_gradient_clamping(model, bound):
             helper = f" (`{ctx.code(clip.node.func)}` clips them on line {line_of(ctx, clip.via)})" if clip.via else ""
             later = [e for e in scope.events if ctx.order(e.node) > ctx.order(clip.node)]
             fix = None if clip in analysis.unscaled_before else self._fix(ctx, clip.node, scaler, later)
-            ctx.report(clip.node, f"gradients are clipped while still scaled by `{scaler}`{helper}: {where}; "
-                                  f"call `{scaler}.unscale_(optimizer)` first", fix)
+            switch = scaler_switch(ctx, scaler)
+            when = f" ({switch.when})" if switch else ""
+            ctx.report(clip.node, f"gradients are clipped while still scaled by `{scaler}`{when}{helper}: {where}; "
+                                  f"call `{scaler}.unscale_(optimizer)` first", fix,
+                       related=switch.related if switch else ())
 
     def _fix(self, ctx: FileContext, clip: cst.Call, scaler: str, later: list[Event]) -> Fix | None:
         steps = []

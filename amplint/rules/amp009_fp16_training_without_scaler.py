@@ -6,6 +6,7 @@ import libcst as cst
 
 from ..engine import flow
 from ..engine.context import FileContext
+from ..engine.enabling import region_switch
 from ..engine.flow import Event
 from ..engine.outline import Outline
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
@@ -533,9 +534,11 @@ class GanTrainer:
             if backward is not None:
                 reported.add(id(ac.node))
                 row = ctx.location(ctx.offsets(backward)[0]).row
-                ctx.report(ac.node, f"float16 autocast with a backward pass but no GradScaler: "
-                                    f"`{ctx.code(backward.func)}()` on line {row} runs unscaled, so small "
-                                    "gradients underflow to zero; use torch.amp.GradScaler (or bfloat16)")
+                switch = region_switch(ctx, ac)
+                ctx.report(ac.node, f"float16 autocast{f' ({switch.when})' if switch else ''} with a backward "
+                                    f"pass but no GradScaler: `{ctx.code(backward.func)}()` on line {row} runs "
+                                    "unscaled, so small gradients underflow to zero; use torch.amp.GradScaler "
+                                    "(or bfloat16)", related=switch.related if switch else ())
         for scope in flow.flows(ctx):
             if scope.of(flow.SCALED_BACKWARD) and scope.of(flow.BACKWARD):
                 self._check_beside_scaled(ctx, scope, reported)

@@ -6,6 +6,7 @@ import libcst as cst
 
 from ..engine import flow
 from ..engine.context import FileContext
+from ..engine.diagnostics import Related
 from ..engine.enabling import region_switch
 from ..engine.flow import Event
 from ..engine.outline import Outline
@@ -27,6 +28,7 @@ from ..engine.semantics import (
     method_call,
     region_dtype,
     scaled_backward_scaler,
+    subtree,
 )
 
 
@@ -251,7 +253,11 @@ class Fp16TrainingWithoutScaler(Rule):
     that scales, it finds a plain `loss.backward()` that some path runs in the same call as a
     scaled backward (before or after it), of a `loss` last assigned in a float16 region with a
     literal device or dtype: one loss scaled, another not (`if scaler is not None: ... else:
-    loss.backward()` runs one or the other, and is not reported).
+    loss.backward()` runs one or the other, and is not reported there). Such a branch is
+    reported when the scaler is a parameter that defaults to None (a library's
+    `train_one_epoch(..., scaler=None)`): called without one, the float16 region still runs
+    and its loss backpropagates unscaled — unless the region's `enabled=` depends on the scaler
+    (`enabled=scaler is not None`).
 
     ## Why is this bad?
     float16 cannot represent gradients below about 6e-8 (or 6e-5 at full precision): small
@@ -297,6 +303,21 @@ class Fp16TrainingWithoutScaler(Rule):
     may_fire = staticmethod(_may_fire)
 
     valid = (
+        # Without a scaler the region is off: float32 training.
+        Valid("""
+import torch
+def train_one_epoch(model, loader, optimizer, scaler=None):
+    for x, y in loader:
+        with torch.autocast("cuda", enabled=scaler is not None):
+            loss = model(x, y)
+        if scaler:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
+"""),
         # A saliency map: the gradient of a non-scalar output, nothing trained.
         Valid("""
 import torch
@@ -426,6 +447,22 @@ def train_step(model, critic, x, y, scaler):
 """),
     )
     invalid = (
+        # A library's training step: the caller that passes no scaler trains float16 unscaled.
+        Invalid("""
+import torch
+def train_one_epoch(model, loader, optimizer, scaler=None):
+    for x, y in loader:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(x, y)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
+""", at=((5, 14, "float16 autocast when called without a scaler (`scaler` defaults to None, line 3): "
+                 "`loss.backward()` on line 12 then runs unscaled"),)),
         Invalid("""
 import torch
 def train_step(model, x, y, optimizer):
@@ -542,6 +579,32 @@ class GanTrainer:
         for scope in flow.flows(ctx):
             if scope.of(flow.SCALED_BACKWARD) and scope.of(flow.BACKWARD):
                 self._check_beside_scaled(ctx, scope, reported)
+        self._check_optional_scaler(ctx, reported)
+
+    def _check_optional_scaler(self, ctx: FileContext, reported: set[int]) -> None:
+        """A training step whose scaler parameter defaults to None (a library's
+        ``train_one_epoch(..., scaler=None)``) and that, on the branch where none was given,
+        backpropagates a float16 autocast loss unscaled: the region does not depend on it."""
+        for test in ctx.nodes(cst.If):
+            name, without = _without_scaler_branch(test)
+            function = enclosing_function(ctx, test) if name is not None else None
+            param = next((p for p in function.params.params if p.name.value == name), None) if function else None
+            if param is None or param.default is None or not _is_none(param.default):
+                continue
+            for call in ctx.nodes_within(cst.Call, without):
+                if not is_backward(ctx, call) or scaled_backward_scaler(ctx, call) is not None:
+                    continue
+                ac = _float16_region_of_loss(ctx, call)
+                if ac is None or id(ac.node) in reported or any(
+                        isinstance(n, cst.Name) and n.value == name for a in ac.node.args for n in subtree(a.value)):
+                    continue  # `enabled=scaler is not None`: no region without one
+                reported.add(id(ac.node))
+                param_row = ctx.location(ctx.offsets(param)[0]).row
+                ctx.report(ac.node, f"float16 autocast when called without a scaler (`{name}` defaults to None, "
+                                    f"line {param_row}): `{ctx.code(call.func)}()` on line {flow.line_of(ctx, call)} "
+                                    "then runs unscaled, so small gradients underflow to zero; pass a "
+                                    f"GradScaler, or turn the region off without one (`enabled={name} is not None`)",
+                           related=(Related(ctx.path, param_row, f"`{name}` defaults to None"),))
 
     def _check_beside_scaled(self, ctx: FileContext, scope: flow.Flow, reported: set[int]) -> None:
         analysis = _BesideScaled()
@@ -557,6 +620,28 @@ class GanTrainer:
                                 f"`{ctx.code(event.node.func)}()` on line {flow.line_of(ctx, event.node)} "
                                 f"runs unscaled beside the scaled backward on line {flow.line_of(ctx, scaled.node)}, "
                                 "so its small gradients underflow to zero; scale it too")
+
+
+def _is_none(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "None"
+
+
+def _without_scaler_branch(test: cst.If) -> tuple[str | None, cst.CSTNode | None]:
+    """For ``if scaler is not None:`` (``if scaler:``, ``if scaler is None:``, ``if not
+    scaler:``) with an ``else``, the name tested and the branch that runs without it."""
+    condition, given = test.test, True
+    if isinstance(condition, cst.UnaryOperation) and isinstance(condition.operator, cst.Not):
+        condition, given = condition.expression, False
+    if isinstance(condition, cst.Comparison) and len(condition.comparisons) == 1 \
+            and _is_none(condition.comparisons[0].comparator):
+        operator = condition.comparisons[0].operator
+        if not isinstance(operator, (cst.Is, cst.IsNot)):
+            return None, None
+        given = given == isinstance(operator, cst.IsNot)
+        condition = condition.left
+    if not isinstance(condition, cst.Name) or not isinstance(test.orelse, cst.Else):
+        return None, None
+    return condition.value, (test.orelse.body if given else test.body)
 
 
 def _float16_region_of_loss(ctx: FileContext, call: cst.Call) -> AutocastCall | None:

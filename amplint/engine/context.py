@@ -19,9 +19,9 @@ from .project_index import (
     Dependency,
     autocast_sites,
     autocast_wrappers,
-    command_line_flags,
     config_keys,
     dependency,
+    flags_named,
     keyword_dependency,
     keyword_passes,
     module_dependency,
@@ -365,14 +365,15 @@ class FileContext:
             self.__dict__["_wrappers"] = found
         return self.__dict__["_wrappers"]
 
-    def command_line_flags(self) -> "tuple[Flag, ...]":
-        """The command-line flags this file's project defines (``project_index``); none for a
-        file that is not on disk or in no project. The file's findings then depend on them."""
+    def flags_named(self, dest: str) -> "tuple[Flag, ...]":
+        """The command-line flags of this file's project that set ``dest`` (``project_index``);
+        none for a file that is not on disk or in no project. The file's findings then depend
+        on them."""
         root = self._project_root
         if root is None:
             return ()
-        self.dependencies.add(dependency("command-line-flags", root))
-        return command_line_flags(root)
+        self.dependencies.add(dependency(f"flags:{dest}", root))
+        return flags_named(root, dest)
 
     def keyword_passes(self, name: str) -> tuple[tuple[str, int], ...]:
         """Where a call in this file's project passes ``name=...`` (``project_index``); none

@@ -103,7 +103,7 @@ def _place(ctx: FileContext, found: list[Flag] | list[ConfigKey], what: str) -> 
 
 
 def _flag(ctx: FileContext, chain: list[str]) -> Switch | None:
-    flags = _ordered(ctx, [f for f in ctx.command_line_flags() if f.dest == chain[-1]])
+    flags = _ordered(ctx, list(ctx.flags_named(chain[-1])))
     if not flags:
         return None
     flag = flags[0]

@@ -646,19 +646,25 @@ def autocast_wrappers(root: Path) -> tuple[AutocastWrapper, ...]:
 
 # Config files past this many are not read (a project that keeps data as JSON files).
 MAX_CONFIG_FILES = 2_000
-@_per_project
-def command_line_flags(root: Path) -> tuple[Flag, ...]:
-    """The command-line flags the project's modules define (``switches.flags_in``)."""
-    flags: list[Flag] = []
-    for path in _python_files(root):
-        data = _read(path)
-        if data is not None and may_define_flags(data):
+def flags_named(root: Path, dest: str) -> tuple[Flag, ...]:
+    """The command-line flags the project's modules define (``switches.flags_in``) that set
+    ``dest`` (``--amp`` for ``args.amp``); read once per name and run, from the modules that
+    mention it."""
+    key = (f"flags:{dest}", root)
+    if key not in _FACTS:
+        spellings = (dest.encode(), dest.replace("_", "-").encode())
+        flags: list[Flag] = []
+        for path in _python_files(root):
+            data = _read(path)
+            if data is None or not any(s in data for s in spellings) or not may_define_flags(data):
+                continue
             try:
                 tree = ast.parse(data)
             except (SyntaxError, ValueError, RecursionError, MemoryError):
                 continue
-            flags += flags_in(tree, relative_name(path, root))
-    return tuple(flags)
+            flags += [f for f in flags_in(tree, relative_name(path, root)) if f.dest == dest]
+        _FACTS[key] = tuple(flags)
+    return _FACTS[key]
 
 
 @_per_project
@@ -945,10 +951,7 @@ def _wrappers_summary(root: Path) -> object:
 
 SUMMARIES = {"autocast-sites": _sites_summary, "torch-requirement": _requirement_summary,
              "autocast-wrappers": _wrappers_summary,
-             "config-keys": lambda root: [astuple(k) for k in config_keys(root)],
-             "command-line-flags": lambda root: [astuple(f) for f in command_line_flags(root)]}
-# Read only where a check asks (a switch to name), not ahead for every project.
-_ON_DEMAND = frozenset({"command-line-flags"})
+             "config-keys": lambda root: [astuple(k) for k in config_keys(root)]}
 
 
 def star_dependency(root: Path, path: Path) -> Dependency:
@@ -971,6 +974,8 @@ def dependency(kind: str, root: Path) -> Dependency:
             text = module_text(root.resolve() / kind.split(":", 1)[1]) or ""
         elif kind.startswith("keyword:"):
             text = json.dumps(keyword_passes(root, kind.split(":", 1)[1]))
+        elif kind.startswith("flags:"):
+            text = json.dumps([astuple(f) for f in flags_named(root, kind.split(":", 1)[1])])
         elif kind.startswith("function:"):
             text = json.dumps(_function_summary(root, *kind.split(":", 1)[1].rsplit(":", 1)))
         else:
@@ -999,7 +1004,7 @@ def projects_of(paths: Iterable[str | Path], real_folders: dict[str, str] | None
 def project_facts(root: Path) -> dict[tuple[str, Path], object]:
     """Every answer the checks of a project's files may ask of it, read now: handed with its
     files to the processes that check them (``adopt``), so that one reading serves them all."""
-    for kind in SUMMARIES.keys() - _ON_DEMAND:
+    for kind in SUMMARIES:
         dependency(kind, root)
     return {key: value for key, value in _FACTS.items() if key[1] == root}
 

@@ -247,8 +247,8 @@ def _off_unless_passed(ctx: FileContext, expr: cst.BaseExpression) -> bool:
         if len(positional) > index or any(a.star or (a.keyword is not None and a.keyword.value == name)
                                           for a in call.args):
             return False
-    return not (ctx.keyword_passes(name) or any(f.dest == name for f in ctx.command_line_flags())
-                or any(k.key[-1] == name for k in ctx.config_keys()))
+    return not (ctx.keyword_passes(name) or any(k.key[-1] == name for k in ctx.config_keys())
+                or ctx.flags_named(name))
 
 
 def _parameter_behind(ctx: FileContext, expr: cst.BaseExpression) -> tuple[cst.FunctionDef | None, str]:

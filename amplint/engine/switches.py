@@ -4,7 +4,7 @@ data (YAML is only composed into nodes, never constructed into objects; nothing 
 
 A region or a scaler whose ``enabled=`` is ``args.amp`` or ``cfg.SOLVER.AMP.ENABLED`` runs
 only when that switch is on; a finding there names it (``enabling.Switch``). The project's
-flags and keys are read by ``project_index.command_line_flags`` and ``config_keys``; this
+flags and keys are read by ``project_index.flags_named`` and ``config_keys``; this
 module reads one file.
 """
 
@@ -13,13 +13,6 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
-
-import yaml
 
 # Config keys that turn AMP on or pick its precision, and the keys that switch a section of
 # that name (`AMP: {ENABLED: true}`, DeepSpeed's `"fp16": {"enabled": true}`).
@@ -30,7 +23,6 @@ AMP_KEYS = frozenset({
 _SECTION_SWITCHES = frozenset({"enabled", "enable", "enabled_amp", "dtype"})
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml")
 MAX_CONFIG_BYTES = 256 * 1024  # a bigger file is data, not configuration
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, where PyYAML was built with it
 
 
 @dataclass(frozen=True)
@@ -161,8 +153,10 @@ def config_keys_in(text: str, path: str) -> list[ConfigKey]:
     does not parse."""
     if path.endswith(".toml"):
         return _toml_keys(text, path)
+    import yaml  # here: most runs read no config file, and the import costs a one-file check 30 ms
+
     try:  # JSON is read as YAML too: its nodes carry their rows
-        documents = list(yaml.compose_all(text, Loader=_LOADER))
+        documents = list(yaml.compose_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
     except (yaml.YAMLError, RecursionError, ValueError):
         return []
     found: list[ConfigKey] = []
@@ -172,7 +166,9 @@ def config_keys_in(text: str, path: str) -> list[ConfigKey]:
     return found
 
 
-def _yaml_keys(node: yaml.Node, prefix: tuple[str, ...], path: str, found: list[ConfigKey]) -> None:
+def _yaml_keys(node, prefix: tuple[str, ...], path: str, found: list[ConfigKey]) -> None:
+    import yaml
+
     if isinstance(node, yaml.MappingNode):
         for key, value in node.value:
             if not isinstance(key, yaml.ScalarNode):
@@ -189,6 +185,10 @@ def _yaml_keys(node: yaml.Node, prefix: tuple[str, ...], path: str, found: list[
 
 
 def _toml_keys(text: str, path: str) -> list[ConfigKey]:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
     try:
         data = tomllib.loads(text)
     except (tomllib.TOMLDecodeError, ValueError):

@@ -231,6 +231,10 @@ def train(args, model, loader, optimizer, device):
     ("        scaler.scale(loss).backward()\n        torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)\n"
      "        scaler.step(optimizer)\n        scaler.update()", "AMP002", 19,
      "still scaled by `scaler` (when `--amp` is set (train.py:8))"),
+    # a disabled scaler's unscale_ does nothing: unscaling twice raises only when it is on
+    ("        scaler.scale(loss).backward()\n        scaler.unscale_(optimizer)\n        scaler.unscale_(optimizer)\n"
+     "        scaler.step(optimizer)\n        scaler.update()", "AMP007", 20,
+     "it raises at runtime (when `--amp` is set (train.py:8))"),
 ])
 def test_scaler_and_region_findings_name_their_switch(tmp_path, run_amplint, body, code, row, says):
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'loop'\n")

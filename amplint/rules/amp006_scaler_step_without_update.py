@@ -6,6 +6,7 @@ import libcst as cst
 
 from ..engine import flow
 from ..engine.context import FileContext
+from ..engine.enabling import scaler_switch
 from ..engine.flow import Event, Flow, line_of
 from ..engine.rule import Invalid, Rule, Valid
 from ..engine.semantics import called_function, enclosing_function, method_call
@@ -236,7 +237,9 @@ def train_step(self, loss):
         def report(event: Event, message: str) -> None:
             if event not in reported:
                 reported.add(event)
-                ctx.report(event.node, message)
+                switch = scaler_switch(ctx, event.scaler) if event.scaler else None
+                ctx.report(event.node, message + (f" ({switch.when})" if switch else ""),
+                           related=switch.related if switch else ())
 
         for scaler in sorted(scaled):
             steps = [e for e in scope.of(flow.SCALER_STEP) if e.scaler == scaler]

@@ -7,6 +7,7 @@ import libcst as cst
 
 from ..engine import flow
 from ..engine.context import FileContext
+from ..engine.enabling import scaler_switch
 from ..engine.flow import Event, line_of
 from ..engine.outline import Outline, contains
 from ..engine.rule import Invalid, Rule, Valid
@@ -249,22 +250,24 @@ def train_epoch(model, loader, optimizer, scaler):
 
     def _report(self, ctx: FileContext, call: Event, causes: set[Event]) -> None:
         s, opt = call.scaler, call.optimizer
+        switch = scaler_switch(ctx, s) if s else None  # a disabled scaler's unscale_ does nothing
+        when, related = (f" ({switch.when})", switch.related) if switch else ("", ())
         earlier = [e for e in causes if e.kind == flow.UNSCALE]
         if not earlier:
             step = min(causes, key=lambda e: ctx.order(e.node))
             ctx.report(call.node, f"`{s}.unscale_({opt})` after `{s}.step({opt})` on line "
-                                  f"{line_of(ctx, step.node)}: unscale before stepping")
+                                  f"{line_of(ctx, step.node)}: unscale before stepping{when}", related=related)
             return
         before = [e for e in earlier if ctx.order(e.node) < ctx.order(call.node)]
         if before:
             first = max(before, key=lambda e: ctx.order(e.node))
             ctx.report(call.node, f"`{s}.unscale_({opt})` again before `{s}.update()` (first on line "
-                                  f"{line_of(ctx, first.node)}): it raises at runtime")
+                                  f"{line_of(ctx, first.node)}): it raises at runtime{when}", related=related)
             return
         loop = next(a for a in ctx.ancestors(call.node) if isinstance(a, (cst.For, cst.While)))
         ctx.report(call.node, f"`{s}.unscale_({opt})` runs again in the next iteration of the loop on line "
                               f"{line_of(ctx, loop)} before any `{s}.update()`: an iteration can end "
-                              "without `update()` after it, and the next one raises")
+                              f"without `update()` after it, and the next one raises{when}", related=related)
 
 
 @dataclass(frozen=True)

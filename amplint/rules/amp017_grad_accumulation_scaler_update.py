@@ -4,6 +4,7 @@ import ast
 
 from ..engine import flow
 from ..engine.context import FileContext
+from ..engine.enabling import scaler_switch
 from ..engine.flow import Event, Flow, line_of
 from ..engine.outline import Outline
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
@@ -189,9 +190,11 @@ def train_step(self, loss, boundary):
             if not steps:
                 continue
             step = min(steps, key=lambda e: abs(ctx.order(e.node) - ctx.order(update.node)))
+            switch = scaler_switch(ctx, update.scaler) if update.scaler else None
             ctx.report(update.node, f"`{update.scaler}.update()` runs on every iteration but "
                                     f"`{step.scaler}.step(...)` (line {line_of(ctx, step.node)}) only on some: "
-                                    "move the update under the step's condition")
+                                    "move the update under the step's condition"
+                                    + (f" ({switch.when})" if switch else ""), related=switch.related if switch else ())
 
 
 class _IterationSteps(flow.Analysis):

@@ -256,3 +256,36 @@ def test_fp16_without_a_scaler_names_the_switch_and_the_device(tmp_path, run_amp
     [finding] = [f for f in json.loads(result.stdout) if f["code"] == "AMP009"]
     assert finding["message"].startswith(
         "float16 autocast (when `--amp` is set (train.py:8) and `device.type` is cuda) with a backward pass")
+
+
+def test_a_library_step_called_without_its_optional_scaler(tmp_path, run_amplint):
+    # the library's step takes an optional scaler; the project's script calls it without one
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'det'\n")
+    (tmp_path / "engine.py").write_text(textwrap.dedent("""\
+        import torch
+
+
+        def train_one_epoch(model, loader, optimizer, scaler=None):
+            for images, targets in loader:
+                with torch.autocast("cuda", dtype=torch.float16):
+                    loss = model(images, targets)
+                optimizer.zero_grad()
+                if scaler is not None:
+                    scaler.scale(loss).backward()
+                    scaler.step(optimizer)
+                    scaler.update()
+                else:
+                    loss.backward()
+                    optimizer.step()
+        """))
+    (tmp_path / "train.py").write_text("from engine import train_one_epoch\n\n"
+                                       "def main(model, loader, optimizer):\n"
+                                       "    train_one_epoch(model, loader, optimizer)\n")
+    result = run_amplint("check", "--no-cache", "--output-format", "json", ".", cwd=tmp_path)
+    [finding] = json.loads(result.stdout)
+    assert (finding["filename"], finding["location"]["row"], finding["code"]) == ("engine.py", 6, "AMP009")
+    assert "when called without a scaler (`scaler` defaults to None, line 4)" in finding["message"]
+    # turned off without a scaler: float32 training, nothing to report
+    (tmp_path / "engine.py").write_text((tmp_path / "engine.py").read_text().replace(
+        "dtype=torch.float16)", "dtype=torch.float16, enabled=scaler is not None)"))
+    assert json.loads(run_amplint("check", "--no-cache", "--output-format", "json", ".", cwd=tmp_path).stdout) == []

@@ -103,7 +103,7 @@ def project_function(ctx: FileContext, call: cst.Call) -> tuple[Path, ast.Functi
     import util as training_util``), with that file; None for a call of anything else. The
     file's findings then depend on that function's code."""
 
-    root = ctx._project_root
+    root = ctx.project_root()
     if root is None:
         return None
     for module, level, name in imported_as(ctx, call.func):
@@ -145,6 +145,6 @@ def located(ctx: FileContext, path: Path, row: int, message: str) -> tuple[str, 
     the project's root) in its message, and as a related location (``message`` says what is
     there)."""
 
-    root = ctx._project_root
+    root = ctx.project_root()
     where = relative_name(path.resolve(), root.resolve()) if root is not None else path.as_posix()
     return f"{where}:{row}", Related(relative_name(path.resolve(), Path.cwd()), row, message)

@@ -32,7 +32,7 @@ from collections import Counter
 from dataclasses import astuple, dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from . import source as source_io
 from .names import AUTOCAST, AUTOCAST_DEVICE
@@ -653,18 +653,24 @@ def flags_named(root: Path, dest: str) -> tuple[Flag, ...]:
     key = (f"flags:{dest}", root)
     if key not in _FACTS:
         spellings = (dest.encode(), dest.replace("_", "-").encode())
-        flags: list[Flag] = []
-        for path in _python_files(root):
-            data = _read(path)
-            if data is None or not any(s in data for s in spellings) or not may_define_flags(data):
-                continue
-            try:
-                tree = ast.parse(data)
-            except (SyntaxError, ValueError, RecursionError, MemoryError):
-                continue
-            flags += [f for f in flags_in(tree, relative_name(path, root)) if f.dest == dest]
-        _FACTS[key] = tuple(flags)
+        _FACTS[key] = tuple(
+            f for path, tree in _parsed_where(root, lambda data: any(s in data for s in spellings)
+                                              and may_define_flags(data))
+            for f in flags_in(tree, relative_name(path, root)) if f.dest == dest)
     return _FACTS[key]
+
+
+def _parsed_where(root: Path, mentions: Callable[[bytes], bool]) -> Iterator[tuple[Path, ast.Module]]:
+    """The project's modules whose bytes pass ``mentions`` (the first step of what is asked of
+    them), parsed with Python's ``ast``; those that do not parse are left out."""
+    for path in _python_files(root):
+        data = _read(path)
+        if data is None or not mentions(data):
+            continue
+        try:
+            yield path, ast.parse(data)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
 
 
 @_per_project
@@ -845,18 +851,10 @@ def keyword_passes(root: Path, name: str) -> tuple[tuple[str, int], ...]:
     key = (f"keyword:{name}", root)
     if key not in _FACTS:
         word = re.compile(rb"\b" + re.escape(name.encode()) + rb"\s*=(?!=)")
-        found = []
-        for path in _python_files(root):
-            data = _read(path)
-            if data is None or word.search(data) is None:
-                continue
-            try:
-                tree = ast.parse(data)
-            except (SyntaxError, ValueError, RecursionError, MemoryError):
-                continue
-            found += [(relative_name(path, root), node.lineno) for node in ast.walk(tree)
-                      if isinstance(node, ast.Call) and any(k.arg == name for k in node.keywords)]
-        _FACTS[key] = tuple(found)
+        _FACTS[key] = tuple(
+            (relative_name(path, root), node.lineno)
+            for path, tree in _parsed_where(root, lambda data: word.search(data) is not None)
+            for node in ast.walk(tree) if isinstance(node, ast.Call) and any(k.arg == name for k in node.keywords))
     return _FACTS[key]
 
 

@@ -30,6 +30,8 @@ def region_switch(ctx: FileContext, ac: AutocastCall, device: bool = True) -> Sw
     args = {a.keyword.value: a.value for a in ac.node.args if a.keyword is not None}
     positional = [a.value for a in ac.node.args if a.keyword is None and not a.star]
     parts = []
+    if ac.chosen_by is not None:
+        parts.append(_chosen(ctx, ac.chosen_by, ac.chosen_when))
     if ac.enabled is None and "enabled" in args:
         parts.append(switch_of(ctx, args["enabled"]))
     given = args.get("device_type", positional[0] if positional and not ac.deprecated_api else None)
@@ -39,6 +41,14 @@ def region_switch(ctx: FileContext, ac: AutocastCall, device: bool = True) -> Sw
         return None
     when = " and ".join([parts[0].when, *(p.when.removeprefix("when ") for p in parts[1:])])
     return Switch(when, tuple(r for p in parts for r in p.related))
+
+
+def _chosen(ctx: FileContext, condition: cst.BaseExpression, when: bool) -> Switch:
+    """The switch of a region chosen by ``condition`` over a context that does nothing: when it
+    holds (``when``), or when it does not (``nullcontext() if not amp else autocast(...)``)."""
+    if not when and isinstance(condition, cst.UnaryOperation) and isinstance(condition.operator, cst.Not):
+        condition, when = condition.expression, True
+    return switch_of(ctx, condition) if when else Switch(f"when `{ctx.code(condition)}` is false")
 
 
 def scaler_switch(ctx: FileContext, scaler: str) -> Switch | None:

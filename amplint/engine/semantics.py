@@ -4,6 +4,7 @@ argument binding, statements and blocks. Pure libcst; no torch."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Iterator, Sequence
@@ -34,6 +35,8 @@ _SIGNATURES = {
     "generic": ("device_type", "dtype", "enabled", "cache_enabled"),
     "per_device": ("enabled", "dtype", "cache_enabled"),
 }
+# Context managers that do nothing: the other branch of a region chosen at run time.
+_NULL_CONTEXTS = frozenset({"contextlib.nullcontext"})
 _PER_DEVICE_DEFAULT_DTYPE = {"cuda": "float16", "cpu": "bfloat16"}
 
 
@@ -94,6 +97,10 @@ class AutocastCall:
     dtype: str | None  # None when not given or not a literal torch dtype
     dtype_given: bool
     enabled: bool | None  # None when an expression decides
+    # `torch.autocast if use_amp else nullcontext`: the condition that picks autocast over a
+    # context that does nothing, and whether autocast is its true branch.
+    chosen_by: cst.BaseExpression | None = None
+    chosen_when: bool = True
 
     @property
     def deprecated_api(self) -> bool:
@@ -145,7 +152,12 @@ def region_spans(outline: Outline) -> list[tuple[ast.stmt, ast.AST, int]]:
     enabled = {id(c) for c in autocasts if _may_be_enabled(outline, c)}
     called = {id(c) for c in autocasts}
     bound = {t.id for a in outline.nodes(ast.Assign) if id(a.value) in called
+             or (isinstance(a.value, ast.IfExp) and (id(a.value.body) in called or id(a.value.orelse) in called))
              for t in a.targets if isinstance(t, ast.Name)}
+    # `ctx = torch.autocast if use_amp else nullcontext`, then `with ctx("cuda"):`
+    chosen = {t.id for a in outline.nodes(ast.Assign) if isinstance(a.value, ast.IfExp)
+              and (outline.qualified_names(a.value.body) | outline.qualified_names(a.value.orelse)) & AUTOCAST
+              for t in a.targets if isinstance(t, ast.Name)}
     # The project's own autocast wrappers (``project_index.ProjectHints``), asked only of a
     # file that enters a context no autocast call of its own opens.
     wrappers = outline.project.wrapper_names if outline.project is not None and any(
@@ -157,6 +169,8 @@ def region_spans(outline: Outline) -> list[tuple[ast.stmt, ast.AST, int]]:
             return expr.id in bound
         if not isinstance(expr, ast.Call):
             return False
+        if isinstance(expr.func, ast.Name) and expr.func.id in chosen:
+            return True
         if id(expr) in called:
             return id(expr) in enabled
         func = expr.func
@@ -208,8 +222,26 @@ def autocast_call(ctx: FileContext, expr: cst.BaseExpression) -> AutocastCall | 
     return hit[1]
 
 
+def _null_choice(ctx: FileContext, expr: cst.BaseExpression | None, arm_is_autocast
+                 ) -> tuple[cst.BaseExpression, cst.BaseExpression, bool] | None:
+    """For ``A if cond else B`` where one branch passes ``arm_is_autocast`` and the other is a
+    context that does nothing (``contextlib.nullcontext``, called or not): that branch, the
+    condition, and whether the branch is the true one."""
+    if not isinstance(expr, cst.IfExp):
+        return None
+    for arm, other, when in ((expr.body, expr.orelse, True), (expr.orelse, expr.body, False)):
+        null = other.func if isinstance(other, cst.Call) else other
+        if arm_is_autocast(arm) and ctx.resolves_to(null, _NULL_CONTEXTS):
+            return arm, expr.test, when
+    return None
+
+
 def _autocast_call(ctx: FileContext, expr: cst.Call) -> AutocastCall | None:
     api = ctx.resolves_to(expr.func, AUTOCAST)
+    chosen = None
+    if api is None and isinstance(expr.func, cst.Name):  # `ctx = torch.autocast if amp else nullcontext`
+        chosen = _null_choice(ctx, assigned_before(ctx, expr.func), lambda arm: ctx.resolves_to(arm, AUTOCAST))
+        api = ctx.resolves_to(chosen[0], AUTOCAST) if chosen is not None else None
     if api is None:
         return None
     per_device = AUTOCAST_DEVICE.get(api)
@@ -226,6 +258,8 @@ def _autocast_call(ctx: FileContext, expr: cst.Call) -> AutocastCall | None:
         enabled = None
     elif enabled is None and _off_unless_passed(ctx, args["enabled"].value):
         enabled = False
+    if chosen is not None and enabled is not False:
+        return AutocastCall(expr, api, device, dtype, dtype_given, None, chosen[1], chosen[2])
     return AutocastCall(expr, api, device, dtype, dtype_given, enabled)
 
 
@@ -301,6 +335,12 @@ def _autocast_bindings(ctx: FileContext, scope: cst.CSTNode) -> dict[str, Autoca
             if isinstance(node, cst.Assign) and len(node.targets) == 1 \
                     and isinstance(node.targets[0].target, cst.Name):
                 ac = autocast_call(ctx, node.value)
+                chosen = _null_choice(ctx, node.value, lambda arm: autocast_call(ctx, arm) is not None) \
+                    if ac is None else None
+                if chosen is not None:  # `amp = torch.autocast("cuda") if use_amp else nullcontext()`
+                    ac = autocast_call(ctx, chosen[0])
+                    if ac.enabled is not False:
+                        ac = dataclasses.replace(ac, enabled=None, chosen_by=chosen[1], chosen_when=chosen[2])
                 if ac is not None:
                     found[node.targets[0].target.value] = ac
         cache[id(scope)] = found

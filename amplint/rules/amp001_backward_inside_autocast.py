@@ -5,11 +5,13 @@ import ast
 import libcst as cst
 
 from ..engine.context import FileContext
+from ..engine.crossfile import located
 from ..engine.diagnostics import Fix, Related
 from ..engine.enabling import region_switch
 from ..engine.edits import edit_from_tree
 from ..engine.outline import Outline
-from ..engine.rule import AnyOf, Invalid, Rule, Valid
+from ..engine.rule import Invalid, Rule, Valid
+from ..engine.summaries import callee_summary
 from ..engine.semantics import (
     autocast_region,
     calls,
@@ -31,10 +33,13 @@ _MOVABLE_FUNCTIONS = frozenset({"print"})
 
 
 def _may_fire(outline: Outline) -> bool:
-    """A backward call in a region, as far as the ast shows it (``calls_in_regions``)."""
+    """A backward call in a region, or a call there that ``callee_summary`` may follow (a name,
+    ``self.m``, ``module.f``), as far as the ast shows it (``calls_in_regions``)."""
     regions = calls_in_regions(outline)
     return any(id(c) in regions and ((isinstance(c.func, ast.Attribute) and c.func.attr == "backward")
-                                     or not outline.qualified_names(c.func).isdisjoint(_AUTOGRAD))
+                                     or not outline.qualified_names(c.func).isdisjoint(_AUTOGRAD)
+                                     or isinstance(c.func, ast.Name)
+                                     or (isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)))
                for c in outline.nodes(ast.Call))
 
 
@@ -104,6 +109,17 @@ class BackwardInsideAutocast(Rule):
     which torch turns off; AMP011 reports it). A backward pass is also a framework's
     `accelerator.backward(loss)`.
 
+    A region may be chosen at run time: `ctx = torch.autocast if use_amp else
+    contextlib.nullcontext` then `with ctx("cuda"):`, or `amp = torch.autocast("cuda") if
+    use_amp else nullcontext()` then `with amp:`; the message says when it applies ("when
+    `--amp` is set (train.py:12)").
+
+    The backward pass may run in a function called inside the region: one of the file
+    (`helper(...)`, `self.helper(...)`) or of another module of the project (`from .engine
+    import train_step`, `engine.train_step(...)`), followed up to three calls deep
+    (`summaries`). The finding then sits on the call in the region and names the backward's
+    line and the helpers on the way, also as a related location.
+
     ## Why is this bad?
     PyTorch's AMP documentation: "Backward passes under autocast are not recommended."
     Backward ops run in the dtype autocast chose for the matching forward ops anyway; running
@@ -132,7 +148,10 @@ class BackwardInsideAutocast(Rule):
     the tail out changes nothing else. Otherwise the finding has no fix.
 
     ## False positives
-    None known: a backward call inside an enabled region is always this mistake. A region
+    None known: a backward call inside an enabled region is always this mistake. Through a
+    helper, the helper's backward runs on every call the code shows; one that runs it only
+    on some branch (`if train: loss.backward()`) is still reported, since that branch runs
+    inside the region. A region
     whose `enabled=` is an expression counts as enabled, and so does a framework's autocast
     (it may be off when the framework runs without mixed precision; the backward still
     belongs after the block).
@@ -143,11 +162,26 @@ class BackwardInsideAutocast(Rule):
     summary = "Backward pass inside an autocast region"
     fixable = True
     uses_policy = True  # which dtypes a region's device accepts
-    fragments = (("autocast", AnyOf("backward", "autograd")),)  # a backward pass inside a region
+    fragments = ("autocast",)  # a region: its backward pass may be a helper's
     may_fire = staticmethod(_may_fire)
     project_wrappers_for = "autocast"  # `with amp_ctx():`, a wrapper of the project's
 
     valid = (
+        Valid("""
+import contextlib
+import torch
+from engine import apply_gradients
+def fit(model, loader, optimizer, use_amp):
+    ctx = torch.autocast if use_amp else contextlib.nullcontext
+    for x, y in loader:
+        with ctx("cuda"):
+            loss = model(x, y)
+        apply_gradients(loss, optimizer)
+""", project=(("engine.py", """
+def apply_gradients(loss, optimizer):
+    loss.backward()
+    optimizer.step()
+"""),)),
         Valid("""
 import torch
 scaler = torch.amp.GradScaler("cuda")
@@ -210,6 +244,20 @@ with amp.scale_loss(loss, optimizer) as scaled_loss:
 """),
     )
     invalid = (
+        Invalid("""
+import torch
+from engine import apply_gradients
+def fit(model, loader, optimizer):
+    for x, y in loader:
+        with torch.autocast("cuda"):
+            loss = model(x, y)
+            apply_gradients(loss, optimizer)
+""", at=((8, 13, "`apply_gradients(...)` runs `loss.backward()` (engine.py:3) inside an autocast region"),),
+            project=(("engine.py", """
+def apply_gradients(loss, optimizer):
+    loss.backward()
+    optimizer.step()
+"""),)),
         Invalid("""
 import torch
 with torch.autocast("cuda"):
@@ -324,10 +372,11 @@ def step(self, batch):
             mc = method_call(call)
             is_backward = (mc is not None and mc[1] == "backward") or \
                 ctx.resolves_to(call.func, _AUTOGRAD) is not None
-            if not is_backward:
-                continue
             region = autocast_region(ctx, call, frameworks=True)
             if region is None or (region[0] is not None and disables_itself(ctx, region[0])):
+                continue
+            if not is_backward:
+                self._through_helper(ctx, call, region)
                 continue
             what = ctx.code(call.func) + "()" if mc is None else "backward()"
             # One fix per block: the first backward's fix moves every later one out with it.
@@ -345,6 +394,21 @@ def step(self, batch):
             ctx.report(call, f"`{what}` inside an autocast region (`{wrapper.name}` opens autocast, "
                              f"{wrapper.where(root)}): run the backward pass after the `with` block", fix,
                        related=(Related(wrapper.shown_path(), wrapper.row, f"`{wrapper.name}` opens autocast"),))
+
+    @staticmethod
+    def _through_helper(ctx: FileContext, call: cst.Call, region) -> None:
+        """A call in the region of a project function that runs a backward pass (``summaries``)."""
+        summary = callee_summary(ctx, call)
+        if summary is None or not summary.backwards:
+            return
+        backward = summary.backwards[0][0]
+        where, related = located(ctx, backward.path, backward.row, f"`{backward.code}`, in `{summary.name}`")
+        through = f" through `{'` and `'.join(backward.via)}`" if backward.via else ""
+        switch = region_switch(ctx, region[0], device=False) if region[0] is not None else None
+        ctx.report(call, f"`{ctx.code(call.func)}(...)` runs `{backward.code}` ({where}{through}) inside an "
+                         f"autocast region{f' ({switch.when})' if switch else ''}: call it after the `with` block, "
+                         "or move the backward pass out of it",
+                   related=(related, *(switch.related if switch else ())))
 
     def _fix(self, ctx: FileContext, call: cst.Call, region: cst.CSTNode) -> Fix | None:
         if not isinstance(region, cst.With) or len(region.items) != 1 \

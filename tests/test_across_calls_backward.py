@@ -186,3 +186,29 @@ def test_correct_loops_beside_them_stay_silent(tmp_path, monkeypatch):
                     apply_gradients(loss, optimizer)
         """})
     assert _findings(root, monkeypatch) == []
+
+
+def test_an_edit_of_the_helper_rechecks_its_caller_through_the_cache(tmp_path, monkeypatch):
+    root = _project(tmp_path, {"trainer/engine.py": ENGINE, "trainer/loop.py": """\
+        import torch
+        from .engine import train_step
+
+
+        def fit(model, loader, optimizer):
+            for batch in loader:
+                with torch.autocast("cuda"):
+                    train_step(model, batch, optimizer)
+        """})
+    monkeypatch.chdir(root)
+
+    def cached_rows():
+        result = CliRunner().invoke(main, ["check", "--select", "AMP001", "--output-format", "json", "."])
+        return [(f["filename"], f["location"]["row"]) for f in json.loads(result.output)]
+
+    assert cached_rows() == [("trainer/loop.py", 8)]
+    assert cached_rows() == [("trainer/loop.py", 8)]  # answered from the cache
+    engine = root / "trainer" / "engine.py"
+    engine.write_text(ENGINE.replace("    apply_gradients(loss, optimizer)\n", "    return loss\n", 1))
+    assert cached_rows() == []
+    engine.write_text(ENGINE)
+    assert cached_rows() == [("trainer/loop.py", 8)]

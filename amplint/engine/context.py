@@ -28,6 +28,7 @@ from .project_index import (
     module_text,
     project_module,
     project_root,
+    scaler_states_saved,
     star_dependency,
     star_imports,
 )
@@ -394,6 +395,16 @@ class FileContext:
             return ()
         self.dependencies.add(dependency("config-keys", root))
         return config_keys(root)
+
+    def scaler_states_saved(self) -> tuple[tuple[str, int], ...]:
+        """Where this file's project takes a GradScaler's state to save it (``project_index``);
+        none for a file that is not on disk or in no project. The file's findings then depend
+        on them."""
+        root = self._project_root
+        if root is None:
+            return ()
+        self.dependencies.add(dependency("scaler-states", root))
+        return scaler_states_saved(root)
 
     def project_root(self) -> Path | None:
         """The root of this file's project (``project_index.project_root``)."""

@@ -858,6 +858,23 @@ def keyword_passes(root: Path, name: str) -> tuple[tuple[str, int], ...]:
     return _FACTS[key]
 
 
+@_per_project
+def scaler_states_saved(root: Path) -> tuple[tuple[str, int], ...]:
+    """Where the project's modules take a GradScaler's state to save it, as (path from the
+    root, row): ``X.state_dict()`` of something named like a scaler (``self.scaler``,
+    ``trainer.grad_scaler``), or a dict key that names one (``"scaler": ...``)."""
+    found = []
+    for path, tree in _parsed_where(root, lambda data: b"scaler" in data.lower() and b"state_dict" in data):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "state_dict" \
+                    and "scaler" in _dotted_name(node.func.value).lower():
+                found.append((relative_name(path, root), node.lineno))
+            elif isinstance(node, ast.Dict) and any(isinstance(k, ast.Constant) and isinstance(k.value, str)
+                                                    and "scaler" in k.value.lower() for k in node.keys):
+                found.append((relative_name(path, root), node.lineno))
+    return tuple(found)
+
+
 def keyword_dependency(root: Path, name: str) -> Dependency:
     return dependency(f"keyword:{name}", root)
 
@@ -974,6 +991,8 @@ def dependency(kind: str, root: Path) -> Dependency:
             text = json.dumps(keyword_passes(root, kind.split(":", 1)[1]))
         elif kind.startswith("flags:"):
             text = json.dumps([astuple(f) for f in flags_named(root, kind.split(":", 1)[1])])
+        elif kind == "scaler-states":  # read only when a rule asks: not among the SUMMARIES handed over
+            text = json.dumps(scaler_states_saved(root))
         elif kind.startswith("function:"):
             text = json.dumps(_function_summary(root, *kind.split(":", 1)[1].rsplit(":", 1)))
         else:

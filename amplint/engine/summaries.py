@@ -22,6 +22,7 @@ import libcst as cst
 
 from .names import dotted
 from .outline import Outline
+from .semantics import named_like_optimizer
 from .project_index import module_dependency, module_text, project_module, relative_name
 
 if TYPE_CHECKING:
@@ -49,10 +50,11 @@ class Place:
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """A ``torch.save(...)`` a function runs: where, whether what it saves names a GradScaler's
-    state, and whether parts of it come from the caller (a dict parameter, ``**kwargs``), so
-    that what it holds is not known here."""
+    """A ``torch.save(...)`` a function runs: where, whether what it saves names an optimizer's
+    and a GradScaler's state, and whether parts of it come from the caller (a dict parameter,
+    ``**kwargs``), so that what it holds is not known here."""
     place: Place
+    optimizer_state: bool
     scaler_state: bool
     from_caller: bool
 
@@ -93,14 +95,19 @@ def _is_half_conversion(outline: Outline, call: ast.Call) -> bool:
     return any(outline.qualified_names(a) & _HALF for a in given)
 
 
+def _texts(expr: ast.AST) -> list[str]:
+    """The names, attributes and string keys in a saved object."""
+    return [node.value if isinstance(node, ast.Constant) else node.id if isinstance(node, ast.Name) else node.attr
+            for node in ast.walk(expr) if isinstance(node, (ast.Name, ast.Attribute))
+            or (isinstance(node, ast.Constant) and isinstance(node.value, str))]
+
+
+def _names_optimizer(expr: ast.AST) -> bool:
+    return any(named_like_optimizer(text) for text in _texts(expr))
+
+
 def _names_scaler(expr: ast.AST) -> bool:
-    """Whether a saved object names a scaler's state: a key or a name with `scaler` in it."""
-    for node in ast.walk(expr):
-        text = node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else \
-            node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
-        if "scaler" in text.lower():
-            return True
-    return False
+    return any("scaler" in text.lower() for text in _texts(expr))
 
 
 def _body(function: ast.AST):
@@ -142,7 +149,20 @@ class _Module:
                     elif "." not in alias.name:
                         self.imported[alias.name] = (alias.name, 0, None)
 
-    def callee(self, function: ast.AST, call: ast.Call) -> tuple[Path, str] | None:
+    def calls_at(self, row: int) -> list[ast.Call]:
+        """The calls that start on line ``row``."""
+        if "_calls_at" not in self.__dict__:
+            self._calls_at: dict[int, list[ast.Call]] = {}
+            for node in self.outline.nodes(ast.Call):
+                self._calls_at.setdefault(node.lineno, []).append(node)
+        return self._calls_at.get(row, [])
+
+    def function_at(self, row: int) -> ast.AST | None:
+        """The innermost function of ``functions`` around line ``row`` (methods in a class body)."""
+        return max((f for f in self.functions.values() if f.lineno <= row <= f.end_lineno),
+                   key=lambda f: f.lineno, default=None)
+
+    def callee(self, function: ast.AST | None, call: ast.Call) -> tuple[Path, str] | None:
         """The module and name of the project function ``call`` (in ``function``) runs."""
         func = call.func
         if isinstance(func, ast.Name):
@@ -196,8 +216,6 @@ class _Module:
         half_names |= {name for node in _body(function) if isinstance(node, ast.Call)
                        and _is_half_conversion(outline, node) and (name := _root_name(node.func.value))}
         returned = {id(n.value) for n in _body(function) if isinstance(n, ast.Return)}
-        dicts = {t.id: node.value for node in _body(function) if isinstance(node, ast.Assign)
-                 for t in node.targets if isinstance(t, ast.Name)}
         for node in _body(function):
             if isinstance(node, ast.Return) and node.value is not None:
                 value = node.value
@@ -215,11 +233,9 @@ class _Module:
                     and (_receiver(received[0]) or (None, ""))[1] == "scale"
                 backwards.append((self._place(node, ast.unparse(node)), scaled))
             elif outline.qualified_names(node.func) & _SAVE and node.args:
-                saved = node.args[0]
-                shown = dicts.get(saved.id, saved) if isinstance(saved, ast.Name) else saved
-                from_caller = (isinstance(saved, ast.Name) and saved.id in params and saved.id not in dicts) or (
-                    isinstance(shown, ast.Dict) and any(k is None for k in shown.keys))
-                checkpoints.append((self._place(node, ast.unparse(node)), _names_scaler(shown), from_caller))
+                parts, from_caller = self._saved_parts(function, node.args[0], params)
+                checkpoints.append((self._place(node, ast.unparse(node)), any(map(_names_optimizer, parts)),
+                                    any(map(_names_scaler, parts)), from_caller))
             elif _is_half_conversion(outline, node):
                 target = _root_name(received[0])
                 if target is not None:
@@ -230,6 +246,28 @@ class _Module:
                 calls.append((node, callee, id(node) in returned))
         return {"params": params, "backwards": backwards, "scales": scales, "checkpoints": checkpoints,
                 "halves": halves, "returns_half": returns_half, "calls": calls, "row": function.lineno}
+
+    @staticmethod
+    def _saved_parts(function: ast.AST, saved: ast.expr, params: tuple[str, ...]) -> tuple[list[ast.AST], bool]:
+        """What a saved object is built from in the function (``state = {...}``,
+        ``state["scaler"] = ...``, ``state.update(...)``), and whether some of it comes from the
+        caller (it is a parameter, or takes one in whole: ``**extra``, ``state.update(extra)``)."""
+        parts: list[ast.AST] = [saved]
+        from_caller = False
+        if isinstance(saved, ast.Name):
+            bound = False
+            for node in _body(function):
+                if isinstance(node, ast.Assign) and any(_root_name(t) == saved.id for t in node.targets):
+                    parts += [node.value, *node.targets]
+                    bound = bound or any(isinstance(t, ast.Name) for t in node.targets)
+                elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                        and node.func.attr == "update" and _root_name(node.func.value) == saved.id:
+                    given = [*node.args, *(k.value for k in node.keywords)]
+                    parts += given
+                    from_caller = from_caller or any(isinstance(g, ast.Name) and g.id in params for g in given)
+            from_caller = from_caller or (saved.id in params and not bound)
+        from_caller = from_caller or any(isinstance(p, ast.Dict) and None in p.keys for p in parts)
+        return parts, from_caller
 
     def _place(self, node: ast.AST, code: str) -> Place:
         return Place(self.path, node.lineno, code if len(code) <= 60 else code[:57] + "...")
@@ -256,7 +294,7 @@ def _summary(module: _Module, qualified: str, depth: int, seen: set, read: set[P
         return None
     own_place = Place(module.path, facts["row"], f"def {qualified.rsplit('.', 1)[-1]}")
     backwards = list(facts["backwards"])
-    checkpoints = [Checkpoint(p, scaler, caller) for p, scaler, caller in facts["checkpoints"]]
+    checkpoints = [Checkpoint(*c) for c in facts["checkpoints"]]
     halves = list(facts["halves"])
     scales, returns_half = facts["scales"], facts["returns_half"]
     key = (module.path.resolve(), qualified)
@@ -297,23 +335,17 @@ def _bound(call: ast.Call, params: tuple[str, ...]) -> dict[str, str]:
 def callee_summary(ctx: "FileContext", call: cst.Call) -> Summary | None:
     """What the project function ``call`` runs does (None when the code does not show which
     function that is). The file's findings then depend on the text of each other module read."""
+    code = dotted(call.func)
+    if code is None or len(code) > 2:
+        return None
     module = _module(Path(ctx.path), ctx.source, ctx.project_root())
     if module is None:
         return None
-    function = ctx.enclosing(call, cst.FunctionDef)
     row = ctx.location(ctx.offsets(call)[0]).row
-    code = dotted(call.func)
-    if code is None:
-        return None
-    target = next((n for n in ast.walk(module.outline.tree) if isinstance(n, ast.Call) and n.lineno <= row
-                   <= n.end_lineno and (d := _ast_dotted(n.func)) == code), None)
+    target = next((n for n in module.calls_at(row) if _ast_dotted(n.func) == code), None)
     if target is None:
         return None
-    owner = None
-    if function is not None:
-        owner = next((f for f in module.functions.values() if f.name == function.name.value
-                      and f.lineno <= row <= f.end_lineno), None)
-    callee = module.callee(owner, target) if owner is not None or isinstance(target.func, ast.Name) else None
+    callee = module.callee(module.function_at(row), target)
     if callee is None:
         return None
     path, name = callee

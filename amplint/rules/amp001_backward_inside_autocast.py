@@ -402,7 +402,7 @@ def step(self, batch):
         if summary is None or not summary.backwards:
             return
         backward = summary.backwards[0][0]
-        where, related = located(ctx, backward.path, backward.row, f"`{backward.code}`, in `{summary.name}`")
+        where, related = located(ctx, backward.path, backward.row, f"`{backward.code}`, in `{(summary.name, *backward.via)[-1]}`")
         through = f" through `{'` and `'.join(backward.via)}`" if backward.via else ""
         switch = region_switch(ctx, region[0], device=False) if region[0] is not None else None
         ctx.report(call, f"`{ctx.code(call.func)}(...)` runs `{backward.code}` ({where}{through}) inside an "

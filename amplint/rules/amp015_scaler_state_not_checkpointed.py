@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import ast
+from pathlib import Path
 
 import libcst as cst
 
@@ -8,9 +9,12 @@ from ..engine.checkpoints import (RESTORE_WORDS, SCALER_CLASSES, SCALER_PARAMS, 
                                   last_name, name_words, named_like_scaler, optimizer_restores,
                                   restores_from_checkpoint, scaler_creations, scalers, spelled, subexpressions, words)
 from ..engine.context import FileContext
+from ..engine.crossfile import located
+from ..engine.diagnostics import Related
 from ..engine.outline import Outline, contains
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import enclosing_function, named_like_optimizer, statement_of
+from ..engine.summaries import callee_summary
 
 _CHECKPOINT_WORDS = frozenset({"save", "checkpoint", "ckpt"})
 
@@ -143,6 +147,17 @@ def _may_checkpoint(outline: Outline) -> bool:
     return any(isinstance(k, ast.Constant) and isinstance(k.value, str) and "optim" in k.value.lower() for k in keys)
 
 
+def _calls_imported(outline: Outline) -> bool:
+    """A call of a name another module binds (``save_checkpoint(...)`` after ``from .utils
+    import save_checkpoint``, ``utils.save(...)``): a checkpoint another module may write."""
+    imported = {a.asname or a.name.split(".")[0] for kind in (ast.Import, ast.ImportFrom)
+                for node in outline.nodes(kind) for a in node.names
+                if (getattr(node, "module", None) or a.name).split(".")[0] != "torch"}  # torch's own run no helper
+    return any(isinstance(c.func, ast.Name) and c.func.id in imported
+               or isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name) and c.func.value.id in imported
+               for c in outline.nodes(ast.Call))
+
+
 def _may_restore_optimizer(outline: Outline) -> bool:
     """What ``optimizer_restores`` needs: ``optimizer.load_state_dict(...)``, or a call named like
     loading or setting an optimizer's state dict (``set_optimizer_state_dict(...)``), given
@@ -220,7 +235,7 @@ def _may_fire(outline: Outline) -> bool:
     units = _scaler_units(outline, creations)
     if not units:
         return False
-    return (_may_checkpoint(outline) and bool(units - _surely_saving(outline))
+    return ((_may_checkpoint(outline) or _calls_imported(outline)) and bool(units - _surely_saving(outline))
             or _may_restore_optimizer(outline) and bool(units - _surely_restoring(outline))
             or _may_replace_restored(outline, creations))
 
@@ -237,6 +252,15 @@ class ScalerStateNotCheckpointed(Rule):
     in it, or an optimizer's state saved as a file of its own (`torch.save(optimizer.state_dict(),
     "optimizer.pt")`). It is reported once, where it is built, naming the scaler and, when the
     resume forgets the scaler too, the line of that resume.
+
+    A checkpoint may be written by a function of another module of the project
+    (`utils.save_checkpoint(model, optimizer, epoch, path)`), or a function that one calls,
+    followed up to three calls deep (`summaries`): a `torch.save(...)` of state that names an
+    optimizer's and no scaler's. Where a scaler is in use and the call passes neither the
+    scaler nor an object that holds it (`self`), the finding sits on the call and names the
+    helper's `torch.save` (also a related location). It is not made when the helper's saved
+    state takes parts from its caller (`**extra`, a dict parameter), or when the project
+    takes a scaler's state to save it anywhere (`scaler.state_dict()`, a `"scaler"` key).
 
     ## Why is this bad?
     The scaler's state (the current loss scale and its growth tracker) is part of the
@@ -288,10 +312,30 @@ class ScalerStateNotCheckpointed(Rule):
     code = "AMP015"
     name = "scaler-state-not-checkpointed"
     summary = "Checkpoint saved or loaded without the GradScaler's state"
-    fragments = ((AnyOf("scaler", "Scaler", r"\.scale\("), AnyOf("state_dict", "save", "load", "restore", "resume")),)
+    # a scaler, and a checkpoint here or a function of another module that may write one
+    fragments = ((AnyOf("scaler", "Scaler", r"\.scale\("),
+                  AnyOf("state_dict", "save", "load", "restore", "resume", "import")),)
     may_fire = staticmethod(_may_fire)
 
     valid = (
+        Valid("""
+import torch
+from checkpointing import save_checkpoint
+def train(model, optimizer, loader, path):
+    scaler = torch.amp.GradScaler()
+    for x, y in loader:
+        with torch.autocast("cuda"):
+            loss = model(x, y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    save_checkpoint(model, optimizer, path, scaler)
+""", project=(("checkpointing.py", """
+import torch
+def save_checkpoint(model, optimizer, path, scaler):
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "scaler": scaler.state_dict()}, path)
+"""),)),
         Valid("""
 import torch
 def save(model, optimizer, scaler, path):
@@ -416,6 +460,24 @@ def train_plain(model, optimizer, loader, path):
 """),
     )
     invalid = (
+        Invalid("""
+import torch
+from checkpointing import save_checkpoint
+def train(model, optimizer, loader, path):
+    scaler = torch.amp.GradScaler()
+    for x, y in loader:
+        with torch.autocast("cuda"):
+            loss = model(x, y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    save_checkpoint(model, optimizer, path)
+""", at=((12, 5, "checkpoint written by `save_checkpoint(...)` (checkpointing.py:4) without the GradScaler's"),),
+            project=(("checkpointing.py", """
+import torch
+def save_checkpoint(model, optimizer, path):
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, path)
+"""),)),
         Invalid("""
 import torch
 def train(model, optimizer, loader, path):
@@ -578,6 +640,7 @@ class Trainer:
             if unrestored is not None and not self._restored(ctx, unit, by_unit[id(unit)]):
                 message += f"; the resume at line {_line(ctx, unrestored)} does not restore it either"
             ctx.report(node, message)
+        self._written_by_helpers(ctx, by_unit, reported_units)
         for key, calls in restores.items():
             unit = _unit(ctx, calls[0])
             if key in reported_units or key not in by_unit or self._restored(ctx, unit, by_unit[key]):
@@ -592,6 +655,35 @@ class Trainer:
                 ctx.report(call, f"optimizer state restored without the GradScaler's: `{visible[0].code}` (line "
                                  f"{_line(ctx, visible[0].node)}) is not restored, so its loss scale restarts; "
                                  f"call `{visible[0].code}.load_state_dict(...)` here")
+
+    def _written_by_helpers(self, ctx: FileContext, by_unit: dict[int, list[Scaler]], reported: set[int]) -> None:
+        """Where a scaler is in use, a call of another module's function that writes a checkpoint
+        with an optimizer's state and without the scaler's (``summaries``), when nothing passes
+        the scaler to it and the project saves no scaler's state anywhere."""
+        for key, unit_scalers in by_unit.items():
+            unit = _unit(ctx, unit_scalers[0].node)
+            if key in reported or self._saved(ctx, unit, unit_scalers):
+                continue
+            for call in self._in_unit(ctx, unit, cst.Call):
+                # the scaler, or an object that holds it (`self` too: the helper may save its scaler)
+                if any(self._is_scaler(ctx, a.value, unit_scalers) or (
+                        isinstance(a.value, cst.Name) and a.value.value == "self") for a in call.args):
+                    continue
+                visible = self._visible(ctx, call, unit, unit_scalers)
+                summary = callee_summary(ctx, call) if visible else None
+                if summary is None or summary.place.path.resolve() == Path(ctx.path).resolve():
+                    continue
+                written = next((c.place for c in summary.checkpoints
+                                if c.optimizer_state and not c.scaler_state and not c.from_caller), None)
+                if written is None or ctx.scaler_states_saved():
+                    continue
+                where, related = located(ctx, written.path, written.row, f"`{written.code}`, in `{(summary.name, *written.via)[-1]}`")
+                through = f" through `{'` and `'.join(written.via)}`" if written.via else ""
+                scaler = visible[0]
+                ctx.report(call, f"checkpoint written by `{ctx.code(call.func)}(...)` ({where}{through}) without the "
+                                 f"GradScaler's state: `{scaler.code}` (line {_line(ctx, scaler.node)}) is not passed "
+                                 "to it, so a resumed run restarts its loss scale",
+                           related=(related, Related(ctx.path, _line(ctx, scaler.node), f"`{scaler.code}`")))
 
     @staticmethod
     def _callees(ctx: FileContext, unit: cst.CSTNode) -> dict[int, list[cst.FunctionDef]]:

@@ -673,6 +673,22 @@ def _parsed_where(root: Path, mentions: Callable[[bytes], bool]) -> Iterator[tup
             continue
 
 
+def modules_mentioning(root: Path, word: str) -> tuple[Path, ...]:
+    """The project's modules whose text has ``word`` (a name a rule follows across modules)."""
+    key = (f"mentions:{word}", root)
+    if key not in _FACTS:
+        encoded = word.encode()
+        _FACTS[key] = tuple(path for path in _python_files(root)[:MAX_PROJECT_FILES]
+                            if (data := _read(path)) is not None and encoded in data)
+    return _FACTS[key]
+
+
+def mentions_dependency(root: Path, word: str) -> Dependency:
+    """Which modules mention ``word``, and their texts, as a summary a file's result depends on:
+    a module that starts to mention it, or one that changes, checks the file again."""
+    return dependency(f"mentions:{word}", root)
+
+
 @_per_project
 def config_keys(root: Path) -> tuple[ConfigKey, ...]:
     """The AMP keys of the project's config files (``switches.config_keys_in``), read as data."""
@@ -991,6 +1007,9 @@ def dependency(kind: str, root: Path) -> Dependency:
             text = json.dumps(keyword_passes(root, kind.split(":", 1)[1]))
         elif kind.startswith("flags:"):
             text = json.dumps([astuple(f) for f in flags_named(root, kind.split(":", 1)[1])])
+        elif kind.startswith("mentions:"):
+            text = json.dumps([[relative_name(path, root), hashlib.sha256(_read(path) or b"").hexdigest()]
+                               for path in modules_mentioning(root, kind.split(":", 1)[1])])
         elif kind == "scaler-states":  # read only when a rule asks: not among the SUMMARIES handed over
             text = json.dumps(scaler_states_saved(root))
         elif kind.startswith("function:"):

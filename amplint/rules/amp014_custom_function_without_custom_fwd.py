@@ -7,18 +7,22 @@ from typing import Callable
 
 import libcst as cst
 
+from ..engine.autograd_functions import (
+    ENABLE_GRAD,
+    lower_precision_output,
+    may_be_aliased_custom,
+    mentions_autocast,
+    mixed_ops,
+    module_level_names,
+    parameter_passes,
+    recomputation,
+)
 from ..engine.context import FileContext
+from ..engine.crossfile import enabling_site, located
 from ..engine.outline import Outline, contains
 from ..engine.rule import Invalid, Rule, Valid
-from ..engine.semantics import (
-    assigned_before,
-    autocast_calls,
-    call_spelling,
-    calls_autocast,
-    policies_of,
-    subtree,
-)
-from ..policy import committed_tables
+from ..engine.semantics import autocast_calls, call_spelling, calls_autocast, policies_of
+from ..policy import PolicyError, committed_tables
 
 _FUNCTION = frozenset({"torch.autograd.Function", "torch.autograd.function.Function"})
 _CUSTOM = {
@@ -28,28 +32,10 @@ _CUSTOM = {
                            "torch.amp.autocast_mode.custom_bwd", "torch.cuda.amp.autocast_mode.custom_bwd"}),
 }
 _DECORATOR = {"forward": "custom_fwd", "backward": "custom_bwd"}
-_ENABLE_GRAD = frozenset({"torch.enable_grad", "torch.autograd.enable_grad", "torch.autograd.grad_mode.enable_grad"})
-# Decorators that leave a method's autocast state alone; any other one amplint cannot resolve
-# may be custom_fwd/custom_bwd under another name (an alias chosen by torch version).
-_PLAIN_DECORATORS = frozenset({"staticmethod", "classmethod", "torch.autograd.function.once_differentiable"})
 _BUILTINS = frozenset(dir(builtins))
 # Modules whose functions work on Python values or pass tensors through unchanged.
 _TRANSPARENT = frozenset({"torch", "math", "numpy", "operator", "functools", "itertools", "typing",
                           "warnings", "logging", "collections", "numbers", "einops"})
-
-
-def _module_level_names(ctx: FileContext) -> set[str]:
-    """Names bound by assignments, functions and classes at the top of the file."""
-    names = set()
-    for statement in ctx.module.body:
-        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
-            names.add(statement.name.value)
-        elif isinstance(statement, cst.SimpleStatementLine):
-            for small in statement.body:
-                targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else \
-                    [small.target] if isinstance(small, cst.AnnAssign) else []
-                names.update(t.value for t in targets if isinstance(t, cst.Name))
-    return names
 
 
 def _opaque(ctx: FileContext, call: cst.Call, module_names: set[str]) -> bool:
@@ -70,66 +56,6 @@ def _opaque(ctx: FileContext, call: cst.Call, module_names: set[str]) -> bool:
     if isinstance(func, cst.Name):
         return func.value not in _BUILTINS
     return root.value in module_names  # a method of a local value (a tensor, ctx) is not
-
-
-def _given_callable(ctx: FileContext, call: cst.Call, holder: str, given: set[str]) -> bool:
-    """Whether ``call`` runs something the caller handed in: ``holder.a(...)``/``holder.a.b(...)``
-    with ``a`` stored from a parameter, or a local bound to such a value (``m = copy(ctx.mod)``;
-    ``m.layer(x)``), not the result of calling it."""
-    if ctx.qualified_names(call.func):
-        return False
-    root = _root(call.func)
-    if not isinstance(root, cst.Name):
-        return False
-    if root.value == holder:
-        return _first_attribute(call.func) in given
-    value = assigned_before(ctx, root)
-    if value is None:
-        return False
-    called = {id(n.func) for n in subtree(value) if isinstance(n, cst.Call)}
-    return any(isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name) and n.value.value == holder
-               and n.attr.value in given and id(n) not in called for n in subtree(value))
-
-
-def _recomputed(ctx: FileContext, body: cst.FunctionDef, holder: str, given: set[str]) -> cst.Call | None:
-    """The first call of a given callable inside a ``with torch.enable_grad():`` of ``body``:
-    the backward re-running part of the forward to differentiate it."""
-    for node in ctx.nodes(cst.With):
-        if ctx.contains(body, node) and any(isinstance(item.item, cst.Call) and
-                                              ctx.resolves_to(item.item.func, _ENABLE_GRAD) for item in node.items):
-            for call in ctx.nodes(cst.Call):
-                if ctx.contains(node.body, call) and _given_callable(ctx, call, holder, given):
-                    return call
-    return None
-
-
-def _recomputation(ctx: FileContext, cls: cst.ClassDef, backward: cst.FunctionDef) -> cst.Call | None:
-    """A call in ``backward``, or in a function of this file it calls, that recomputes a
-    module or function the Function was given, outside any autocast the code sets itself."""
-    forward = _method(cls, "forward")
-    if forward is None or not forward.params.params or not backward.params.params or _mentions_autocast(cls):
-        return None
-    holder = backward.params.params[0].name.value
-    given = _stored_arguments(forward, forward.params.params[0].name.value)
-    found = _recomputed(ctx, backward, holder, given)
-    if found is not None:
-        return found
-    # One level into this file's helpers that backward calls by name (``block.backward_pass(...)``).
-    names = {c.func.value if isinstance(c.func, cst.Name) else c.func.attr.value
-             for c in ctx.nodes(cst.Call) if ctx.contains(backward, c) and isinstance(c.func, (cst.Name, cst.Attribute))}
-    for helper in ctx.nodes(cst.FunctionDef):
-        if helper.name.value not in names or ctx.contains(cls, helper) or not helper.params.params \
-                or _mentions_autocast(helper):
-            continue
-        owner = next((a for a in ctx.ancestors(helper) if isinstance(a, cst.ClassDef)), None)
-        if owner is None or ctx.parent(ctx.parent(helper)) is not owner:
-            continue  # only methods: what they were given is what their __init__ stored on self
-        holder = helper.params.params[0].name.value
-        methods = {s.name.value for s in owner.body.body if isinstance(s, cst.FunctionDef)}
-        found = _recomputed(ctx, helper, holder, _stored_arguments(_method(owner, "__init__"), holder) - methods)
-        if found is not None:
-            return found
-    return None
 
 
 def _needs_autocast_state(ctx: FileContext, method: cst.FunctionDef, module_names: set[str]) -> bool:
@@ -201,6 +127,14 @@ def _may_need_autocast_state(outline: Outline, method: ast.FunctionDef, module_n
     return False
 
 
+def _may_mix_dtypes(backward: ast.FunctionDef) -> bool:
+    """``autograd_functions.mixed_ops`` on the ast, loosely: an ``@``, or a call spelled like one
+    that reaches an op with a policy."""
+    policy = _policy_callees()
+    return any(isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult) or isinstance(node, ast.Call)
+               and getattr(node.func, "attr", getattr(node.func, "id", None)) in policy for node in ast.walk(backward))
+
+
 def _may_fire(outline: Outline) -> bool:
     """A class of the file derived from ``torch.autograd.Function`` where one of check()'s
     findings may be: a ``backward`` that may have ``custom_bwd`` and a ``forward`` that surely
@@ -209,7 +143,9 @@ def _may_fire(outline: Outline) -> bool:
     torch.enable_grad()`` in that backward or in a method of another class (a recomputation);
     or, in a file that calls autocast, a ``forward`` with ``custom_fwd`` and a ``backward`` that
     may lack ``custom_bwd``, or, in a class that does not name autocast, methods that may all
-    lack their decorator, one of which may need autocast's state (``_may_need_autocast_state``)."""
+    lack their decorator, one of which may need autocast's state (``_may_need_autocast_state``);
+    or, in a project that enables autocast, such methods with an op in the backward that may
+    need one dtype (``_may_mix_dtypes``)."""
     uses_autocast = None
     module_names = None
     recomputing = None
@@ -241,10 +177,13 @@ def _may_fire(outline: Outline) -> bool:
                     return True
         if not bare_backward or forward is None or names_autocast:
             continue
+        if not _decorated(forward, "forward", surely) and _may_mix_dtypes(backward) \
+                and outline.project is not None and outline.project.autocast:
+            return True
         if recomputing is None:
             recomputing = [w for kind in (ast.With, ast.AsyncWith) for w in outline.nodes(kind) if any(
                 isinstance(item.context_expr, ast.Call)
-                and not outline.qualified_names(item.context_expr.func).isdisjoint(_ENABLE_GRAD) for item in w.items)]
+                and not outline.qualified_names(item.context_expr.func).isdisjoint(ENABLE_GRAD) for item in w.items)]
             methods_elsewhere = [m for other in outline.nodes(ast.ClassDef) for m in other.body
                                  if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))] if recomputing else []
         if any(contains(backward, w) or any(contains(m, w) and not contains(cls, m) for m in methods_elsewhere)
@@ -253,59 +192,25 @@ def _may_fire(outline: Outline) -> bool:
     return False
 
 
-def _unknown_decorator(ctx: FileContext, method: cst.FunctionDef) -> bool:
-    """A decorator that may be custom_fwd/custom_bwd under an alias amplint cannot follow."""
-    for decorator in method.decorators:
-        func = decorator.decorator.func if isinstance(decorator.decorator, cst.Call) else decorator.decorator
-        names = ctx.qualified_names(func)
-        plain = isinstance(func, cst.Name) and func.value in _PLAIN_DECORATORS
-        if not plain and not (names & _PLAIN_DECORATORS) and not any(n.startswith("torch.") for n in names):
-            return True
-    return False
-
-
-def _root(expr: cst.BaseExpression) -> cst.BaseExpression:
-    while isinstance(expr, (cst.Attribute, cst.Subscript)):
-        expr = expr.value
-    return expr
-
-
-def _first_attribute(expr: cst.BaseExpression) -> str | None:
-    """``a`` for ``ctx.a``, ``ctx.a.b``, ``ctx.a[i].b``: the attribute right after the root."""
-    while isinstance(expr, (cst.Attribute, cst.Subscript)):
-        if isinstance(expr.value, cst.Name):
-            return expr.attr.value if isinstance(expr, cst.Attribute) else None
-        expr = expr.value
-    return None
-
-
-def _stored_arguments(method: cst.FunctionDef | None, holder: str) -> set[str]:
-    """Attributes ``method`` sets on ``holder`` straight from one of its parameters
-    (``ctx.fn = fn`` in a forward, ``self.block = block`` in an ``__init__``): values the
-    caller handed in, such as modules and functions."""
-    if method is None:
-        return set()
-    params = {p.name.value for p in method.params.params} | \
-        ({method.params.star_arg.name.value} if isinstance(method.params.star_arg, cst.Param) else set())
-    found = set()
-    for node in subtree(method.body):
-        if isinstance(node, cst.Assign) and isinstance(node.value, cst.Name) and node.value.value in params:
-            for target in node.targets:
-                t = target.target
-                if isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == holder:
-                    found.add(t.attr.value)
-    return found
-
-
-def _method(cls: cst.ClassDef, name: str) -> cst.FunctionDef | None:
-    return next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == name), None)
-
-
-def _mentions_autocast(node: cst.CSTNode) -> bool:
-    """Whether the code reads or sets the autocast state itself (``torch.is_autocast_enabled()``,
-    ``with torch.autocast(...)``, an accelerator's ``autocast()``), as checkpointing does."""
-    return any(isinstance(n, cst.Name) and "autocast" in n.value or
-               isinstance(n, cst.Attribute) and "autocast" in n.attr.value for n in subtree(node))
+_LAYERS = """
+import torch
+from torch import nn
+from example import ScaledMatmul
+class Projection(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(n, n))
+    def forward(self, x):
+        return ScaledMatmul.apply(x, self.weight)
+"""
+_TRAIN = """
+import torch
+from layers import Projection
+model = Projection(8)
+with torch.autocast("cuda"):
+    loss = model(torch.randn(4, 8)).sum()
+loss.backward()
+"""
 
 
 class CustomFunctionWithoutCustomFwd(Rule):
@@ -323,7 +228,17 @@ class CustomFunctionWithoutCustomFwd(Rule):
       `with torch.enable_grad():` it calls a module or function the Function was given (stored
       on `ctx` from a `forward` argument, or a value derived from one), directly or in a method
       of this file it calls (then the module is one that class's `__init__` stored on `self`).
-      The finding sits on the recomputing call and names the backward.
+      The finding sits on the recomputing call and names the backward;
+    - in a file without autocast, in a project that enables it elsewhere (an autocast call, a
+      framework's mixed-precision setting), a Function with neither decorator whose forward
+      returns what an op autocast casts makes (`x.mm(w.t())`: float16 there) and whose
+      backward meets that float16 gradient, in an op that needs one dtype (`mm`, `linear`,
+      `@`, `einsum`), with a tensor the forward saved from an argument (`save_for_backward`,
+      `ctx.weight = weight`), where a call in the project passes a module's float32 parameter
+      in that argument's place: `Fn.apply(x, self.weight)` in a module's method, directly or
+      through a function of the project that hands its argument to `apply`
+      (`fused_linear(x, self.proj.weight)`). The finding sits on that op and names the
+      autocast site, the call and the helper it goes through, also as related locations.
 
     ## Why is this bad?
     Autocast does not know what a custom Function's ops expect. Without `custom_fwd` its
@@ -363,12 +278,18 @@ class CustomFunctionWithoutCustomFwd(Rule):
     ## False positives
     A Function whose methods only call ops autocast leaves alone (elementwise math, views,
     `x.new(...)`) needs neither decorator and is not reported. Only files that use autocast
-    themselves are checked for a missing pair; a Function used under autocast from another
-    file is not seen, nor is one that reads or sets the autocast state itself. Recomputation is reported without autocast in the file (reversible and
-    checkpointing Functions are library code run under the caller's autocast), except where
-    the Function or the helper reads or sets the autocast state itself (`is_autocast_enabled`,
-    an `autocast(...)` around the recomputation) or a decorator amplint cannot resolve may be
-    `custom_bwd` under an alias. A value stored on `ctx` from a forward argument and then
+    themselves are checked for a missing pair; a Function defined elsewhere is reported only
+    where its backward is shown to mix dtypes (above), and one that reads or sets the autocast
+    state itself is not. A backward that casts the saved tensor (`weight.to(grad.dtype)`) or the
+    gradient, multiplies elementwise (type promotion, no error) or uses only Python numbers is
+    silent. That a module which passes a parameter runs inside the project's autocast region
+    is not shown: a project that enables autocast only for other code (an evaluation of
+    another model), or casts the whole model to float16, gets a false report. Recomputation is
+    reported without autocast in the file (reversible and checkpointing Functions are library
+    code run under the caller's autocast), except where the Function or the helper reads or
+    sets the autocast state itself (`is_autocast_enabled`, an `autocast(...)` around the
+    recomputation) or a decorator amplint cannot resolve may be `custom_bwd` under an alias
+    (as it may for a Function defined elsewhere). A value stored on `ctx` from a forward argument and then
     called as a method under `enable_grad` is taken for a module, even where it is a tensor.
     """
 
@@ -377,9 +298,11 @@ class CustomFunctionWithoutCustomFwd(Rule):
     name = "custom-function-without-custom-fwd"
     summary = "autograd.Function without custom_fwd/custom_bwd whose dtypes autocast changes"
     uses_policy = True
-    fragments = (("Function", "autocast"), ("Function", "custom_bwd"), ("Function", "enable_grad"))  # rarer first
+    fragments = (("Function", "autocast"), ("Function", "custom_bwd"), ("Function", "enable_grad"),
+                 ("Function", "backward"))  # rarer first
     # Every region comes from an autocast call; a lone custom_bwd is a bug anywhere, and so is a
-    # backward that recomputes (under enable_grad) without custom_bwd.
+    # backward that recomputes (under enable_grad) without custom_bwd; a backward that mixes
+    # dtypes is one where another file of the project enables autocast.
     may_fire = staticmethod(_may_fire)
 
     valid = (
@@ -462,6 +385,20 @@ class Reversible(torch.autograd.Function):
             y = ctx.fn(ctx.x)
         return torch.autograd.grad(y, ctx.x, grad)[0], None
 """),
+        # Run under the project's autocast elsewhere, but the backward casts what it saved.
+        Valid("""
+import torch
+class ScaledMatmul(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight):
+        ctx.save_for_backward(x, weight)
+        return x @ weight
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        return grad @ weight.t().to(grad.dtype), x.t().to(grad.dtype) @ grad
+""", project=(("layers.py", _LAYERS), ("train.py", _TRAIN))),
     )
     invalid = (
         Invalid("""
@@ -610,6 +547,22 @@ class SequenceFn(torch.autograd.Function):
             y, dy = block.backward_pass(y, dy)
         return dy, None
 """, at=((12, 18, "`self.f` re-runs a module or function the caller passed in, for `SequenceFn.backward` (line 26)"),)),
+        # Applied in another file, which passes a float32 parameter, under autocast in a third.
+        Invalid("""
+import torch
+class ScaledMatmul(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight):
+        ctx.save_for_backward(x, weight)
+        return x @ weight
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        return grad @ weight.t(), x.t() @ grad
+""", at=((12, 16, "`grad @ weight.t()` in `ScaledMatmul.backward` multiplies the incoming gradient by the "
+                         "forward's `weight`, which `Projection.forward` passes as `self.weight`, an `nn.Parameter`"),),
+                project=(("layers.py", _LAYERS), ("train.py", _TRAIN))),
     )
 
     def check(self, ctx: FileContext) -> None:
@@ -625,8 +578,8 @@ class SequenceFn(torch.autograd.Function):
                          for name, method in methods.items()}
             where = cls.name.value
             recompute = None
-            if decorated.get("backward") is False and not _unknown_decorator(ctx, methods["backward"]):
-                recompute = _recomputation(ctx, cls, methods["backward"])
+            if decorated.get("backward") is False and not may_be_aliased_custom(ctx, methods["backward"]):
+                recompute = recomputation(ctx, cls, methods["backward"])
             if recompute is not None:
                 line = ctx.location(ctx.offsets(methods["backward"].name)[0]).row
                 ctx.report(recompute, f"`{ctx.code(recompute.func)}` re-runs a module or function the caller passed "
@@ -642,10 +595,52 @@ class SequenceFn(torch.autograd.Function):
                 ctx.report(methods["backward"].name, f"`{where}.backward` has no `@torch.amp.custom_bwd"
                            "(device_type=...)`: it does not run in the autocast state its forward ran "
                            "in, so its dtypes may not match the saved tensors")
-            elif decorated and not any(decorated.values()) and uses_autocast and not _mentions_autocast(cls):
+            elif decorated and not any(decorated.values()) and uses_autocast and not mentions_autocast(cls):
                 if module_names is None:
-                    module_names = _module_level_names(ctx)
+                    module_names = module_level_names(ctx)
                 if any(_needs_autocast_state(ctx, m, module_names) for m in methods.values()):
                     for name, method in methods.items():
                         ctx.report(method.name, f"`{where}.{name}` has no `@torch.amp.{_DECORATOR[name]}"
                                    "(device_type=...)`: autocast does not know its dtypes")
+            elif len(decorated) == 2 and not any(decorated.values()) and not uses_autocast \
+                    and not mentions_autocast(cls) and not any(may_be_aliased_custom(ctx, m) for m in methods.values()):
+                self._check_backward_dtypes(ctx, cls, methods["forward"], methods["backward"])
+
+    @staticmethod
+    def _check_backward_dtypes(ctx: FileContext, cls: cst.ClassDef, forward: cst.FunctionDef,
+                               backward: cst.FunctionDef) -> None:
+        """A Function this file defines and another runs under the project's autocast: its
+        backward multiplies the float16 gradient with a float32 parameter the forward saved."""
+        enabling = enabling_site(ctx)
+        if enabling is None:
+            return
+        site, where, site_related = enabling
+        try:
+            table = ctx.policy(site.device)
+        except PolicyError:
+            return
+        output = lower_precision_output(ctx, forward, table)
+        ops = mixed_ops(ctx, table, forward, backward) if output is not None else []
+        passes = parameter_passes(ctx, cls, {position for _, position in ops}) if ops else []
+        op, position, passed = next(((op, position, p) for op, position in ops for at, p in passes
+                                     if at == position), (None, None, None))
+        if passed is None:
+            return
+        name, device = cls.name.value, site.device or "cuda"
+        half = "bfloat16" if site.dtype == "bfloat16" else "float16" if site.may_be_float16() else "half-precision"
+        call, call_related = located(ctx, passed.path, passed.row, f"`{passed.code}` passes a float32 parameter")
+        related = [site_related, call_related]
+        through = ""
+        if passed.helper is not None:
+            helper, path, row, code = passed.helper
+            applied, applied_related = located(ctx, path, row, f"`{helper}` hands it to `{name}.apply`")
+            through = f" through `{helper}` (`{code}`, {applied})"
+            related.append(applied_related)
+        param = forward.params.params[position + 1].name.value
+        ctx.report(op, f"`{ctx.code(op)}` in `{name}.backward` multiplies the incoming gradient by the forward's "
+                       f"`{param}`, which `{passed.method}` passes{through} as {passed.parameter} (`{passed.code}`, "
+                       f"{call}): under this project's autocast ({where}) the forward's `{ctx.code(output)}` gives "
+                       f"{half}, so does the gradient, while the backward runs outside autocast: {half} meets "
+                       f"float32 and the op raises; decorate `forward` with `@torch.amp.custom_fwd(device_type="
+                       f"\"{device}\")` and `backward` with `@torch.amp.custom_bwd(device_type=\"{device}\")`",
+                   related=tuple(related))

@@ -7,7 +7,7 @@ import ast
 import dataclasses
 from bisect import bisect_left
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Iterator, NamedTuple, Sequence
 
 import libcst as cst
 
@@ -743,10 +743,16 @@ def _bindings_in(ctx: FileContext, scope: cst.CSTNode) -> dict[str, list[tuple[c
     return cache[id(scope)]
 
 
-# A value's dtype and whether it is a 0-dim tensor or a Python number: those take part in
-# type promotion only when their category is higher (a float32 0-dim tensor or a float
-# added to a float16 tensor leaves it float16).
-_NUMBER = ("number", True)
+# A value's dtype, whether it is a 0-dim tensor or a Python number (those take part in type
+# promotion only when their category is higher: a float32 0-dim tensor or a float added to a
+# float16 tensor leaves it float16), and the node that made it so: the evidence a finding names.
+class Typed(NamedTuple):
+    dtype: str | None  # "lowp", "float32", "number", or None (unknown)
+    zero_dim: bool
+    producer: cst.CSTNode | None = None
+
+
+_UNKNOWN = Typed(None, False)
 _DTYPE_METHODS = {"float": "float32", "half": "lowp", "bfloat16": "lowp"}
 _SAME_DTYPE_METHODS = frozenset({"cpu", "cuda", "detach", "clone", "contiguous", "abs", "neg", "clamp", "clamp_min",
                                  "clamp_max", "squeeze", "unsqueeze", "view", "reshape", "flatten", "t",
@@ -758,35 +764,42 @@ def inferred_dtype(ctx: FileContext, expr: cst.BaseExpression, table, depth: int
     """'lowp', 'float32' or None (unknown) for a value computed inside an autocast region whose
     device's policies are ``table``: what autocast makes of the op that produced it, and what
     PyTorch's type promotion makes of arithmetic on such values."""
-    dtype = _dtype(ctx, expr, table, depth)[0]
-    return dtype if dtype in ("lowp", "float32") else None
+    return typed(ctx, expr, table, depth).dtype
 
 
-def _dtype(ctx: FileContext, expr: cst.BaseExpression, table, depth: int) -> tuple[str | None, bool]:
-    """(``inferred_dtype``'s answer, or "number" for a Python number; whether a 0-dim value)."""
+def typed(ctx: FileContext, expr: cst.BaseExpression, table, depth: int = 3) -> Typed:
+    """``inferred_dtype``, with its evidence: the call or operation that produced the dtype
+    (``F.linear(...)`` that autocast lowers, ``x.half()``, ``torch.tensor(0.5)``); the dtype is
+    None when unknown."""
+    found = _dtype(ctx, expr, table, depth)
+    return found if found.dtype in ("lowp", "float32") else _UNKNOWN
+
+
+def _dtype(ctx: FileContext, expr: cst.BaseExpression, table, depth: int) -> Typed:
     if depth == 0:
-        return None, False
+        return _UNKNOWN
     if isinstance(expr, (cst.Integer, cst.Float)):
-        return _NUMBER
+        return Typed("number", True, expr)
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
         return _dtype(ctx, expr.expression, table, depth)
     if isinstance(expr, cst.Name):
         value = assigned_before(ctx, expr)  # an earlier binding: no cycle, so no depth spent
-        return _dtype(ctx, value, table, depth) if value is not None else (None, False)
+        return _dtype(ctx, value, table, depth) if value is not None else _UNKNOWN
     if isinstance(expr, cst.BinaryOperation):
         if isinstance(expr.operator, cst.MatrixMultiply):
-            return _by_policy(table, "torch.Tensor.__matmul__")
+            return _by_policy(table, "torch.Tensor.__matmul__", expr)
         return _promoted(_dtype(ctx, expr.left, table, depth - 1), _dtype(ctx, expr.right, table, depth - 1))
     if not isinstance(expr, cst.Call):
-        return None, False
+        return _UNKNOWN
     mc = method_call(expr)
     if mc is not None and mc[1] in _DTYPE_METHODS and not expr.args:
-        return _DTYPE_METHODS[mc[1]], False
+        return Typed(_DTYPE_METHODS[mc[1]], False, expr)
     if mc is not None and mc[1] == "to":
         target = next((dtype_of(ctx, a.value) for a in expr.args
                        if a.keyword is None or a.keyword.value == "dtype"), None)
         if target is not None:
-            return ("float32" if target == "float32" else "lowp" if target in ("float16", "bfloat16") else None), False
+            return Typed("float32" if target == "float32" else "lowp" if target in ("float16", "bfloat16") else None,
+                         False, expr)
         if all(a.keyword is not None and a.keyword.value in ("device", "non_blocking") for a in expr.args):
             return _dtype(ctx, mc[0], table, depth - 1)
     if mc is not None and mc[1] in _SAME_DTYPE_METHODS:
@@ -795,38 +808,38 @@ def _dtype(ctx: FileContext, expr: cst.BaseExpression, table, depth: int) -> tup
             and isinstance(expr.args[0].value, (cst.Float, cst.Integer, cst.UnaryOperation)):
         given = next((dtype_of(ctx, a.value) for a in expr.args if a.keyword is not None and a.keyword.value == "dtype"), None)
         if given is None and isinstance(expr.args[0].value, cst.Float) or given == "float32":
-            return "float32", True
-        return ("lowp" if given in ("float16", "bfloat16") else None), True
+            return Typed("float32", True, expr)
+        return Typed("lowp" if given in ("float16", "bfloat16") else None, True, expr)
     spelling = call_spelling(ctx, expr)
     if casts_back(table, spelling):
         source = tensor_input(expr, spelling)
-        return _dtype(ctx, source, table, depth - 1) if source is not None else (None, False)
-    dtype = _by_policy(table, spelling)
+        return _dtype(ctx, source, table, depth - 1) if source is not None else _UNKNOWN
+    found = _by_policy(table, spelling, expr)
     if mc is not None and mc[1] in _FULL_REDUCTIONS and not expr.args:
-        return (dtype[0] or _dtype(ctx, mc[0], table, depth - 1)[0]), True
-    return dtype
+        return found._replace(zero_dim=True) if found.dtype else _dtype(ctx, mc[0], table, depth - 1)._replace(zero_dim=True)
+    return found
 
 
-def _by_policy(table, spelling: str | None) -> tuple[str | None, bool]:
+def _by_policy(table, spelling: str | None, node: cst.CSTNode) -> Typed:
     policies = policies_of(table, spelling)
     if policies == {"lower_precision_fp"}:
-        return "lowp", False
+        return Typed("lowp", False, node)
     if policies and policies <= FP32_FAMILY:
-        return "float32", False
-    return None, False
+        return Typed("float32", False, node)
+    return _UNKNOWN
 
 
-def _promoted(left: tuple[str | None, bool], right: tuple[str | None, bool]) -> tuple[str | None, bool]:
+def _promoted(left: Typed, right: Typed) -> Typed:
     """PyTorch's promotion of two floating operands: a Python number or a 0-dim tensor leaves
     a tensor with dimensions its dtype; otherwise float32 wins over float16/bfloat16."""
-    if left == _NUMBER or right == _NUMBER:
-        other = right if left == _NUMBER else left
-        return other if other != _NUMBER else _NUMBER
-    if None in (left[0], right[0]):
-        return None, False
-    if left[1] != right[1]:
-        return left if right[1] else right
-    return ("float32" if "float32" in (left[0], right[0]) else "lowp"), left[1]
+    if left.dtype == "number" or right.dtype == "number":
+        other = right if left.dtype == "number" else left
+        return other
+    if None in (left.dtype, right.dtype):
+        return _UNKNOWN
+    if left.zero_dim != right.zero_dim:
+        return left if right.zero_dim else right
+    return left if left.dtype == "float32" or right.dtype != "float32" else right
 
 
 def makes_float32_outside_autocast(outline: Outline) -> bool:

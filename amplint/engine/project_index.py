@@ -683,6 +683,22 @@ def modules_mentioning(root: Path, word: str) -> tuple[Path, ...]:
     return _FACTS[key]
 
 
+def configs_mentioning(root: Path, word: str) -> tuple[Path, ...]:
+    """The project's config files (``switches.CONFIG_SUFFIXES``) whose text has ``word``."""
+    key = (f"config-mentions:{word}", root)
+    if key not in _FACTS:
+        encoded = word.encode()
+        found = []
+        for path in _files(root)[1][:MAX_CONFIG_FILES]:
+            try:
+                if path.stat().st_size <= MAX_CONFIG_BYTES and encoded in path.read_bytes():
+                    found.append(path)
+            except OSError:
+                continue
+        _FACTS[key] = tuple(found)
+    return _FACTS[key]
+
+
 def mentions_dependency(root: Path, word: str) -> Dependency:
     """Which modules mention ``word``, and their texts, as a summary a file's result depends on:
     a module that starts to mention it, or one that changes, checks the file again."""
@@ -1008,8 +1024,10 @@ def dependency(kind: str, root: Path) -> Dependency:
         elif kind.startswith("flags:"):
             text = json.dumps([astuple(f) for f in flags_named(root, kind.split(":", 1)[1])])
         elif kind.startswith("mentions:"):
+            word = kind.split(":", 1)[1]
             text = json.dumps([[relative_name(path, root), hashlib.sha256(_read(path) or b"").hexdigest()]
-                               for path in modules_mentioning(root, kind.split(":", 1)[1])])
+                               for path in modules_mentioning(root, word)]
+                              + [relative_name(path, root) for path in configs_mentioning(root, word)])
         elif kind == "scaler-states":  # read only when a rule asks: not among the SUMMARIES handed over
             text = json.dumps(scaler_states_saved(root))
         elif kind.startswith("function:"):

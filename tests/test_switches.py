@@ -164,6 +164,10 @@ def test_a_config_file_that_turns_it_on_opens_the_region(tmp_path, run_amplint, 
             def training_step(self, batch, batch_idx):
                 x, y = batch
                 return F.binary_cross_entropy(self.net(x).sigmoid(), y)
+
+
+        if __name__ == "__main__":
+            L.Trainer().fit(Classifier())
         """))
     args = ("check", "--no-cache", "--preview", "--output-format", "json", "lit.py")
     assert json.loads(run_amplint(*args, cwd=tmp_path).stdout) == []
@@ -192,6 +196,7 @@ def test_an_mm_or_detectron2_setting_opens_the_region(tmp_path, run_amplint, nam
             def forward(self, logits, target):
                 return F.binary_cross_entropy(logits.sigmoid(), target)
         """))
+    (tmp_path / "builder.py").write_text("from losses import MaskLoss\n\nLOSSES = {'mask': MaskLoss}\n")
     args = ("check", "--no-cache", "--preview", "--output-format", "json", "losses.py")
     assert json.loads(run_amplint(*args, cwd=tmp_path).stdout) == []
     (tmp_path / name).parent.mkdir(exist_ok=True)

@@ -11,6 +11,7 @@ from ..engine.enabling import region_switch
 from ..engine.flow import Event
 from ..engine.outline import Outline
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
+from ..engine.sharded_precision import Float16Models, may_train_float16
 from ..engine.semantics import (
     _SIGNATURES,
     AUTOCAST,
@@ -61,15 +62,15 @@ def _may_be_judged(outline: Outline, call: ast.Call, file_scales: bool) -> bool:
 
 
 def _may_fire(outline: Outline) -> bool:
-    """An enabled autocast call whose region may be a float16 one ``check`` judges
-    (``_may_be_judged``), and a backward pass in the file (``loss.backward()`` with no
-    positional argument, or ``torch.autograd.backward``): every finding pairs the two, through
-    the file's own functions."""
+    """A backward pass in the file (``loss.backward()`` with no positional argument, or
+    ``torch.autograd.backward``), and an enabled autocast call whose region may be a float16 one
+    ``check`` judges (``_may_be_judged``) or a float16 FSDP wrap (``may_train_float16``)."""
     if not (any(not c.args for c in outline.method_calls("backward"))
             or outline.calls_to({"torch.autograd.backward"})):
         return False
     file_scales = bool(outline.method_calls("scale"))
-    return any(_may_be_judged(outline, c, file_scales) for c in enabled_autocast_calls(outline))
+    return any(_may_be_judged(outline, c, file_scales) for c in enabled_autocast_calls(outline)) \
+        or may_train_float16(outline)
 
 
 _CALL_DEPTH = 3  # how many in-file calls deep a region is followed to a backward pass
@@ -140,7 +141,7 @@ class _TrainingPaths:
             (callee := self._callee(c, func)) is not None and self._scales(self.calls_in.get(id(callee), []))
             for c in own)
 
-    def _unscaled_backwards(self, func: cst.FunctionDef | None) -> list[cst.Call]:
+    def unscaled_backwards(self, func: cst.FunctionDef | None) -> list[cst.Call]:
         if self.uses_scaler(func):
             return []
         return [c for c in self.calls_in.get(id(func), [])
@@ -160,7 +161,7 @@ class _TrainingPaths:
         func = enclosing_function(self.ctx, ac.node)
         if self.uses_scaler(func):
             return None
-        own = self._unscaled_backwards(func)
+        own = self.unscaled_backwards(func)
         if own:
             return own[0]
         return self._in_callees(ac, func) or self._in_callers(func)
@@ -182,7 +183,7 @@ class _TrainingPaths:
                 if callee is None or id(callee) in seen or self.uses_scaler(callee):
                     continue
                 seen.add(id(callee))
-                backwards = self._unscaled_backwards(callee)
+                backwards = self.unscaled_backwards(callee)
                 if backwards:
                     return backwards[0]
                 reached.append(callee)
@@ -199,7 +200,7 @@ class _TrainingPaths:
                     or not isinstance(assignment.targets[0].target, cst.Name):
                 continue
             name = assignment.targets[0].target.value
-            for backward in self._unscaled_backwards(caller):
+            for backward in self.unscaled_backwards(caller):
                 tensor = _backward_tensor(backward)
                 if isinstance(tensor, cst.Name) and tensor.value == name \
                         and self.ctx.order(backward) > self.ctx.order(call):
@@ -259,10 +260,23 @@ class Fp16TrainingWithoutScaler(Rule):
     and its loss backpropagates unscaled — unless the region's `enabled=` depends on the scaler
     (`enabled=scaler is not None`).
 
+    It also finds an unscaled backward pass of a model that FSDP wraps with a float16 policy
+    (`FullyShardedDataParallel(m, mixed_precision=MixedPrecision(param_dtype=torch.float16))`,
+    `fully_shard(m, mp_policy=MixedPrecisionPolicy(param_dtype=torch.half))`): float16 with no
+    autocast at all. The model is wrapped in the backward's function, its class, its module, or a
+    function of the file that passes it on, directly or through a helper (of the file or of a
+    project module it imports) that returns it or shards it in place; the backward's code runs
+    it with gradients. The policy may come from a variable, a helper or another module; its
+    `param_dtype` must be a literal float16 (or a name its function assigns one), a condition
+    that picks it (`torch.float16 if args.fp16 else ...`) named as the finding's switch. The
+    finding sits on the backward and names the policy, the wrap and the connecting calls.
+
     ## Why is this bad?
     float16 cannot represent gradients below about 6e-8 (or 6e-5 at full precision): small
     gradients flush to zero and the model silently stops learning in places. PyTorch's AMP
-    recipe pairs float16 autocast with `torch.amp.GradScaler`. bfloat16 does not need one.
+    recipe pairs float16 autocast with `torch.amp.GradScaler`, and FSDP's float16 parameters
+    with `torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler` (FSDP2: `torch.amp.GradScaler`).
+    bfloat16 does not need one.
 
     ## Example
     ```python
@@ -292,17 +306,31 @@ class Fp16TrainingWithoutScaler(Rule):
     here. A region whose dtype is an expression is not judged. A backward given an explicit
     `gradient=` (a saliency map's `output.backward(gradient=one_hot)`, a vector-Jacobian product)
     is not a loss's: it is not reported. A loss written `loss.backward(gradient=torch.ones_like(loss))`
-    is missed.
+    is missed. An FSDP model reaches the backward only as the file shows it: one wrapped by the
+    caller of a training function in another module is missed, and so is a `param_dtype` read
+    from a config (`PrecisionType.to_dtype(cfg.dtype)`). A backward of a loss multiplied by
+    hand (`(loss * loss_scale).backward()`) is taken as scaled.
     """
 
     code = "AMP009"
     name = "fp16-training-without-scaler"
     summary = "float16 autocast training with no GradScaler"
     uses_policy = True
-    fragments = (("autocast", AnyOf("backward", "autograd")),)  # a region and a backward pass
+    fragments = ((AnyOf(r"\.backward\(", "autograd"),),)  # every finding is about a backward pass
     may_fire = staticmethod(_may_fire)
 
     valid = (
+        # bfloat16 parameters need no scaler; the float16 policy is never handed to FSDP.
+        Valid("""
+import torch
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, MixedPrecision
+from policies import FP16
+def train(model, loader):
+    model = FSDP(model, mixed_precision=MixedPrecision(param_dtype=torch.bfloat16))
+    for x, y in loader:
+        model(x, y).backward()
+""", project=(("policies.py", "import torch\nfrom torch.distributed.fsdp import MixedPrecision\n"
+                               "FP16 = MixedPrecision(torch.float16)\n"),)),
         # Without a scaler the region is off: float32 training.
         Valid("""
 import torch
@@ -447,6 +475,23 @@ def train_step(model, critic, x, y, scaler):
 """),
     )
     invalid = (
+        # FSDP2 in place, through a helper of another module, with its policy from a third.
+        Invalid("""
+from sharding import shard
+def train(model, loader, optimizer, mesh):
+    shard(model, mesh)
+    for x, y in loader:
+        loss = model(x).nll_loss(y)
+        loss.backward()
+        optimizer.step()
+""", at=((7, 9, "FSDP computes in float16 here (`MixedPrecisionPolicy(param_dtype=torch.half)`, policies.py:3, "
+                "handed to `fully_shard` at sharding.py:4, through `shard()` on line 4): no ShardedGradScaler "
+                "scales `loss.backward()`"),),
+            project=(("policies.py", "import torch\nfrom torch.distributed.fsdp import MixedPrecisionPolicy\n"
+                                     "HALF = MixedPrecisionPolicy(param_dtype=torch.half)\n"),
+                     ("sharding.py", "from torch.distributed.fsdp import fully_shard\nfrom policies import HALF\n"
+                                     "def shard(module, mesh):\n"
+                                     "    fully_shard(module, mesh=mesh, mp_policy=HALF)\n"))),
         # A library's training step: the caller that passes no scaler trains float16 unscaled.
         Invalid("""
 import torch
@@ -560,6 +605,7 @@ class GanTrainer:
         paths = _TrainingPaths(ctx)
         file_has_scaler = paths.file_scales()
         reported: set[int] = set()  # ids of the autocast calls reported
+        backwards: set[int] = set()  # ids of the backward passes they name
         for ac in autocast_calls(ctx):
             if ac.enabled is False or region_dtype(ctx, ac) != "float16":
                 continue
@@ -570,6 +616,7 @@ class GanTrainer:
             backward = paths.unscaled_backward(ac)
             if backward is not None:
                 reported.add(id(ac.node))
+                backwards.add(id(backward))
                 row = ctx.location(ctx.offsets(backward)[0]).row
                 switch = region_switch(ctx, ac)
                 ctx.report(ac.node, f"float16 autocast{f' ({switch.when})' if switch else ''} with a backward "
@@ -580,6 +627,25 @@ class GanTrainer:
             if scope.of(flow.SCALED_BACKWARD) and scope.of(flow.BACKWARD):
                 self._check_beside_scaled(ctx, scope, reported)
         self._check_optional_scaler(ctx, reported)
+        self._check_float16_fsdp(ctx, paths, backwards)
+
+    def _check_float16_fsdp(self, ctx: FileContext, paths: _TrainingPaths, reported: set[int]) -> None:
+        """An unscaled backward pass of a model that FSDP wraps with a float16 policy."""
+        models = Float16Models(ctx)
+        for function in (None, *ctx.nodes(cst.FunctionDef)):
+            for backward in paths.unscaled_backwards(function):
+                tensor = _backward_tensor(backward)
+                if id(backward) in reported or (  # `(loss * loss_scale).backward()`: scaled by hand
+                        isinstance(tensor, cst.BinaryOperation) and isinstance(tensor.operator, cst.Multiply)):
+                    continue
+                model = models.trained_by(backward)
+                if model is not None:
+                    when = f" {model.switch.when}" if model.switch else ""
+                    ctx.report(backward, f"FSDP computes in float16 here{when} ({model.evidence()}): no "
+                                         f"ShardedGradScaler scales `{ctx.code(backward.func)}()`, so small gradients "
+                                         "underflow to zero; scale the loss with a ShardedGradScaler "
+                                         "(torch.amp.GradScaler for `fully_shard`), or use a bfloat16 `param_dtype`",
+                               related=model.related())
 
     def _check_optional_scaler(self, ctx: FileContext, reported: set[int]) -> None:
         """A training step whose scaler parameter defaults to None (a library's

@@ -5,16 +5,24 @@ deep, across modules. A rule asks at a call site (``callee_summary``) what the f
 there does, so that a mistake split between a caller and its helper is seen whole.
 
 A call is followed when the code shows where it goes: a module-level function of the same
-module (``helper(...)``), a method of the same class (``self.helper(...)``), or a function
+module (``helper(...)``), a method of the same class (``self.helper(...)``), a function
 another module of the project defines, imported by name or through its module
-(``from .utils import save``, ``import utils`` then ``utils.save(...)``). Anything else (a
-method of an object whose class the code does not show, a function passed in) is not followed,
-and adds nothing. The facts of each module are computed once per run and text."""
+(``from .utils import save``, ``import utils`` then ``utils.save(...)``), or a method of an
+object the function (or the module's top level) builds from a project class and binds to a
+name nothing else binds (``net = Net(cfg).cuda()`` then ``net.to_half()``), looked up as
+Python looks it up: the class, then its bases, up to a base another library defines. Anything
+else (a method of an object whose class the code does not show, a function passed in) is not
+followed, and adds nothing. The facts of each module are computed once per run and text.
+
+A conversion to float16 carries the conditions it runs under in its function (``if``
+tests, an ``if``-expression choosing its dtype): a condition that is a parameter of the
+function is answered by what the caller passes, or the default."""
 
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, replace
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,7 +30,7 @@ import libcst as cst
 
 from .names import dotted
 from .outline import Outline
-from .semantics import named_like_optimizer
+from .semantics import bind, has_star_args, named_like_optimizer
 from .project_index import module_dependency, module_text, project_module, relative_name
 
 if TYPE_CHECKING:
@@ -33,6 +41,10 @@ CALL_DEPTH = 3
 
 _HALF = frozenset({"torch.float16", "torch.half"})
 _SAVE = frozenset({"torch.save"})
+# A module's methods that return the module itself: `net.cuda().half()` converts `net`.
+_SAME_MODULE = frozenset({"cuda", "cpu", "to", "train", "eval", "requires_grad_"})
+_NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+_MAX_BASES = 8  # classes read up a hierarchy to find a method
 
 
 @dataclass(frozen=True)
@@ -43,6 +55,8 @@ class Place:
     row: int
     code: str
     via: tuple[str, ...] = ()
+    # What must hold for it to run: (condition's code, whether it holds), outermost first.
+    when: tuple[tuple[str, bool], ...] = ()
 
     def shown(self, root: Path | None) -> str:
         return f"{relative_name(self.path.resolve(), root.resolve()) if root else self.path.as_posix()}:{self.row}"
@@ -67,8 +81,17 @@ class Summary:
     backwards: tuple[tuple[Place, bool], ...]  # each backward pass, and whether it is scaled
     scales: bool  # calls `X.scale(...)`: a GradScaler scales on some path
     checkpoints: tuple[Checkpoint, ...]
-    halves: tuple[tuple[str, Place], ...]  # a parameter (or `self`) made float16, and where
-    returns_half: Place | None  # returns a model or tensor it made float16
+    halves: tuple[tuple[str, Place], ...]  # a parameter (or `self`) made float16 as a whole, and where
+    returns_half: Place | None  # every `return` returns a model it made float16 (the first conversion)
+    # The parameters it never rebinds, each with its default's code (None: no default).
+    defaults: tuple[tuple[str, str | None], ...] = ()
+
+
+@dataclass(frozen=True)
+class MadeHalf:
+    """A model a call of a project function makes float16 (``made_half``)."""
+    model: str | None  # the caller's code for the argument converted (the receiver for `self`); None: the result
+    place: Place  # the conversion: its `via` leads there from the call, its `when` in the caller's terms
 
 
 def _receiver(call: ast.Call) -> tuple[ast.expr, str] | None:
@@ -82,17 +105,78 @@ def _root_name(expr: ast.expr) -> str | None:
     return expr.id if isinstance(expr, ast.Name) else None
 
 
-def _is_half_conversion(outline: Outline, call: ast.Call) -> bool:
-    """``x.half()``, ``x.to(torch.float16)`` / ``x.to(dtype=torch.half)``."""
+def _module_root(expr: ast.expr) -> str | None:
+    """The name of the module ``expr`` is, through methods that return it (``net.cuda()``)."""
+    while isinstance(expr, ast.Call) and (found := _receiver(expr)) is not None and found[1] in _SAME_MODULE:
+        expr = found[0]
+    return expr.id if isinstance(expr, ast.Name) else None
+
+
+def _test(test: ast.expr, holds: bool) -> tuple[str, bool]:
+    """A condition as code and whether it holds, ``not x`` as ``x`` that fails."""
+    while isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test, holds = test.operand, not holds
+    return ast.unparse(test), holds
+
+
+def _guards(function: ast.AST) -> dict[int, tuple[tuple[str, bool], ...]]:
+    """The conditions each node of a function's own code runs under (``if`` statements and
+    ``if``-expressions around it), outermost first."""
+    found: dict[int, tuple[tuple[str, bool], ...]] = {}
+    stack: list[tuple[ast.AST, tuple]] = [(child, ()) for child in ast.iter_child_nodes(function)]
+    while stack:
+        node, conditions = stack.pop()
+        found[id(node)] = conditions
+        if isinstance(node, (ast.If, ast.IfExp)):
+            branches = (node.body, node.orelse) if isinstance(node, ast.If) else ([node.body], [node.orelse])
+            stack.append((node.test, conditions))
+            for branch, holds in zip(branches, (True, False)):
+                stack += [(child, (*conditions, _test(node.test, holds))) for child in branch]
+        elif not isinstance(node, _NESTED):
+            stack += [(child, conditions) for child in ast.iter_child_nodes(node)]
+    return found
+
+
+def _float16_when(outline: Outline, expr: ast.expr, assigned: dict[str, ast.expr], depth: int = 2):
+    """The conditions under which the dtype ``expr`` is float16: none for ``torch.float16``,
+    an ``if``-expression's test (``torch.float16 if args.fp16 else torch.float32``), through a
+    name the function assigns once; None where it is not shown to be float16."""
+    if isinstance(expr, ast.Name) and expr.id in assigned and depth:
+        return _float16_when(outline, assigned[expr.id], {}, depth - 1)
+    if outline.qualified_names(expr) & _HALF:
+        return ()
+    if isinstance(expr, ast.IfExp):
+        body, orelse = (_float16_when(outline, e, {}, 0) for e in (expr.body, expr.orelse))
+        if body is not None and orelse is not None:
+            return ()
+        if body is not None or orelse is not None:
+            return (_test(expr.test, body is not None), *(body if body is not None else orelse))
+    return None
+
+
+def _conversion(outline: Outline, call: ast.Call, assigned: dict[str, ast.expr]):
+    """The conditions under which ``call`` converts to float16 (``x.half()``,
+    ``x.to(torch.float16)``, ``x.to(dtype=dtype)``); None for another call."""
     found = _receiver(call)
     if found is None:
-        return False
+        return None
     if found[1] == "half" and not call.args and not call.keywords:
-        return True
+        return ()
     if found[1] != "to":
-        return False
+        return None
     given = [*call.args, *(k.value for k in call.keywords if k.arg == "dtype")]
-    return any(outline.qualified_names(a) & _HALF for a in given)
+    return next((w for a in given if (w := _float16_when(outline, a, assigned)) is not None), None)
+
+
+def _keeps_dtype(outline: Outline, call: ast.Call) -> bool:
+    """A method that returns the module it is called on, in its dtype: ``.cuda()``,
+    ``.eval()``, ``.to("cuda")``, ``.to(torch.device(...))``."""
+    found = _receiver(call)
+    if found is None or found[1] not in _SAME_MODULE:
+        return False
+    given = [*call.args, *(k.value for k in call.keywords if k.arg != "non_blocking")]
+    return found[1] != "to" or all(isinstance(a, ast.Constant) and isinstance(a.value, str) or isinstance(a, ast.Call)
+                                   and outline.qualified_names(a.func) & {"torch.device"} for a in given)
 
 
 def _texts(expr: ast.AST) -> list[str]:
@@ -121,6 +205,20 @@ def _body(function: ast.AST):
             stack.extend(ast.iter_child_nodes(node))
 
 
+@dataclass
+class _Scope:
+    """A function's (or a module's top level's) own code, read once: its nodes, how often each
+    name is bound, the values plain assignments bind to it, the names bound otherwise too (a
+    parameter, an import, ``global``, a definition, ``except ... as``), and what each name is
+    built from (``_Module._builds``), filled as asked."""
+    nodes: list[ast.AST]
+    ids: set[int]
+    stores: Counter
+    assigned: dict[str, list[ast.expr]] = field(default_factory=dict)
+    other: set[str] = field(default_factory=set)
+    built: dict[str, tuple | None] = field(default_factory=dict)
+
+
 class _Module:
     """One module's functions and what each does by its own code, with the calls it makes to
     functions this module can locate."""
@@ -129,10 +227,12 @@ class _Module:
         self.path, self.outline, self.root = path, outline, root
         self.functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
         self.classes: dict[int, str] = {}  # function id -> its class's name
+        self.class_defs: dict[str, ast.ClassDef] = {}
         for stmt in outline.tree.body:
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 self.functions[stmt.name] = stmt
             elif isinstance(stmt, ast.ClassDef):
+                self.class_defs[stmt.name] = stmt
                 for item in stmt.body:
                     if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                         self.functions[f"{stmt.name}.{item.name}"] = item
@@ -162,36 +262,129 @@ class _Module:
         return max((f for f in self.functions.values() if f.lineno <= row <= f.end_lineno),
                    key=lambda f: f.lineno, default=None)
 
-    def callee(self, function: ast.AST | None, call: ast.Call) -> tuple[Path, str] | None:
-        """The module and name of the project function ``call`` (in ``function``) runs."""
+    def callee(self, function: ast.AST | None, call: ast.Call) -> tuple[Path, str, tuple[Path, ...]] | None:
+        """The module and name of the project function ``call`` (in ``function``) runs, and the
+        other modules read to find it (a class and its bases)."""
         func = call.func
+        if isinstance(func, ast.Name) and func.id in self.functions:
+            return self.path, func.id, ()
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+            cls = self.classes.get(id(function))
+            qualified = f"{cls}.{func.attr}"
+            return (self.path, qualified, ()) if cls is not None and qualified in self.functions else None
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id not in self.imported:
+            built = self._built(function, func.value.id, call)
+            return built[0].method(built[1], func.attr, built[2]) if built is not None else None
+        return self._located(func)
+
+    def _located(self, func: ast.expr) -> tuple[Path, str, tuple[Path, ...]] | None:
+        """Where another module of the project defines what ``func`` names through an import:
+        ``save`` (``from .utils import save``), ``utils.save`` (``import utils``, or ``from pkg
+        import utils``, a submodule)."""
         if isinstance(func, ast.Name):
-            if func.id in self.functions:
-                return self.path, func.id
             found = self.imported.get(func.id)
             if found is None or found[2] is None:
                 return None
             module, level, name = found
-            return self._elsewhere(module, level, name)
-        if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
+        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in self.imported:
+            module, level, name = self.imported[func.value.id]
+            module, name = (module if name is None else (f"{module}.{name}" if module else name)), func.attr
+        else:
             return None
-        if func.value.id == "self":
-            cls = self.classes.get(id(function))
-            qualified = f"{cls}.{func.attr}"
-            return (self.path, qualified) if cls is not None and qualified in self.functions else None
-        found = self.imported.get(func.value.id)
-        if found is None:
-            return None
-        module, level, name = found
-        # `import utils` (name None: the module itself) or `from pkg import utils` (a submodule)
-        submodule = module if name is None else (f"{module}.{name}" if module else name)
-        return self._elsewhere(submodule, level, func.attr)
-
-    def _elsewhere(self, module: str | None, level: int, name: str) -> tuple[Path, str] | None:
         if self.root is None or not (module or level):
             return None
         path = project_module(self.root, self.path, module, level)
-        return (path, name) if path is not None and path.resolve() != self.path.resolve() else None
+        return (path, name, ()) if path is not None and path.resolve() != self.path.resolve() else None
+
+    def _class(self, expr: ast.expr) -> tuple[_Module, str, tuple[Path, ...]] | None:
+        """The project class ``expr`` names (``Net``, ``models.Net``): its module, name, and the
+        other modules read to find it."""
+        if isinstance(expr, ast.Name) and expr.id in self.class_defs:
+            return self, expr.id, ()
+        found = self._located(expr)
+        other = _module(found[0], module_text(found[0]), self.root) if found is not None else None
+        return (other, found[1], (found[0],)) if other is not None and found[1] in other.class_defs else None
+
+    def method(self, class_name: str, method: str, read: tuple[Path, ...]) -> tuple[Path, str, tuple[Path, ...]] | None:
+        """The method Python runs for ``method`` of an instance of ``class_name`` (this module's):
+        the class's own, else its bases', depth first (the order Python's takes where no two
+        bases share a base: where they do, None). None where a base another library defines
+        (or none) comes first."""
+        seen: set[tuple[Path, str]] = set()
+        stack: list[tuple[_Module, str] | None] = [(self, class_name)]
+        while stack and len(seen) < _MAX_BASES:
+            entry = stack.pop()
+            if entry is None or (entry[0].path, entry[1]) in seen:
+                return None
+            module, name = entry
+            seen.add((module.path, name))
+            if f"{name}.{method}" in module.functions:
+                return module.path, f"{name}.{method}", read
+            bases: list[tuple[_Module, str] | None] = []
+            for base in module.class_defs[name].bases:
+                if not (isinstance(base, ast.Name) and base.id == "object"):
+                    found = module._class(base)
+                    bases.append(found[:2] if found is not None else None)
+                    read += found[2] if found is not None else ()
+            stack += reversed(bases)
+        return None
+
+    def _built(self, function: ast.AST | None, name: str, call: ast.Call) -> tuple | None:
+        """The project class of the object ``name`` holds where ``call`` (in ``function``, or
+        the top level) reads it: every binding of the name there (or at the top level, where
+        the function binds none) builds it (``name = Net(...)``, ``name = Net(...).cuda()``),
+        and nothing else binds it."""
+        scope = function if function is not None else self.outline.tree
+        if id(call) not in self._scope(scope).ids:  # in a function nested in it
+            return None
+        found = self._builds(scope, name)
+        if found == () and scope is not self.outline.tree:
+            found = self._builds(self.outline.tree, name)
+        return found or None
+
+    def _scope(self, scope: ast.AST) -> _Scope:
+        cache = self.__dict__.setdefault("_scopes", {})
+        if id(scope) not in cache:
+            nodes = list(_body(scope))
+            found = _Scope(nodes, {id(n) for n in nodes},
+                           Counter(n.id for n in nodes if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)))
+            if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                found.other |= {a.arg for a in (*scope.args.posonlyargs, *scope.args.args, *scope.args.kwonlyargs,
+                                                scope.args.vararg, scope.args.kwarg) if a is not None}
+            else:  # a function's `global name` binds the top level's
+                found.other |= {name for n in self.outline.nodes(ast.Global) for name in n.names}
+            for node in nodes:
+                if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                    found.assigned.setdefault(node.targets[0].id, []).append(node.value)
+                elif isinstance(node, (ast.Global, ast.Nonlocal)):
+                    found.other.update(node.names)
+                elif isinstance(node, ast.alias):
+                    found.other.add(node.asname or node.name.split(".")[0])
+                elif isinstance(node, (*_NESTED, ast.ExceptHandler)) and getattr(node, "name", None):
+                    found.other.add(node.name)
+            cache[id(scope)] = found
+        return cache[id(scope)]
+
+    def _builds(self, scope: ast.AST, name: str) -> tuple | None:
+        """The class ``name`` is built from in ``scope`` (``_built``): its module, name, the
+        other modules read; ``()`` where the scope binds no such name, None where it is bound
+        otherwise too, or to something else."""
+        known = self._scope(scope)
+        built = known.built
+        if name not in built:
+            values = known.assigned.get(name, [])
+            classes = []
+            for value in values:
+                while isinstance(value, ast.Call) and (found := _receiver(value)) is not None \
+                        and found[1] in _SAME_MODULE and isinstance(found[0], ast.Call):
+                    value = found[0]
+                classes.append(self._class(value.func) if isinstance(value, ast.Call) else None)
+            if name in known.other or known.stores[name] != len(values) or None in classes \
+                    or len({c[:2] for c in classes}) > 1:
+                built[name] = None
+            else:
+                built[name] = (classes[0][0], classes[0][1], tuple(p for c in classes for p in c[2])) if classes else ()
+        return built[name]
 
     def facts(self, qualified: str) -> dict | None:
         """What the function does by its own code; its calls as (call, callee)."""
@@ -205,23 +398,22 @@ class _Module:
 
     def _own(self, function: ast.FunctionDef | ast.AsyncFunctionDef) -> dict:
         outline = self.outline
-        params = tuple(a.arg for a in (*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs))
-        backwards, checkpoints, halves, calls = [], [], [], []
+        args = function.args
+        params = tuple(a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs))
+        positional = (*args.posonlyargs, *args.args)
+        with_default = positional[len(positional) - len(args.defaults):]
+        defaults = {a.arg: ast.unparse(d) for a, d in zip(with_default, args.defaults)}
+        defaults.update((a.arg, ast.unparse(d)) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None)
+        known = self._scope(function)
+        body, stores, assigned = known.nodes, known.stores, known.assigned
+        guards = _guards(function)
+        # A name bound by one plain assignment and nothing else stands for its value.
+        once = {name: values[0] for name, values in assigned.items() if len(values) == 1 and stores[name] == 1}
+        backwards, checkpoints, calls, conversions = [], [], [], []
         scales = False
-        returns_half = None
-        # names that hold a float16 model or tensor: `model.half()`, `model = net.half()`
-        half_names = {t.id for node in _body(function) if isinstance(node, ast.Assign)
-                      and isinstance(node.value, ast.Call) and _is_half_conversion(outline, node.value)
-                      for t in node.targets if isinstance(t, ast.Name)}
-        half_names |= {name for node in _body(function) if isinstance(node, ast.Call)
-                       and _is_half_conversion(outline, node) and (name := _root_name(node.func.value))}
-        returned = {id(n.value) for n in _body(function) if isinstance(n, ast.Return)}
-        for node in _body(function):
-            if isinstance(node, ast.Return) and node.value is not None:
-                value = node.value
-                if (isinstance(value, ast.Call) and _is_half_conversion(outline, value)) or \
-                        (isinstance(value, ast.Name) and value.id in half_names):
-                    returns_half = self._place(node, ast.unparse(value))
+        for node in body:
+            if isinstance(node, ast.For):
+                conversions += self._parameters_converted(node, once, guards)
             if not isinstance(node, ast.Call):
                 continue
             received = _receiver(node)
@@ -236,16 +428,54 @@ class _Module:
                 parts, from_caller = self._saved_parts(function, node.args[0], params)
                 checkpoints.append((self._place(node, ast.unparse(node)), any(map(_names_optimizer, parts)),
                                     any(map(_names_scaler, parts)), from_caller))
-            elif _is_half_conversion(outline, node):
-                target = _root_name(received[0])
-                if target is not None:
-                    if target in params:
-                        halves.append((target, self._place(node, ast.unparse(node))))
+            elif (when := _conversion(outline, node, once)) is not None and (root := _module_root(received[0])):
+                conversions.append((root, self._place(node, ast.unparse(node), (*guards[id(node)], *when))))
             callee = self.callee(function, node)
             if callee is not None:
-                calls.append((node, callee, id(node) in returned))
+                calls.append((node, callee, guards[id(node)]))
+        called = {id(c[0]) for c in calls}
+        returns = [self._returned(n.value, once, assigned, stores, called) if n.value is not None else (None, None)
+                   for n in sorted((n for n in body if isinstance(n, ast.Return)), key=lambda n: n.lineno)]
         return {"params": params, "backwards": backwards, "scales": scales, "checkpoints": checkpoints,
-                "halves": halves, "returns_half": returns_half, "calls": calls, "row": function.lineno}
+                "converted": sorted(conversions, key=lambda c: c[1].row), "returns": returns, "calls": calls,
+                "fixed": tuple((p, defaults.get(p)) for p in params if not stores[p]), "row": function.lineno}
+
+    def _parameters_converted(self, loop: ast.For, once: dict[str, ast.expr], guards: dict) -> list[tuple[str, Place]]:
+        """``for p in net.parameters(): p.data = p.data.half()`` converts ``net``: each
+        parameter, the loop's body converting it on every turn."""
+        found = _receiver(loop.iter) if isinstance(loop.iter, ast.Call) else None
+        owner = _module_root(found[0]) if found is not None and found[1] == "parameters" else None
+        if owner is None or not isinstance(loop.target, ast.Name):
+            return []
+        for stmt in loop.body:
+            target = stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None
+            if isinstance(target, ast.Attribute) and target.attr == "data" and _root_name(target) == loop.target.id \
+                    and isinstance(stmt.value, ast.Call) and _root_name(stmt.value.func) == loop.target.id \
+                    and (when := _conversion(self.outline, stmt.value, once)) is not None:
+                return [(owner, self._place(stmt, ast.unparse(stmt), (*guards[id(loop)], *when)))]
+        return []
+
+    def _returned(self, value: ast.expr, once: dict, assigned: dict, stores: Counter, called: set[int]):
+        """What a ``return`` gives back, for ``returns_half``: (the name it returns, or None;
+        what the value is made by — a conversion's ``Place`` or a project call — or None where
+        something else may make it)."""
+        while isinstance(value, ast.Call) and _keeps_dtype(self.outline, value):
+            value = value.func.value
+
+        def made_by(expr: ast.expr) -> Place | ast.Call | None:
+            while isinstance(expr, ast.Call) and _keeps_dtype(self.outline, expr):
+                expr = expr.func.value
+            if not isinstance(expr, ast.Call):
+                return None
+            when = _conversion(self.outline, expr, once)
+            return self._place(expr, ast.unparse(expr), when) if when is not None else \
+                expr if id(expr) in called else None
+
+        if not isinstance(value, ast.Name):
+            return None, ((made,) if (made := made_by(value)) is not None else None)
+        values = assigned.get(value.id, [])
+        made = [made_by(v) for v in values]
+        return value.id, (tuple(made) if values and stores[value.id] == len(values) and None not in made else None)
 
     @staticmethod
     def _saved_parts(function: ast.AST, saved: ast.expr, params: tuple[str, ...]) -> tuple[list[ast.AST], bool]:
@@ -269,8 +499,8 @@ class _Module:
         from_caller = from_caller or any(isinstance(p, ast.Dict) and None in p.keys for p in parts)
         return parts, from_caller
 
-    def _place(self, node: ast.AST, code: str) -> Place:
-        return Place(self.path, node.lineno, code if len(code) <= 60 else code[:57] + "...")
+    def _place(self, node: ast.AST, code: str, when: tuple[tuple[str, bool], ...] = ()) -> Place:
+        return Place(self.path, node.lineno, code if len(code) <= 60 else code[:57] + "...", when=when)
 
 
 _MODULES: dict[tuple[Path, str], _Module | None] = {}
@@ -295,17 +525,17 @@ def _summary(module: _Module, qualified: str, depth: int, seen: set, read: set[P
     own_place = Place(module.path, facts["row"], f"def {qualified.rsplit('.', 1)[-1]}")
     backwards = list(facts["backwards"])
     checkpoints = [Checkpoint(*c) for c in facts["checkpoints"]]
-    halves = list(facts["halves"])
-    scales, returns_half = facts["scales"], facts["returns_half"]
+    converted = list(facts["converted"])
+    scales = facts["scales"]
+    returned: dict[int, Place | None] = {}  # a call's result: the float16 model its callee returns
     key = (module.path.resolve(), qualified)
     if depth > 0 and key not in seen:
         seen = seen | {key}
-        for call, (path, name), returned in facts["calls"]:
+        for call, (path, name, consulted), guards in facts["calls"]:
             other = module if path == module.path else _module(path, module_text(path), module.root)
             if other is None:
                 continue
-            if other is not module:
-                read.add(path)
+            read.update(p for p in (path, *consulted) if p != module.path)
             inner = _summary(other, name, depth - 1, seen, read)
             if inner is None:
                 continue
@@ -313,23 +543,109 @@ def _summary(module: _Module, qualified: str, depth: int, seen: set, read: set[P
             backwards += [(replace(p, via=(via, *p.via)), s) for p, s in inner.backwards]
             checkpoints += [replace(c, place=replace(c.place, via=(via, *c.place.via))) for c in inner.checkpoints]
             scales = scales or inner.scales
-            bound = _bound(call, inner.params)
-            halves += [(bound[param], replace(p, via=(via, *p.via))) for param, p in inner.halves if param in bound]
-            if inner.returns_half is not None and returns_half is None and returned:
-                returns_half = replace(inner.returns_half, via=(via, *inner.returns_half.via))
+            passed = _passed(call, inner)
+            if passed is None:
+                continue
+            for param, place in inner.halves:
+                if passed.get(param, "").isidentifier() and (found := _seen_from(place, inner, passed, guards)):
+                    converted.append((passed[param], replace(found, via=(via, *found.via))))
+            if inner.returns_half is not None:
+                found = _seen_from(inner.returns_half, inner, passed, ())
+                returned[id(call)] = replace(found, via=(via, *found.via)) if found is not None else None
+    first = {}
+    for name, place in converted:
+        first.setdefault(name, place)
+    halves = tuple((name, place) for name, place in first.items() if name in facts["params"])
     return Summary(qualified, own_place, facts["params"], tuple(backwards), scales, tuple(checkpoints),
-                   tuple(halves), returns_half)
+                   halves, _returns_half(facts["returns"], first, returned), facts["fixed"])
 
 
-def _bound(call: ast.Call, params: tuple[str, ...]) -> dict[str, str]:
-    """The callee's parameters that ``call`` passes a plain name (or ``self``) to, by name."""
-    offset = 1 if params[:1] == ("self",) and isinstance(call.func, ast.Attribute) else 0
-    bound = {params[i + offset]: a.id for i, a in enumerate(call.args)
-             if i + offset < len(params) and isinstance(a, ast.Name)}
-    bound.update((k.arg, k.value.id) for k in call.keywords if k.arg in params and isinstance(k.value, ast.Name))
-    if offset and isinstance(call.func.value, ast.Name):
-        bound["self"] = call.func.value.id
-    return bound
+def _returns_half(returns: list, converted: dict[str, Place], returned: dict[int, Place | None]) -> Place | None:
+    """The first conversion behind a function's returns where each returns a model it made
+    float16: one it converted (a name it converts in place, ``net.half()``), or that a callee
+    returns so; under the conditions of them all. None where one may return something else."""
+    places = []
+    for name, made in returns:
+        if name in converted:
+            places.append(converted[name])
+        elif made is None:
+            return None
+        else:
+            places += [m if isinstance(m, Place) else returned.get(id(m)) for m in made]
+    if not places or None in places:
+        return None
+    # What each return's conversion depends on, all together: no return is half where one fails.
+    when = tuple(dict.fromkeys(c for place in places for c in place.when))
+    return replace(places[0], when=when)
+
+
+def _passed(call: ast.Call, callee: Summary) -> dict[str, str] | None:
+    """What ``call`` passes for each of the callee's parameters, as code (the receiver for a
+    method's ``self``); None where ``*args`` or ``**kwargs`` hide which."""
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+        return None
+    params = callee.params
+    method = "." in callee.name and params[:1] == ("self",) and isinstance(call.func, ast.Attribute)
+    found = {"self": ast.unparse(call.func.value)} if method else {}
+    found.update((param, ast.unparse(arg)) for param, arg in zip(params[method:], call.args))
+    found.update((k.arg, ast.unparse(k.value)) for k in call.keywords if k.arg in params)
+    return found
+
+
+def _seen_from(place: Place, callee: Summary, passed: dict[str, str], guards: tuple) -> Place | None:
+    """``place`` in ``callee`` as a call of it sees it: under the call's own conditions
+    (``guards``), the callee's parameters in its conditions replaced by what the call passes,
+    or their defaults; None where a condition is then false (``mode == "export"`` for
+    ``mode="train"``)."""
+    when = list(guards)
+    fixed = {name: passed.get(name, default) for name, default in callee.defaults}
+    for code, holds in place.when:
+        test = ast.parse(code, mode="eval").body
+        names = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)} & {k for k, v in fixed.items() if v}
+        if names:
+            try:
+                test = _Substitute({n: ast.parse(fixed[n].strip(), mode="eval").body for n in names}).visit(test)
+                if bool(_constant(test)) != holds:
+                    return None
+                continue
+            except SyntaxError:  # what the caller passes, spelled over lines with a comment
+                pass
+            except ValueError:
+                code = ast.unparse(test)
+        when.append((code, holds))
+    return replace(place, when=tuple(when))
+
+
+class _Substitute(ast.NodeTransformer):
+    def __init__(self, values: dict[str, ast.expr]):
+        self.values = values
+
+    def visit_Name(self, node: ast.Name) -> ast.expr:
+        return self.values.get(node.id, node)
+
+
+_COMPARE = {ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b,
+            ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
+
+
+def _constant(test: ast.expr):
+    """The value of a condition made of literals (compared, negated, joined by ``and``/``or``);
+    ValueError for anything else."""
+    if isinstance(test, ast.Constant):
+        return test.value
+    if isinstance(test, (ast.Tuple, ast.List, ast.Set)):
+        return tuple(_constant(e) for e in test.elts)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return not _constant(test.operand)
+    if isinstance(test, ast.BoolOp):
+        values = [bool(_constant(v)) for v in test.values]
+        return all(values) if isinstance(test.op, ast.And) else any(values)
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and type(test.ops[0]) in _COMPARE:
+        try:
+            return _COMPARE[type(test.ops[0])](_constant(test.left), _constant(test.comparators[0]))
+        except TypeError:  # `"a" in 1`
+            raise ValueError from None
+    raise ValueError
 
 
 def callee_summary(ctx: "FileContext", call: cst.Call) -> Summary | None:
@@ -348,15 +664,33 @@ def callee_summary(ctx: "FileContext", call: cst.Call) -> Summary | None:
     callee = module.callee(module.function_at(row), target)
     if callee is None:
         return None
-    path, name = callee
+    path, name, consulted = callee
     other = module if path == module.path else _module(path, module_text(path), module.root)
     if other is None:
         return None
-    read: set[Path] = set() if other is module else {path}
+    read = {p for p in (path, *consulted) if p != module.path}
     found = _summary(other, name, CALL_DEPTH - 1, set(), read)
     root = ctx.project_root()
     if root is not None:
         ctx.dependencies.update(module_dependency(root, p) for p in read)
+    return found
+
+
+def made_half(ctx: "FileContext", call: cst.Call) -> list[MadeHalf]:
+    """The models the project function ``call`` runs makes float16 (``callee_summary``): each
+    argument it converts as a whole, as the caller spells it (the receiver, for a method's
+    ``self``), and its result where every ``return`` gives back a model it made float16."""
+    summary = callee_summary(ctx, call)
+    if summary is None or not (summary.halves or summary.returns_half) or has_star_args(call):
+        return []
+    method = "." in summary.name and summary.params[:1] == ("self",) and isinstance(call.func, cst.Attribute)
+    passed = {param: ctx.code(arg.value) for param, arg in (bind(call, summary.params[method:]) or {}).items()}
+    if method:
+        passed["self"] = ctx.code(call.func.value)
+    found = [MadeHalf(passed[param], seen) for param, place in summary.halves
+             if param in passed and (seen := _seen_from(place, summary, passed, ())) is not None]
+    if summary.returns_half is not None and (seen := _seen_from(summary.returns_half, summary, passed, ())):
+        found.append(MadeHalf(None, seen))
     return found
 
 

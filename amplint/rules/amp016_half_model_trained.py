@@ -5,9 +5,10 @@ import ast
 import libcst as cst
 
 from ..engine.context import FileContext
+from ..engine.half_models import Half, made_float32_here, made_half_here
 from ..engine.outline import Outline
-from ..engine.rule import AnyOf, Invalid, Rule, Valid
-from ..engine.semantics import DTYPES, calls, enclosing_function, is_backward, method_call
+from ..engine.rule import Invalid, Rule, Valid
+from ..engine.semantics import calls, enclosing_function, is_backward, method_call
 
 # torch.optim's modules that hold no optimizer classes.
 _NOT_OPTIMIZERS = ("torch.optim.lr_scheduler", "torch.optim.swa_utils")
@@ -17,25 +18,12 @@ _PASS_THROUGH = frozenset({"filter", "list", "tuple", "itertools.chain", "iterto
 _COLLECT = frozenset({"append", "extend", "add", "update"})
 
 
-def _halved(ctx: FileContext, call: cst.Call) -> str | None:
-    """The code of ``m`` for ``m.half()``, ``m.to(torch.float16)``, ``m.to(dtype=torch.half)``."""
-    mc = method_call(call)
-    if mc is None:
-        return None
-    if mc[1] == "half" and not call.args:
-        return ctx.code(mc[0])
-    if mc[1] == "to":
-        for arg in call.args:
-            if (arg.keyword is None or arg.keyword.value == "dtype") and \
-                    DTYPES.get(ctx.resolves_to(arg.value, DTYPES.keys()) or "") == "float16":
-                return ctx.code(mc[0])
-    return None
-
-
 def _may_fire(outline: Outline) -> bool:
-    refers = any(q.startswith("torch.optim") for kind in (ast.Name, ast.Attribute)
-                 for n in outline.nodes(kind) for q in outline.qualified_names(n))
-    return refers and bool(outline.method_calls("backward") or outline.calls_to({"torch.autograd.backward"}))
+    if not (outline.method_calls("backward") or outline.calls_to({"torch.autograd.backward"})):
+        return False
+    # `torch.optim.X` holds an attribute `optim`; `optim.X`, `X` a name imported from torch.optim.
+    return any(q.startswith("torch.optim") for n in outline.nodes(ast.Name) for q in outline.qualified_names(n)) \
+        or any(n.attr == "optim" and "torch.optim" in outline.qualified_names(n) for n in outline.nodes(ast.Attribute))
 
 
 def _optimizer_class(ctx: FileContext, func: cst.BaseExpression, depth: int = 2) -> bool:
@@ -160,16 +148,40 @@ def _rebindings(ctx: FileContext) -> list[tuple[cst.Assign, set[str]]]:
     return ctx.__dict__["_amp016_rebindings"]
 
 
+_PRECISION = ("utils/precision.py", """\
+import copy
+import torch
+
+def build_model(cfg):
+    dtype = torch.float16 if cfg.fp16 else torch.float32
+    return Net(cfg).cuda().to(dtype)
+
+def export_half(model):
+    return copy.deepcopy(model).half()
+
+class HalfMixin:
+    def to_half_precision(self):
+        self.half()
+""")
+
+
 class HalfModelTrained(Rule):
     """
     ## What it does
     Finds a `torch.optim` optimizer built over the parameters of a model that the file
     converts to float16 (`model.half()`, `model.to(torch.float16)`, `self.model =
-    self.model.half()` under a config flag), in a file that runs a backward pass. The optimizer
-    class may come straight from `torch.optim`, from a variable holding it, or from
-    `getattr(torch.optim, name)`; its parameters may be `model.parameters()`, a filter or list
-    of them, or param groups filled in a loop over `model.named_parameters()`. The finding sits
-    on the optimizer and names the line of the conversion.
+    self.model.half()` under a config flag, `model.to(dtype)` with `dtype = torch.float16 if
+    args.fp16 else torch.float32`), or that a function of the project converts, up to three
+    calls deep and in another module: a factory that returns the model it made half (`model =
+    build_model(cfg)`), a helper that converts its argument (`convert_to_fp16(model)`), or a
+    method of the model's class, or of a base class of the project (`model.to_half_precision()`
+    where `model = Net(...)`), in a file that runs a backward pass. The optimizer class may
+    come straight from `torch.optim`, from a variable holding it, or from `getattr(torch.optim,
+    name)`; its parameters may be `model.parameters()`, a filter or list of them, or param
+    groups filled in a loop over `model.named_parameters()`. The finding sits on the optimizer
+    and names the conversion (and the call that leads to it), and the switch it applies under
+    (`if args.fp16:`, the flag that chooses the dtype, a helper's parameter answered by what
+    the call passes).
 
     ## Why is this bad?
     Pure float16 training keeps the weights themselves in float16: updates smaller than the
@@ -206,15 +218,22 @@ class HalfModelTrained(Rule):
     wrap(optimizer)`, `model, optimizer = amp.initialize(model, optimizer)`). The model is
     matched by its spelling (`self.model`) within the file, in any branch and either order:
     `.half()` converts the parameters in place, so an optimizer built before it trains them
-    in float16 too.
+    in float16 too. A helper is followed only where the code shows which function runs (a
+    method, where the object's class is shown by the name's only binding): a helper that
+    returns a float16 copy (`copy.deepcopy(model).half()`) leaves the trained model float32,
+    and one whose conversion depends on an argument the call rules out (`mode="train"` for `if
+    mode == "export":`) is not reported, nor a model the file converts back to float32
+    anywhere (`model.float()`). A GradScaler does not silence it: it scales the loss,
+    it keeps no float32 weights (and refuses to unscale float16 gradients).
     """
 
     code = "AMP016"
-    preview_paths = ("a model made half in another function than the one that builds its optimizer (an "
-                     "evaluation method, a helper) runs")
+    preview_paths = ("a model made half (or a helper that makes it half called) in another function than the "
+                     "one that builds its optimizer (an evaluation method, a helper) runs")
     name = "half-model-trained"
     summary = "Optimizer over the parameters of a model converted to float16 (no float32 master weights)"
-    fragments = (("optim", AnyOf(r"\.half\(\)", r"\.to\([^\n]*(?:float16|torch\.half)")),)  # a half model, an optimizer
+    # An optimizer and a backward pass: the model may be made half by another module.
+    fragments = (("optim", "backward"), ("backward", "optim"))
     # Something from torch.optim (called, held in a variable or looked up with getattr) and a
     # backward pass.
     may_fire = staticmethod(_may_fire)
@@ -255,6 +274,16 @@ optimizer = FP16_Optimizer(optimizer, dynamic_loss_scale=True)
 optimizer.backward(model(x).mean())
 optimizer.step()
 """),
+        # The helper returns a float16 copy; the model trained stays float32.
+        Valid("""
+import torch
+from utils.precision import export_half
+model = Net().cuda()
+optimizer = torch.optim.AdamW(model.parameters())
+model(x).mean().backward()
+optimizer.step()
+torch.onnx.export(export_half(model), x.half(), "model.onnx")
+""", project=(_PRECISION,)),
     )
     invalid = (
         Invalid("""
@@ -307,38 +336,56 @@ optimizer = optimizer_class(filter(lambda p: p.requires_grad, model.parameters()
 model(x).mean().backward()
 optimizer.step()
 """, at=((5, 13, "the float16 parameters of `model` (`Net().cuda().half()` on line 3)"),)),
+        # A factory of another module returns the model made half when a config key is set; a
+        # method of a project base class of the model converts it.
+        Invalid("""
+import torch
+from utils.precision import build_model, HalfMixin
+class Head(HalfMixin, torch.nn.Module):
+    pass
+model = build_model(cfg)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+head = Head()
+head.to_half_precision()
+head_optimizer = torch.optim.SGD(head.parameters(), lr=0.1)
+head(model(x)).mean().backward()
+""", at=((7, 13, "(`build_model(...)` on line 6 returns it made float16: `Net(cfg).cuda().to(dtype)`, "
+                 "utils/precision.py:6), when `cfg.fp16` is true"),
+         (10, 18, "(`head.to_half_precision(...)` on line 9 makes it float16: `self.half()`, utils/precision.py:13)")),
+                project=(_PRECISION,)),
     )
 
     def check(self, ctx: FileContext) -> None:
         all_calls = calls(ctx)
         if not any(is_backward(ctx, c) for c in all_calls):
             return
-        halved: dict[tuple[int, str], cst.Call] = {}
-        for call in all_calls:
-            model = _halved(ctx, call)
-            if model is None:
-                continue
-            parent = ctx.parent(call)
-            # `model.half()` converts model in place; `m = net.half()` makes m the half model.
-            targets = {ctx.code(t.target) for t in parent.targets} if isinstance(parent, cst.Assign) else set()
-            for name in {model} | targets:
-                halved.setdefault(_model_key(ctx, call, name), call)
-        if not halved:
-            return
+        optimizers = []
         for call in all_calls:
             params = _params_argument(call)
-            if params is None or not _optimizer_class(ctx, call.func) or _wrapped(ctx, call):
-                continue
-            keys = {_model_key(ctx, call, m) for m in _owners(ctx, params, set())} & halved.keys()
+            if params is not None and _optimizer_class(ctx, call.func) and not _wrapped(ctx, call):
+                keys = {_model_key(ctx, call, m) for m in _owners(ctx, params, set())}
+                if keys:
+                    optimizers.append((call, keys))
+        if not optimizers:
+            return
+        wanted = set().union(*(keys for _, keys in optimizers))
+        halved: dict[tuple[int, str], Half] = {}
+        restored: set[tuple[int, str]] = set()  # converted back to float32 somewhere: not shown half when trained
+        for call in all_calls:
+            for name, half in made_half_here(ctx, call, lambda n, at=call: _model_key(ctx, at, n) in wanted):
+                halved.setdefault(_model_key(ctx, call, name), half)
+            restored |= {_model_key(ctx, call, name) for name in made_float32_here(ctx, call)}
+        for call, keys in optimizers:
+            keys &= halved.keys() - restored
             if keys:
-                key = min(keys, key=lambda k: ctx.order(halved[k]))
+                key = min(keys, key=lambda k: ctx.order(halved[k].node))
                 half = halved[key]
-                line = ctx.location(ctx.offsets(half)[0]).row
                 # Made half earlier in the function that builds the optimizer: one path does both.
                 # From another function, the conversion may sit on a path training never takes.
-                elsewhere = enclosing_function(ctx, half) is not enclosing_function(ctx, call) \
-                    or ctx.order(half) > ctx.order(call)
-                ctx.report(call, f"this optimizer updates the float16 parameters of `{key[1]}` (`{ctx.code(half)}` "
-                                 f"on line {line}): without float32 master weights updates round away; keep "
-                                 "the model in float32 and use autocast + GradScaler, or give the optimizer a "
-                                 "float32 copy of the parameters", preview=elsewhere)
+                elsewhere = enclosing_function(ctx, half.node) is not enclosing_function(ctx, call) \
+                    or ctx.order(half.node) > ctx.order(call)
+                when = f", {half.switch.when}" if half.switch else ""
+                ctx.report(call, f"this optimizer updates the float16 parameters of `{key[1]}` ({half.says}){when}: "
+                                 "without float32 master weights updates round away; keep the model in float32 and "
+                                 "use autocast + GradScaler, or give the optimizer a float32 copy of the parameters",
+                           preview=elsewhere, related=(*half.related, *(half.switch.related if half.switch else ())))

@@ -17,6 +17,7 @@ from .. import __version__
 from ..policy import policy_dir
 from .diagnostics import Diagnostic, Edit, Fix, Location, Related
 from .project_index import Dependency, dependency, relative_name
+from . import summaries  # noqa: F401 - computes the `summary:` dependencies a cached result may hold
 from .source import write_entry
 
 DIRNAME = ".amplint_cache"

@@ -1011,6 +1011,17 @@ def _star_summary(root: Path, shown: str) -> object:
     return sorted((k, sorted(v)) for k, v in star_imports(root, path).items())
 
 
+# Summaries other engine modules compute, by the prefix of their kind (``summary:`` for a
+# function's, ``summaries.py``): a handler takes the root and the rest of the kind.
+_PREFIXED: dict[str, Callable[[Path, str], object]] = {}
+
+
+def summarized_by(prefix: str, handler: Callable[[Path, str], object]) -> None:
+    """Let ``dependency`` compute kinds ``prefix:...`` with ``handler`` (an engine module that
+    keeps its own summaries registers itself when imported)."""
+    _PREFIXED[prefix] = handler
+
+
 def dependency(kind: str, root: Path) -> Dependency:
     """The summary ``kind`` of the project at ``root`` as it is now."""
     key = (f"dependency:{kind}", root)
@@ -1023,6 +1034,8 @@ def dependency(kind: str, root: Path) -> Dependency:
             text = json.dumps(keyword_passes(root, kind.split(":", 1)[1]))
         elif kind.startswith("flags:"):
             text = json.dumps([astuple(f) for f in flags_named(root, kind.split(":", 1)[1])])
+        elif kind.split(":", 1)[0] in _PREFIXED:
+            text = json.dumps(_PREFIXED[kind.split(":", 1)[0]](root, kind.split(":", 1)[1]), default=str)
         elif kind.startswith("mentions:"):
             word = kind.split(":", 1)[1]
             text = json.dumps([[relative_name(path, root), hashlib.sha256(_read(path) or b"").hexdigest()]

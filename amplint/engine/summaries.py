@@ -31,7 +31,7 @@ import libcst as cst
 from .names import dotted
 from .outline import Outline
 from .semantics import bind, has_star_args, named_like_optimizer
-from .project_index import module_dependency, module_text, project_module, relative_name
+from .project_index import dependency, module_dependency, module_text, project_module, relative_name, summarized_by
 
 if TYPE_CHECKING:
     from .context import FileContext
@@ -668,12 +668,37 @@ def callee_summary(ctx: "FileContext", call: cst.Call) -> Summary | None:
     other = module if path == module.path else _module(path, module_text(path), module.root)
     if other is None:
         return None
-    read = {p for p in (path, *consulted) if p != module.path}
-    found = _summary(other, name, CALL_DEPTH - 1, set(), read)
+    found = _summary(other, name, CALL_DEPTH - 1, set(), set())
     root = ctx.project_root()
     if root is not None:
-        ctx.dependencies.update(module_dependency(root, p) for p in read)
+        # the callee's summary, and the modules consulted to find it (a class and its bases)
+        if other is not module:
+            ctx.dependencies.add(dependency(f"summary:{relative_name(path.resolve(), root.resolve())}:{name}", root))
+        ctx.dependencies.update(module_dependency(root, p) for p in consulted if p != module.path)
     return found
+
+
+def _summary_of(root: Path, where: str) -> object:
+    """A function's summary as a cached result depends on it (``summary:<path>:<name>``): an
+    edit of its module that leaves what it does alone checks none of its callers again."""
+    shown, name = where.rsplit(":", 1)
+    path = root.resolve() / shown
+    module = _module(path, module_text(path), root)
+    found = _summary(module, name, CALL_DEPTH - 1, set(), set()) if module is not None else None
+
+    def stable(value):  # paths from the root, however the module was first reached
+        if isinstance(value, Path):
+            return relative_name(value.resolve(), root.resolve())
+        if isinstance(value, (tuple, list)):
+            return [stable(v) for v in value]
+        if hasattr(value, "__dataclass_fields__"):
+            return {f: stable(getattr(value, f)) for f in value.__dataclass_fields__}
+        return value if isinstance(value, (str, int, float, bool, type(None))) else repr(value)
+
+    return stable(found)
+
+
+summarized_by("summary", _summary_of)
 
 
 def made_half(ctx: "FileContext", call: cst.Call) -> list[MadeHalf]:

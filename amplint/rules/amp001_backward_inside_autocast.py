@@ -10,7 +10,7 @@ from ..engine.diagnostics import Fix, Related
 from ..engine.enabling import region_switch
 from ..engine.edits import edit_from_tree
 from ..engine.outline import Outline
-from ..engine.rule import Invalid, Rule, Valid
+from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.summaries import callee_summary
 from ..engine.semantics import (
     autocast_region,
@@ -114,7 +114,8 @@ class BackwardInsideAutocast(Rule):
     use_amp else nullcontext()` then `with amp:`; the message says when it applies ("when
     `--amp` is set (train.py:12)").
 
-    The backward pass may run in a function called inside the region: one of the file
+    The backward pass may run in a function called inside a region the file opens itself (not
+    one only a project wrapper opens): one of the file
     (`helper(...)`, `self.helper(...)`) or of another module of the project (`from .engine
     import train_step`, `engine.train_step(...)`), followed up to three calls deep
     (`summaries`). The finding then sits on the call in the region and names the backward's
@@ -162,7 +163,10 @@ class BackwardInsideAutocast(Rule):
     summary = "Backward pass inside an autocast region"
     fixable = True
     uses_policy = True  # which dtypes a region's device accepts
-    fragments = ("autocast",)  # a region: its backward pass may be a helper's
+    # A backward pass in a region (which a call of the project's wrapper also opens); or a
+    # region the file opens itself, where a helper's backward counts: another spelling of
+    # the word, so that files without it do not ask the project's wrappers for it.
+    fragments = (("autocast", AnyOf("backward", "autograd")), r"autocast\W")
     may_fire = staticmethod(_may_fire)
     project_wrappers_for = "autocast"  # `with amp_ctx():`, a wrapper of the project's
 

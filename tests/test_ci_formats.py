@@ -76,7 +76,8 @@ def test_sarif_of_a_finding_in_another_file_validates(run_amplint, tmp_path):
     (tmp_path / "losses.py").write_text(
         "import torch.nn.functional as F\n\n\ndef bce_loss(p, y):\n    return F.binary_cross_entropy(p, y)\n")
     (tmp_path / "train.py").write_text(
-        "import torch\n\n\ndef step(model, x, y, loss_fn):\n    with torch.autocast('cuda'):\n"
+        "import torch\nfrom losses import bce_loss\n\nLOSSES = {'bce': bce_loss}\n\n\n"
+        "def step(model, x, y, loss_fn):\n    with torch.autocast('cuda'):\n"
         "        return loss_fn(model(x), y)\n")
     log = json.loads(run_amplint("check", "--preview", "--output-format", "sarif", "--no-cache", "losses.py", cwd=tmp_path).stdout)
     _validate(log)

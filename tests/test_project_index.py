@@ -54,11 +54,15 @@ class Trainer:
 """
 
 
+# The package's public API: its losses are code the project uses (`reach`).
+PACKAGE_INIT = "from .losses import BinaryLoss, evaluate, pairwise_loss\n"
+
+
 def _project(tmp_path, device='"cuda"', trainer=None):
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
     package = tmp_path / "demo"
     package.mkdir()
-    (package / "__init__.py").write_text("")
+    (package / "__init__.py").write_text(PACKAGE_INIT)
     (package / "losses.py").write_text(LOSSES)
     (package / "trainer.py").write_text(trainer if trainer is not None else TRAINER.format(device=device))
     return package
@@ -134,7 +138,7 @@ def test_an_installed_package_is_its_own_project(tmp_path, monkeypatch):
     site = tmp_path / ".deps" / "site"
     package = site / "demo"
     package.mkdir(parents=True)
-    (package / "__init__.py").write_text("")
+    (package / "__init__.py").write_text(PACKAGE_INIT)
     (package / "losses.py").write_text(LOSSES)
     assert project_root(package / "losses.py") == package
     assert _findings(tmp_path, monkeypatch, ".deps/site/demo/losses.py") == []
@@ -179,7 +183,7 @@ def test_a_framework_setting_opens_the_region(tmp_path, monkeypatch, script, sho
                 x, y = batch
                 return F.binary_cross_entropy(self.net(x).sigmoid(), y)
         """))
-    (tmp_path / "train.py").write_text(script)
+    (tmp_path / "train.py").write_text(script + "\nfrom demo.lit import Classifier\n\nmodel = Classifier()\n")
     found = _findings(tmp_path, monkeypatch, "demo/lit.py")
     assert [(f, row, code) for f, row, code, _ in found] == [("demo/lit.py", 8, "AMP008")]
     assert f"runs code under autocast ({shown})" in found[0][3] and "`Classifier.training_step`" in found[0][3]

@@ -711,32 +711,35 @@ def assigned_before(ctx: FileContext, name: cst.Name) -> cst.BaseExpression | No
     return value
 
 
+def _bind(found: dict[str, list], node: cst.CSTNode, target: cst.BaseExpression,
+          value: cst.BaseExpression | None) -> None:
+    """Record ``node`` as a binding of each name in ``target`` (a module-level function: a
+    recursive closure would be a reference cycle holding the whole tree)."""
+    if isinstance(target, cst.Name):
+        found.setdefault(target.value, []).append((node, value))
+    elif isinstance(target, (cst.Tuple, cst.List)):
+        for element in target.elements:
+            _bind(found, node, element.value, None)
+    elif isinstance(target, cst.StarredElement):
+        _bind(found, node, target.value, None)
+
+
 def _bindings_in(ctx: FileContext, scope: cst.CSTNode) -> dict[str, list[tuple[cst.CSTNode, cst.BaseExpression | None]]]:
     """Every binding of each name in ``scope`` (not in nested functions, classes, lambdas), in
     source order, with the value it binds where a plain assignment shows it (else None)."""
     cache = ctx.__dict__.setdefault("_scope_bindings", {})
     if id(scope) not in cache:
         found: dict[str, list] = {}
-
-        def bind(node: cst.CSTNode, target: cst.BaseExpression, value: cst.BaseExpression | None) -> None:
-            if isinstance(target, cst.Name):
-                found.setdefault(target.value, []).append((node, value))
-            elif isinstance(target, (cst.Tuple, cst.List)):
-                for element in target.elements:
-                    bind(node, element.value, None)
-            elif isinstance(target, cst.StarredElement):
-                bind(node, target.value, None)
-
         for node in _walk_same_scope(scope):
             if isinstance(node, cst.Assign):
                 for target in node.targets:
-                    bind(node, target.target, node.value)
+                    _bind(found, node, target.target, node.value)
             elif isinstance(node, (cst.AnnAssign, cst.NamedExpr)) and node.value is not None:
-                bind(node, node.target, node.value)
+                _bind(found, node, node.target, node.value)
             elif isinstance(node, (cst.AugAssign, cst.For, cst.CompFor)):
-                bind(node, node.target, None)
+                _bind(found, node, node.target, None)
             elif isinstance(node, cst.AsName):
-                bind(node, node.name, None)
+                _bind(found, node, node.name, None)
             elif isinstance(node, cst.ImportAlias) and node.asname is None:
                 found.setdefault(node.evaluated_name.split(".")[0], []).append((node, None))
         cache[id(scope)] = {k: sorted(v, key=lambda b: ctx.order(b[0])) for k, v in found.items()}

@@ -249,13 +249,12 @@ class _Module:
                     elif "." not in alias.name:
                         self.imported[alias.name] = (alias.name, 0, None)
 
-    def calls_at(self, row: int) -> list[ast.Call]:
-        """The calls that start on line ``row``."""
-        if "_calls_at" not in self.__dict__:
-            self._calls_at: dict[int, list[ast.Call]] = {}
-            for node in self.outline.nodes(ast.Call):
-                self._calls_at.setdefault(node.lineno, []).append(node)
-        return self._calls_at.get(row, [])
+    def calls_in_order(self) -> list[ast.Call]:
+        """The module's calls in source order, an outer call before the calls inside it."""
+        if "_in_order" not in self.__dict__:
+            self._in_order = sorted(self.outline.nodes(ast.Call),
+                                    key=lambda n: (n.lineno, n.col_offset, -n.end_lineno, -n.end_col_offset))
+        return self._in_order
 
     def function_at(self, row: int) -> ast.AST | None:
         """The innermost function of ``functions`` around line ``row`` (methods in a class body)."""
@@ -657,11 +656,10 @@ def callee_summary(ctx: "FileContext", call: cst.Call) -> Summary | None:
     module = _module(Path(ctx.path), ctx.source, ctx.project_root())
     if module is None:
         return None
-    row = ctx.location(ctx.offsets(call)[0]).row
-    target = next((n for n in module.calls_at(row) if _ast_dotted(n.func) == code), None)
-    if target is None:
+    target = _ast_call(ctx, module, call)
+    if target is None or _ast_dotted(target.func) != code:
         return None
-    callee = module.callee(module.function_at(row), target)
+    callee = module.callee(module.function_at(target.lineno), target)
     if callee is None:
         return None
     path, name, consulted = callee
@@ -676,6 +674,18 @@ def callee_summary(ctx: "FileContext", call: cst.Call) -> Summary | None:
             ctx.dependencies.add(dependency(f"summary:{relative_name(path.resolve(), root.resolve())}:{name}", root))
         ctx.dependencies.update(module_dependency(root, p) for p in consulted if p != module.path)
     return found
+
+
+def _ast_call(ctx: "FileContext", module: _Module, call: cst.Call) -> ast.Call | None:
+    """The ``ast`` call that is libcst's ``call``: both trees' calls in source order (an outer
+    call before the calls inside it), matched by rank, never by rendering the file for
+    positions. None where the two trees do not count the same calls."""
+    ranks = ctx.__dict__.get("_call_ranks")
+    if ranks is None:
+        ranks = ctx.__dict__["_call_ranks"] = {id(c): i for i, c in enumerate(ctx.nodes(cst.Call))}
+    ordered = module.calls_in_order()
+    rank = ranks.get(id(call))
+    return ordered[rank] if rank is not None and len(ordered) == len(ranks) else None
 
 
 def _summary_of(root: Path, where: str) -> object:

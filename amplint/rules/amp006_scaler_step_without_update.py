@@ -1,37 +1,46 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Iterator
 
 import libcst as cst
 
 from ..engine import flow
 from ..engine.context import FileContext
 from ..engine.enabling import scaler_switch
-from ..engine.flow import Event, Flow, line_of
+from ..engine.flow import Event
+from ..engine.method_calls import (RETURN, MethodFlow, Reached, class_may_have_together, evidence, hops, method_flows,
+                                   order, place, site, through)
 from ..engine.rule import Invalid, Rule, Valid
-from ..engine.semantics import called_function, enclosing_function, method_call
 
 
 class ScalerStepWithoutUpdate(Rule):
     """
     ## What it does
     In a function that runs a whole scaled iteration (`S.scale(loss).backward()` and
-    `S.step(...)` or `S.update()`), finds: `S.step(...)` calls no path follows with
-    `S.update()`; a `S.update()` that comes only before the steps; `S.update()` reached a
-    second time on one path between scaled backwards (with several optimizers, step each one,
-    then update once); `S.step(opt)` reached on some path where `S` already stepped `opt`
-    since its last update; and `S.update()` that no path reaches after a `S.step(...)` or
-    `S.unscale_(...)` since the function's start or the last update (a plain
-    `optimizer.step()` counts as the step: AMP005 reports it).
+    `S.step(...)` or `S.update()`), with the methods it calls on `self` counted where it calls
+    them (`self._optimizer_step()`, in its class or a base class of the project), finds:
+    `S.step(...)` calls no path follows with `S.update()`; a `S.update()` that comes only
+    before the steps; `S.update()` reached a second time on one path between scaled backwards
+    (with several optimizers, step each one, then update once), or run by every iteration of a
+    loop that steps another optimizer each time, with no backward of its own; `S.step(opt)`
+    reached on some path where `S` already stepped `opt` since its last update; `S.update()`
+    that no path reaches after a `S.step(...)` or `S.unscale_(...)` since the function's start
+    or the last update (a plain `optimizer.step()` counts as the step: AMP005 reports it); and
+    a `return` that leaves a `S.step(opt)` or `S.unscale_(opt)` without the update that comes
+    after it in its function (an early return on overflow). A finding in a called method sits
+    there (or, in another module, on the call) and names the method and the call that runs it.
 
     ## Why is this bad?
     `update()` is what adapts the loss scale: without it the scale never grows back after an
     overflow and never shrinks, so steps keep being skipped or gradients keep underflowing.
     Updating before stepping uses the wrong iteration's overflow record, and updating twice
-    per iteration halves/grows the scale twice and loses the other optimizers' inf checks.
-    Stepping one optimizer twice before an update raises ("step() has already been called
-    since the last update()"), and so does an update with no step or unscale since the last
-    one ("No inf checks were recorded prior to update").
+    per iteration halves/grows the scale twice and loses the other optimizers' inf checks (the
+    next optimizer's step then unscales with a scale the update changed). Stepping one
+    optimizer twice before an update raises ("step() has already been called since the last
+    update()"), as does an update with no step or unscale since the last one ("No inf checks
+    were recorded prior to update"), and the next iteration's `step`/`unscale_` after a
+    return that skipped the update.
 
     ## Example
     ```python
@@ -57,22 +66,28 @@ class ScalerStepWithoutUpdate(Rule):
     A GradScaler is recognised as: a name or attribute assigned `torch.amp.GradScaler(...)` /
     `torch.cuda.amp.GradScaler(...)` anywhere in the file, the receiver `S` of
     `S.scale(loss).backward()`, or a parameter named `scaler`, `grad_scaler` or `amp_scaler`.
-    Only functions that contain the scaled backward are checked, so a `step()` helper whose
-    caller updates is not reported. A repeated step and an update without a step are not
-    reported in a function that passes the scaler to a call or calls a helper of the file that
-    steps, unscales or updates it (`self.optimizer_step()`): the step may be there. Paths follow `if`s by their
-    conditions and exits, so updates in different branches (or under the same condition as
-    their step) count as one. An update reached with a step on some paths and without on
-    others is AMP017's. A loop's body is followed once, so a step repeated in the next
-    iteration is not reported here.
+    Only functions that contain the scaled backward (themselves or in a method they call) are
+    checked, and a step with no update, or a return, only in a function no other function of
+    the file calls on `self`: a caller may update. Calls on `self` are followed three deep,
+    not into a method with a `return` inside a loop; a repeated step and an update without a
+    step are not reported where the scaler is passed to a call, or a method or helper of the
+    file that steps, unscales or updates it is not followed: the step may be there. Paths
+    follow `if`s by their conditions and exits, so updates in different branches (or under
+    the same condition as their step) count as one. An update reached with a step on some
+    paths and without on others is AMP017's. A loop's body is followed once, so a step
+    repeated in the next iteration is not reported here; a loop updates once per optimizer
+    only if its update is under no condition on what the loop changes, nor after an exit on
+    one (`if i != optim_idx: continue`). A return is reported only for an optimizer of the
+    function's own: a caller passing the optimizer may update after the last one.
     """
 
     code = "AMP006"
     name = "scaler-step-without-update"
     summary = "GradScaler step without exactly one update after it"
     fragments = (r"\.scale\(",)
-    may_fire = staticmethod(lambda outline: flow.may_have_together(outline, flow.SCALED_BACKWARD,
-                                                                   (flow.SCALER_STEP, flow.UPDATE)))
+    may_fire = staticmethod(lambda outline: any(
+        test(outline, flow.SCALED_BACKWARD, (flow.SCALER_STEP, flow.UPDATE))
+        for test in (flow.may_have_together, class_may_have_together)))
 
     valid = (
         Valid("""
@@ -167,6 +182,42 @@ def step(self, loss):
         self.optimizer.step()
     self.scaler.update()
 """),
+        # Across methods: every optimizer stepped, then one update; the update after the last one.
+        Valid("""
+class Trainer:
+    def step_all(self):
+        for opt in self.optimizers:
+            self.scaler.step(opt)
+    def step_each(self):
+        for i, opt in enumerate(self.optimizers):
+            self.scaler.step(opt)
+            if i == len(self.optimizers) - 1:
+                self.scaler.update()
+    def train_step(self, loss):
+        self.scaler.scale(loss).backward()
+        self.step_all()
+        self.scaler.update()
+    def train_step_last(self, loss):
+        self.scaler.scale(loss).backward()
+        self.step_each()
+"""),
+        # The base class's update in a `finally:` runs on the early return too.
+        Valid("""
+from trainers.base import BaseTrainer
+class Trainer(BaseTrainer):
+    def train_step(self, loss):
+        self.scaler.scale(loss).backward()
+        try:
+            self.scaler.step(self.optimizer)
+            if not loss.isfinite():
+                return None
+        finally:
+            self.end_step()
+""", project=(("trainers/__init__.py", ""), ("trainers/base.py", """
+class BaseTrainer:
+    def end_step(self):
+        self.scaler.update()
+"""))),
     )
     invalid = (
         Invalid("""
@@ -221,73 +272,147 @@ def train_step(self, loss):
     self.scaler.step(self.optimizer)
     self.scaler.update()
 """, at=((6, 9, '`self.scaler.update()` with no `self.scaler.step(...)` since the last update'),)),
+        # A helper updates once per optimizer.
+        Invalid("""
+class Trainer:
+    def backward(self, loss):
+        self.scaler.scale(loss).backward()
+    def optimizer_step(self):
+        for opt in self.optimizers:
+            self.scaler.step(opt)
+            self.scaler.update()
+    def train_step(self, loss):
+        self.backward(loss)
+        self.optimizer_step()
+""", at=((8, 13, 'runs once per optimizer: each iteration of the loop on line 6 in `optimizer_step`'),)),
+        # The early return on overflow skips the update of the base class's method.
+        Invalid("""
+import math
+from trainers.base import BaseTrainer
+class Trainer(BaseTrainer):
+    def train_step(self, loss):
+        self.scaler.scale(loss).backward()
+        self.scaler.unscale_(self.optimizer)
+        if not math.isfinite(clip_grad_norm_(self.model.parameters(), 1.0)):
+            return None
+        self.scaler.step(self.optimizer)
+        self.end_step()
+""", at=((9, 13, '`return` leaves `self.scaler.unscale_(self.optimizer)` (line 7) without the'),),
+            project=(("trainers/__init__.py", ""), ("trainers/base.py", """
+class BaseTrainer:
+    def end_step(self):
+        self.scaler.update()
+"""))),
     )
 
     def check(self, ctx: FileContext) -> None:
-        for scope in flow.flows(ctx):
-            if scope.of(flow.SCALED_BACKWARD) and scope.of(flow.SCALER_STEP, flow.UPDATE):
-                self._check_flow(ctx, scope)
-
-    def _check_flow(self, ctx: FileContext, scope: Flow) -> None:
-        analysis = _Updates()
-        flow.propagate(scope, analysis)
-        scaled = {e.scaler for e in scope.of(flow.SCALED_BACKWARD)}
-        reported: set[Event] = set()  # one finding per call
-
-        def report(event: Event, message: str) -> None:
-            if event not in reported:
-                reported.add(event)
-                switch = scaler_switch(ctx, event.scaler) if event.scaler else None
-                ctx.report(event.node, message + (f" ({switch.when})" if switch else ""),
-                           related=switch.related if switch else ())
-
-        for scaler in sorted(scaled):
-            steps = [e for e in scope.of(flow.SCALER_STEP) if e.scaler == scaler]
-            updates = [e for e in scope.of(flow.UPDATE) if e.scaler == scaler]
-            if steps and not any(e in analysis.followed for e in steps):
-                last = steps[-1]
-                if updates:
-                    report(updates[0], f"`{scaler}.update()` runs before `{scaler}.step(...)` (line "
-                                       f"{line_of(ctx, last.node)}): update once, after every step")
-                else:
-                    report(last, f"`{scaler}.step(...)` is never followed by `{scaler}.update()`: "
-                                 "the loss scale never adapts")
-        for update in sorted(analysis.twice, key=lambda e: ctx.order(e.node)):
-            first = min(analysis.twice[update], key=lambda e: ctx.order(e.node))
-            report(update, f"`{update.scaler}.update()` is called more than once per iteration (also "
-                           f"on line {line_of(ctx, first.node)}): step every optimizer, then update once")
-        for step in sorted(analysis.stepped_again, key=lambda e: ctx.order(e.node)):
-            if step.scaler in scaled and not _out_of_sight(ctx, scope, step.scaler):
-                first = min(analysis.stepped_again[step], key=lambda e: ctx.order(e.node))
-                report(step, f"`{step.scaler}.step({step.optimizer})` again before `{step.scaler}.update()` "
-                             f"(first on line {line_of(ctx, first.node)}): it raises at runtime; step each "
-                             "optimizer once, then update")
-        for update in sorted(analysis.unchecked - analysis.checked, key=lambda e: ctx.order(e.node)):
-            if update.scaler in scaled and not _out_of_sight(ctx, scope, update.scaler):
-                report(update, f"`{update.scaler}.update()` with no `{update.scaler}.step(...)` since the "
-                               "last update on any path: it raises (no inf checks recorded); update after "
-                               "the step")
+        flows = [f for f in method_flows(ctx)
+                 if f.flow.of(flow.SCALED_BACKWARD) and f.flow.of(flow.SCALER_STEP, flow.UPDATE)]
+        inlined = {id(h.method) for f in flows for h in f.wrappers.values()}
+        findings: dict[int, tuple] = {}  # by node: the finding reached through the fewest calls
+        for scope in flows:
+            _check_flow(ctx, scope, id(scope.function) not in inlined, findings)
+        for _, node, message, related in findings.values():
+            ctx.report(node, message, related=related)
 
 
-_SCALER_STATE = frozenset({"step", "unscale_", "update"})  # what records or clears inf checks
+def _check_flow(ctx: FileContext, scope: MethodFlow, outermost: bool, findings: dict[int, tuple]) -> None:
+    """``outermost``: no other function of the file runs this one through ``self``, so its
+    paths end the iteration (a caller could still update what they leave)."""
+    analysis = _Updates()
+    ends = flow.propagate(scope.flow, analysis)
+    events = scope.flow.events
+    scaled = {e.scaler for e in events if e.kind == flow.SCALED_BACKWARD}
+
+    def report(event: Event, message: str, *others: Event) -> None:
+        node = site(ctx, event)
+        if id(node) not in findings or findings[id(node)][0] > len(hops(event)):
+            switch = scaler_switch(ctx, event.scaler) if event.scaler else None
+            related = (*evidence(ctx, event, _WHAT[event.kind] if node is not event.node else None),
+                       *(r for o in others for r in evidence(ctx, o, _WHAT[o.kind])),
+                       *(switch.related if switch else ()))
+            findings[id(node)] = (len(hops(event)), node, message + through(ctx, event)
+                                  + (f" ({switch.when})" if switch else ""), tuple(dict.fromkeys(related)))
+
+    for scaler in sorted(scaled):
+        steps = [e for e in events if e.kind == flow.SCALER_STEP and e.scaler == scaler]
+        updates = [e for e in events if e.kind == flow.UPDATE and e.scaler == scaler]
+        if outermost and steps and not any(e in analysis.followed for e in steps):
+            if updates:
+                report(updates[0], f"`{scaler}.update()` runs before `{scaler}.step(...)` "
+                                   f"({place(ctx, steps[-1], hops(updates[0]))}): update once, after every step",
+                       steps[-1])
+            else:
+                report(steps[-1], f"`{scaler}.step(...)` is never followed by `{scaler}.update()`: "
+                                  "the loss scale never adapts")
+    for update in sorted(analysis.twice, key=lambda e: order(ctx, e)):
+        first = min(analysis.twice[update], key=lambda e: order(ctx, e))
+        report(update, f"`{update.scaler}.update()` is called more than once per iteration (also on "
+                       f"{place(ctx, first, hops(update))}): step every optimizer, then update once", first)
+    for step in sorted(analysis.stepped_again, key=lambda e: order(ctx, e)):
+        if step.scaler in scaled and not scope.hides(step.scaler):
+            first = min(analysis.stepped_again[step], key=lambda e: order(ctx, e))
+            report(step, f"`{step.scaler}.step({step.optimizer})` again before `{step.scaler}.update()` (first on "
+                         f"{place(ctx, first, hops(step))}): it raises at runtime; step each optimizer once, "
+                         "then update", first)
+    for update in sorted(analysis.unchecked - analysis.checked, key=lambda e: order(ctx, e)):
+        if update.scaler in scaled and not scope.hides(update.scaler):
+            report(update, f"`{update.scaler}.update()` with no `{update.scaler}.step(...)` since the last "
+                           "update on any path: it raises (no inf checks recorded); update after the step")
+    for update, loop, step in _per_optimizer_updates(ctx, scope, scaled):
+        backward = next(e for e in events if e.kind == flow.SCALED_BACKWARD and e.scaler == update.scaler)
+        report(update, f"`{update.scaler}.update()` runs once per optimizer: each iteration of the loop on "
+                       f"{place(ctx, loop, hops(update))} steps one (`{step.scaler}.step({step.optimizer})`) and "
+                       f"updates, after one scaled backward ({place(ctx, backward, hops(update))}); step every "
+                       "optimizer, then update once after the loop", loop, backward)
+    if outermost:
+        for ret, left, update in _updates_returned_past(ctx, scope, analysis, ends):
+            call = f"{left.scaler}.{'step' if left.kind == flow.SCALER_STEP else 'unscale_'}({left.optimizer})"
+            report(ret, f"`return` leaves `{call}` ({place(ctx, left, hops(ret))}) without the "
+                        f"`{left.scaler}.update()` after it ({place(ctx, update, hops(ret))}): the next `{call}` "
+                        "raises and the loss scale stops adapting; update before returning (or in a `finally:`)",
+                   left, update)
 
 
-def _out_of_sight(ctx: FileContext, scope: Flow, scaler: str) -> bool:
-    """Whether the function may step or update ``scaler`` where its flow does not show it: it
-    passes the scaler to a call (nerfstudio's `optimizer_scaler_step_some(self.grad_scaler,
-    ...)`), or calls a helper of the file that steps, unscales or updates it."""
-    func = scope.scope if isinstance(scope.scope, cst.FunctionDef) else None
-    for call in ctx.nodes(cst.Call):
-        if not ctx.contains(scope.scope, call) or enclosing_function(ctx, call) is not func:
+_WHAT = {flow.SCALER_STEP: "the scaler's step", flow.UPDATE: "the scaler's update", flow.UNSCALE: "the unscale",
+         flow.SCALED_BACKWARD: "the scaled backward", "loop": "the loop over the optimizers", RETURN: "the return"}
+
+
+def _per_optimizer_updates(ctx: FileContext, scope: MethodFlow, scaled: set[str]
+                           ) -> Iterator[tuple[Event, Event, Event]]:
+    """(update, loop, step) for a loop with no backward of its own that steps a different
+    optimizer each iteration and updates every iteration: one update per optimizer. The loop
+    is given as an event at its ``for``."""
+    for loop, leading in scope.loops():
+        inside = [e for e in flow.items(loop.body) if isinstance(e, Event)]
+        if not isinstance(loop.node, cst.For) or any(e.kind in (flow.BACKWARD, flow.SCALED_BACKWARD) for e in inside):
             continue
-        if any(ctx.code(a.value) == scaler for a in call.args):
-            return True
-        helper = called_function(ctx, call)
-        if helper is not None and any(
-                (mc := method_call(c)) is not None and mc[1] in _SCALER_STATE and ctx.code(mc[0]) == scaler
-                for c in ctx.nodes(cst.Call) if ctx.contains(helper, c)):
-            return True
-    return False
+        steps = [e for e in inside if e.kind == flow.SCALER_STEP and e.scaler in scaled
+                 and e.optimizer is not None and flow.mentions(e.optimizer, loop.assigned)]
+        for update in scope.every_iteration(loop, flow.UPDATE):
+            step = next((s for s in steps if s.scaler == update.scaler and order(ctx, s) < order(ctx, update)), None)
+            if step is not None and not scope.hides(update.scaler):
+                yield update, Reached("loop", loop.node, hops=leading) if leading else Event("loop", loop.node), step
+
+
+def _updates_returned_past(ctx: FileContext, scope: MethodFlow, analysis: "_Updates", ends: set
+                           ) -> Iterator[tuple[Event, Event, Event]]:
+    """(return, step or unscale, update) for a return that leaves the step or unscale of an
+    optimizer of the function's own (not one its caller passes, which may be another one next
+    time) without the update that comes after the return in its function, on a path that
+    reaches the end without any other."""
+    params = scope.parameters()
+    left_at: dict[Event, set[Event]] = {}
+    for fact in ends:
+        for ret, left in fact.skipped:
+            left_at.setdefault(ret, set()).add(left)
+    for ret in sorted(left_at, key=lambda e: order(ctx, e)):
+        left = max(left_at[ret], key=lambda e: order(ctx, e))
+        skipped = sorted((u for u in analysis.checked if u.scaler == left.scaler and order(ctx, u) > order(ctx, ret)
+                          and hops(u)[:len(hops(ret))] == hops(ret)), key=lambda e: order(ctx, e))
+        if skipped and left.optimizer is not None and not flow.mentions(left.optimizer, params) \
+                and not scope.hides(left.scaler):
+            yield ret, left, skipped[0]
 
 
 @dataclass(frozen=True)
@@ -298,6 +423,8 @@ class _Pending:
     # Scalers that stepped or unscaled since their last update (both record the inf checks
     # update() reads); None once a plain optimizer.step() ran (AMP005 reports that one).
     checked: frozenset[str | None] = frozenset()
+    recorded: frozenset[Event] = frozenset()  # the steps and unscales since their scaler's last update
+    skipped: frozenset[tuple[Event, Event]] = frozenset()  # (a return, one of those it left)
 
 
 class _Updates(flow.Analysis):
@@ -320,20 +447,25 @@ class _Updates(flow.Analysis):
             return replace(fact, updates=frozenset(u for u in fact.updates if u.scaler != event.scaler),
                            stepped=frozenset(s for s in fact.stepped if s.scaler != event.scaler))
         if event.kind == flow.UNSCALE:
-            return replace(fact, checked=fact.checked | {event.scaler})
+            return replace(fact, checked=fact.checked | {event.scaler}, recorded=fact.recorded | {event})
         if event.kind == flow.STEP:
             return replace(fact, checked=fact.checked | {None})
+        if event.kind == RETURN:
+            return replace(fact, skipped=fact.skipped | {(event, r) for r in fact.recorded})
         if event.kind == flow.SCALER_STEP:
             again = {s for s in fact.steps if s.scaler == event.scaler and s.optimizer == event.optimizer}
             if again and event.optimizer is not None:
                 self.stepped_again.setdefault(event, set()).update(again)
-            checked = fact.checked | {event.scaler}
-            if any(s.scaler == event.scaler and s.optimizer == event.optimizer for s in fact.steps | fact.stepped):
+            new_round = any(s.scaler == event.scaler and s.optimizer == event.optimizer
+                            for s in fact.steps | fact.stepped)
+            fact = replace(fact, steps=fact.steps | {event}, checked=fact.checked | {event.scaler},
+                           recorded=fact.recorded | {event})
+            if new_round:
                 # the same optimizer stepped again: a new round (a last partial accumulation
                 # after the loop), whose update is not a second one
-                return _Pending(fact.steps | {event}, frozenset(u for u in fact.updates if u.scaler != event.scaler),
-                                frozenset({event}), checked)
-            return _Pending(fact.steps | {event}, fact.updates, fact.stepped | {event}, checked)
+                return replace(fact, updates=frozenset(u for u in fact.updates if u.scaler != event.scaler),
+                               stepped=frozenset({event}))
+            return replace(fact, stepped=fact.stepped | {event})
         if event.kind == flow.UPDATE:
             mine = {s for s in fact.steps if s.scaler == event.scaler}
             self.followed.update(mine)
@@ -341,6 +473,8 @@ class _Updates(flow.Analysis):
             if earlier:
                 self.twice.setdefault(event, set()).update(earlier)
             (self.checked if fact.checked & {event.scaler, None} else self.unchecked).add(event)
-            return _Pending(fact.steps - mine, fact.updates | {event}, fact.stepped,
-                            fact.checked - {event.scaler, None})
+            return replace(fact, steps=fact.steps - mine, updates=fact.updates | {event},
+                           checked=fact.checked - {event.scaler, None},
+                           recorded=frozenset(r for r in fact.recorded if r.scaler != event.scaler),
+                           skipped=frozenset(p for p in fact.skipped if p[1].scaler != event.scaler))
         return fact

@@ -58,9 +58,6 @@ class Place:
     # What must hold for it to run: (condition's code, whether it holds), outermost first.
     when: tuple[tuple[str, bool], ...] = ()
 
-    def shown(self, root: Path | None) -> str:
-        return f"{relative_name(self.path.resolve(), root.resolve()) if root else self.path.as_posix()}:{self.row}"
-
 
 @dataclass(frozen=True)
 class Checkpoint:

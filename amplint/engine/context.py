@@ -1,4 +1,5 @@
-"""One parsed file as the rules see it: the tree, metadata on demand, and ``report``."""
+"""One file as the rules that read libcst's tree see it: the tree, metadata on demand, and
+``report``; what does not depend on the tree is ``checked_file.CheckedFile``'s."""
 
 from __future__ import annotations
 
@@ -10,36 +11,15 @@ from typing import TYPE_CHECKING, Iterator
 
 import libcst as cst
 
-from .diagnostics import Diagnostic, Edit, Fix, Location, Related
+from .checked_file import CheckedFile
+from .diagnostics import Edit, Fix, Related
 from .names import ImportResolver
 from .outline import Outline
-from .project_index import (
-    AutocastSite,
-    AutocastWrapper,
-    Dependency,
-    autocast_sites,
-    autocast_wrappers,
-    config_keys,
-    dependency,
-    flags_named,
-    keyword_dependency,
-    keyword_passes,
-    module_dependency,
-    module_text,
-    project_module,
-    project_root,
-    scaler_states_saved,
-    star_dependency,
-    star_imports,
-)
-from .source import split_lines
-from .torch_requirement import TorchRequirement, declared_torch
+from .project_index import module_dependency, module_text, project_module, star_dependency, star_imports
 from .tree import Index, parse, render
 
 if TYPE_CHECKING:
-    from ..policy import PolicyLoader, PolicyTable
-    from .switches import ConfigKey, Flag
-    from .rule import Rule
+    from ..policy import PolicyLoader
 
 
 # What libcst and Python both see as statements, and (SimpleStatementSuite) where Python sees
@@ -80,20 +60,15 @@ def _dotted_code(node: cst.CSTNode) -> str | None:
     return "".join(reversed(parts))
 
 
-class FileContext:
-    """Shared by every rule on one file: one parse, metadata computed once and only if asked."""
+class FileContext(CheckedFile):
+    """A file as the rules that read libcst's tree see it: one parse, metadata computed once
+    and only if asked."""
 
     def __init__(self, path: str, source: str, module: cst.Module, policy_loader: "PolicyLoader | None" = None,
                  outline: Outline | None = None, preview: bool = False):
-        self.path = path
-        self.preview = preview  # whether findings on preview paths are reported
-        self.source = source
+        super().__init__(path, source, policy_loader, preview)
         self.module = module
         self._outline = outline
-        self.diagnostics: list[Diagnostic] = []
-        self.policy_loader = policy_loader
-        self._rule: type[Rule] | None = None
-        self.dependencies: set[Dependency] = set()  # what of the project's other files was read
 
     # -- metadata, resolved lazily -------------------------------------------------------
 
@@ -188,14 +163,6 @@ class FileContext:
         path = Path(self.path).resolve()
         self.dependencies.add(star_dependency(root, path))
         return star_imports(root, path)
-
-    @cached_property
-    def _line_starts(self) -> list[int]:
-        starts, offset = [0], 0
-        for line in split_lines(self.source, keepends=True):
-            offset += len(line)
-            starts.append(offset)
-        return starts
 
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self._parents.get(id(node))
@@ -318,97 +285,11 @@ class FileContext:
         line = self.source[start:self.offsets(node)[0]]
         return line[: len(line) - len(line.lstrip())]
 
-    def location(self, offset: int) -> Location:
-        row = bisect.bisect_right(self._line_starts, offset) - 1
-        return Location(row + 1, offset - self._line_starts[row] + 1)
-
     @property
     def newline(self) -> str:
         return self.module.default_newline
 
     # -- reporting -------------------------------------------------------------------------
-
-    def policy(self, device: str | None = None) -> "PolicyTable":
-        """The op-policy table for ``device`` (default: the configured device)."""
-        if self.policy_loader is None:
-            raise RuntimeError("this run has no policy tables")
-        return self.policy_loader(device)
-
-    @cached_property
-    def _project_root(self) -> Path | None:
-
-        path = Path(self.path)
-        return project_root(path) if path.is_file() else None
-
-    def project(self) -> "tuple[Path, tuple[AutocastSite, ...]] | None":
-        """The root of the project this file belongs to and the autocast calls in its files
-        (``project_index``); None for a file that is not on disk or in no project. The file's
-        findings then depend on those calls: its cached result stands while they stay."""
-
-        root = self._project_root
-        if root is None:
-            return None
-        self.dependencies.add(dependency("autocast-sites", root))
-        return root, autocast_sites(root)
-
-    def autocast_wrappers(self) -> "dict[str, list[AutocastWrapper]]":
-        """The project's own autocast wrappers (``project_index.autocast_wrappers``) by the
-        name code calls them by; empty for a file that is not on disk or in no project. The
-        file's findings then depend on them."""
-        if "_wrappers" not in self.__dict__:
-
-            found: dict = {}
-            root = self._project_root
-            if root is not None:
-                self.dependencies.add(dependency("autocast-wrappers", root))
-                for wrapper in autocast_wrappers(root):
-                    found.setdefault(wrapper.name, []).append(wrapper)
-            self.__dict__["_wrappers"] = found
-        return self.__dict__["_wrappers"]
-
-    def flags_named(self, dest: str) -> "tuple[Flag, ...]":
-        """The command-line flags of this file's project that set ``dest`` (``project_index``);
-        none for a file that is not on disk or in no project. The file's findings then depend
-        on them."""
-        root = self._project_root
-        if root is None:
-            return ()
-        self.dependencies.add(dependency(f"flags:{dest}", root))
-        return flags_named(root, dest)
-
-    def keyword_passes(self, name: str) -> tuple[tuple[str, int], ...]:
-        """Where a call in this file's project passes ``name=...`` (``project_index``); none
-        for a file that is not on disk or in no project. The file's findings then depend on
-        them."""
-        root = self._project_root
-        if root is None:
-            return ()
-        self.dependencies.add(keyword_dependency(root, name))
-        return keyword_passes(root, name)
-
-    def config_keys(self) -> "tuple[ConfigKey, ...]":
-        """The AMP keys of the config files of this file's project (``project_index``); none
-        for a file that is not on disk or in no project. The file's findings then depend on
-        them."""
-        root = self._project_root
-        if root is None:
-            return ()
-        self.dependencies.add(dependency("config-keys", root))
-        return config_keys(root)
-
-    def scaler_states_saved(self) -> tuple[tuple[str, int], ...]:
-        """Where this file's project takes a GradScaler's state to save it (``project_index``);
-        none for a file that is not on disk or in no project. The file's findings then depend
-        on them."""
-        root = self._project_root
-        if root is None:
-            return ()
-        self.dependencies.add(dependency("scaler-states", root))
-        return scaler_states_saved(root)
-
-    def project_root(self) -> Path | None:
-        """The root of this file's project (``project_index.project_root``)."""
-        return self._project_root
 
     def project_module(self, module: str | None, level: int) -> "FileContext | None":
         """The module of this file's project that ``from <level dots><module> import ...``
@@ -435,38 +316,10 @@ class FileContext:
                 _PROJECT_MODULES[key] = None
         return _PROJECT_MODULES[key]
 
-    def torch_requirement(self, without_floor: bool = False) -> "TorchRequirement | None":
-        """The torch the project of this file declares it supports (``torch_requirement``),
-        when the configuration names no ``torch-version`` (which takes precedence); None then,
-        for a file that is not on disk or in no project, or one that declares no lower bound
-        (``without_floor``: one that declares neither a lower nor an upper bound; a requirement
-        with only a ceiling, ``torch<2.4``, then comes with its ``floor`` None).
-        The file's findings then depend on that declaration."""
-
-        if self.policy_loader is None or self.policy_loader.torch_version is not None:
-            return None
-        root = self._project_root
-        if root is None:
-            return None
-        self.dependencies.add(dependency("torch-requirement", root))
-        required = declared_torch(root)
-        return required if required is None or without_floor or required.floor is not None else None
-
     def report(self, node: cst.CSTNode, message: str, fix: Fix | None = None,
                related: tuple[Related, ...] = (), preview: bool = False) -> None:
-        """``preview``: the finding rests on a path of the rule whose triaged precision is
-        below the bar, and is reported only in preview mode."""
-        if preview and not self.preview:
-            return
-        rule = self._rule
-        start, end = self.offsets(node)
-        self.diagnostics.append(Diagnostic(
-            code=rule.code, name=rule.name, message=message, path=self.path,
-            location=self.location(start), end_location=self.location(end), fix=fix,
-            url=rule.url(),
-            edit_locations=[(self.location(e.start), self.location(e.end), e.content)
-                            for e in (fix.edits if fix else ())],
-            related=related))
+        """A finding on ``node`` (``CheckedFile._add``)."""
+        self._add(*self.offsets(node), message, fix, related, preview)
 
     def replace(self, node: cst.CSTNode, content: str) -> Edit:
         start, end = self.offsets(node)

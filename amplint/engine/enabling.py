@@ -10,6 +10,7 @@ from pathlib import Path
 
 import libcst as cst
 
+from .checked_file import CheckedFile
 from .context import FileContext
 from .diagnostics import Related
 from .project_index import relative_name
@@ -69,16 +70,23 @@ def switch_of(ctx: FileContext, expr: cst.BaseExpression) -> Switch:
     """The switch ``expr`` stands for: ``args.amp`` for the project's ``--amp`` flag,
     ``cfg.SOLVER.AMP.ENABLED`` for that key of a config file, a parameter for its default."""
     chain = _chain(expr)
-    # `self.use_amp` is the object's own attribute, not a flag or a key
-    if chain is not None and len(chain) >= 2 and not (chain[0] == "self" and len(chain) == 2):
-        found = _flag(ctx, chain) or _config_key(ctx, chain)
-        if found is not None:
-            return found
+    found = named_switch(ctx, chain) if chain is not None else None
+    if found is not None:
+        return found
     if isinstance(expr, cst.Name):
         found = _parameter(ctx, expr)
         if found is not None:
             return found
     return Switch(f"when `{ctx.code(expr)}` is true")
+
+
+def named_switch(ctx: CheckedFile, chain: list[str]) -> Switch | None:
+    """The command-line flag or config key of the project that a chain of names read from an
+    object stands for (``args.amp`` → [args, amp]), whichever tree it was read from."""
+    # `self.use_amp` is the object's own attribute, not a flag or a key
+    if len(chain) < 2 or chain[0] == "self" and len(chain) == 2:
+        return None
+    return _flag(ctx, chain) or _config_key(ctx, chain)
 
 
 def _chain(expr: cst.BaseExpression) -> list[str] | None:
@@ -96,14 +104,14 @@ def _chain(expr: cst.BaseExpression) -> list[str] | None:
     return None
 
 
-def _ordered(ctx: FileContext, found: list[Flag] | list[ConfigKey]) -> list:
+def _ordered(ctx: CheckedFile, found: list[Flag] | list[ConfigKey]) -> list:
     """This file's own first, then by place."""
     root = ctx.project_root()
     here = relative_name(Path(ctx.path).resolve(), root.resolve()) if root is not None else None
     return sorted(found, key=lambda f: (f.path != here, f.path, f.row))
 
 
-def _place(ctx: FileContext, found: list[Flag] | list[ConfigKey], what: str) -> tuple[str, Related]:
+def _place(ctx: CheckedFile, found: list[Flag] | list[ConfigKey], what: str) -> tuple[str, Related]:
     """How a finding names the first of ``found``: ``configs/base.yaml:12`` (and how many
     more), and as a related location."""
     first, root = found[0], ctx.project_root()
@@ -112,7 +120,7 @@ def _place(ctx: FileContext, found: list[Flag] | list[ConfigKey], what: str) -> 
     return f"{first.path}:{first.row}{more}", Related(shown, first.row, what)
 
 
-def _flag(ctx: FileContext, chain: list[str]) -> Switch | None:
+def _flag(ctx: CheckedFile, chain: list[str]) -> Switch | None:
     flags = _ordered(ctx, list(ctx.flags_named(chain[-1])))
     if not flags:
         return None
@@ -122,7 +130,7 @@ def _flag(ctx: FileContext, chain: list[str]) -> Switch | None:
     return Switch(f"when `{flag.option}` {state} ({where})", (related,))
 
 
-def _config_key(ctx: FileContext, chain: list[str]) -> Switch | None:
+def _config_key(ctx: CheckedFile, chain: list[str]) -> Switch | None:
     """The config keys whose path ends as ``chain`` does past its first name (the config
     object): all of it, or its last two names (`cfg.train.amp` and `train: {amp: true}`)."""
     wanted = chain[1:]

@@ -1,133 +1,133 @@
-"""Where a file makes a model float16: ``m.half()``, ``m.to(torch.float16)``, ``m.to(dtype)``
-with the dtype chosen by a switch (``torch.float16 if args.fp16 else torch.float32``), or a call
-of a project function that converts an argument or returns a model it converted
-(``summaries.made_half``): each with the conditions it applies under, their switches named
-(``enabling.switch_of``), and the places that show it."""
+"""Where a file makes a model float16, on Python's ``ast``: ``m.half()``, ``m.to(torch.float16)``,
+``m.to(dtype)`` with the dtype chosen by a switch (``torch.float16 if args.fp16 else
+torch.float32``), or a call of a project function that converts an argument or returns a model
+it converted (``summaries.made_half``): each with the conditions it applies under, their
+switches named (``enabling.named_switch``), and the places that show it. What a conversion is
+comes from ``summaries``, which reads every module of the project the same way."""
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 from typing import Callable
 
-import libcst as cst
-
-from .context import FileContext
+from .ast_context import AstContext
 from .crossfile import located
 from .diagnostics import Related
-from .enabling import Switch, switch_of
-from .semantics import assigned_before, dtype_of, method_call
-from .summaries import made_half
+from .enabling import Switch, named_switch
+from .summaries import checked_module, conversion, guards_of, keeps_dtype, made_half, receiver
 
-# A module's methods that return it in its dtype (`.to` only to a device: `_keeps_dtype`).
-_KEEPS_DTYPE = frozenset({"cuda", "cpu", "to", "train", "eval", "requires_grad_"})
-_Tests = tuple[tuple[cst.BaseExpression, bool], ...]  # conditions, and whether each holds
+_Tests = tuple[tuple[str, bool], ...]  # conditions' code, and whether each holds
 
 
 @dataclass(frozen=True)
 class Half:
     """A conversion of a model to float16 this file shows: the conversion itself, or the call
     of a project function that makes it (``node``)."""
-    node: cst.CSTNode
+    node: ast.Call
     says: str  # how the finding names it
     related: tuple[Related, ...]
     switch: Switch | None
 
 
-def _float16_when(ctx: FileContext, expr: cst.BaseExpression, depth: int = 2) -> _Tests | None:
-    """Under which conditions the dtype ``expr`` is float16: always for ``torch.float16``,
-    when an ``if``-expression's test holds or fails (``torch.float16 if args.fp16 else
-    torch.float32``), through the value a name holds; None where it is not shown to be."""
-    if dtype_of(ctx, expr) == "float16":
-        return ()
-    if isinstance(expr, cst.Name) and depth and (value := assigned_before(ctx, expr)) is not None:
-        return _float16_when(ctx, value, depth - 1)
-    if isinstance(expr, cst.IfExp):
-        body, orelse = _float16_when(ctx, expr.body, 0), _float16_when(ctx, expr.orelse, 0)
-        if body is not None and orelse is not None:
-            return ()
-        if body is not None or orelse is not None:
-            return (expr.test, body is not None), *(body if body is not None else orelse)
-    return None
+def _once(ctx: AstContext, node: ast.AST) -> dict[str, ast.expr]:
+    """The names of ``node``'s function (or the top level) that one plain assignment binds and
+    nothing else: each stands for its value."""
+    module = checked_module(ctx)
+    return module.assigned_once(ctx.enclosing_function(node) or ctx.outline.tree) if module is not None else {}
 
 
-def _halved(ctx: FileContext, call: cst.Call) -> tuple[str, _Tests] | None:
+def _halved(ctx: AstContext, call: ast.Call) -> tuple[str, _Tests] | None:
     """The code of ``m`` for ``m.half()``, ``m.to(torch.float16)``, ``m.to(dtype=dtype)``, and
     the conditions under which the dtype is float16."""
-    mc = method_call(call)
-    if mc is None:
+    found = receiver(call)
+    if found is None or found[1] not in ("half", "to"):
         return None
-    if mc[1] == "half" and not call.args:
-        return ctx.code(mc[0]), ()
-    if mc[1] == "to":
-        for arg in call.args:
-            if arg.keyword is None or arg.keyword.value == "dtype":
-                when = _float16_when(ctx, arg.value)
-                if when is not None:
-                    return ctx.code(mc[0]), when
+    when = conversion(ctx.outline, call, _once(ctx, call))
+    return (ctx.code(found[0]), when) if when is not None else None
+
+
+def made_float32_here(ctx: AstContext, call: ast.Call) -> set[str]:
+    """The models ``call`` converts back to float32 (``m.float()``, ``m.to(torch.float32)``),
+    as this file spells them: the receiver, and what the result is assigned to."""
+    found = receiver(call)
+    if found is None:
+        return set()
+    given = [*call.args, *(k.value for k in call.keywords if k.arg == "dtype")]
+    to_float32 = found[1] == "to" and any(ctx.outline.qualified_names(a) & _FLOAT32 for a in given)
+    if not (found[1] == "float" and not call.args and not call.keywords or to_float32):
+        return set()
+    return {ctx.code(found[0])} | _targets(ctx, call)
+
+
+_FLOAT32 = frozenset({"torch.float32", "torch.float"})
+
+
+def _targets(ctx: AstContext, call: ast.Call) -> set[str]:
+    """What the result of ``call`` is assigned to, through methods that return the module in
+    its dtype (``net = build(cfg).cuda()``, ``.to(device)``)."""
+    node: ast.AST = call
+    while isinstance(attr := ctx.parent(node), ast.Attribute) and isinstance(outer := ctx.parent(attr), ast.Call) \
+            and outer.func is attr and keeps_dtype(ctx.outline, outer):
+        node = outer
+    parent = ctx.parent(node)
+    return {ctx.code(t) for t in parent.targets} if isinstance(parent, ast.Assign) else set()
+
+
+def _guards(ctx: AstContext, node: ast.AST) -> _Tests:
+    """The conditions around ``node`` in its function, outermost first; not a script's ``if
+    __name__ == "__main__"``."""
+    tests = guards_of(ctx.enclosing_function(node) or ctx.outline.tree).get(id(node), ())
+    return tuple(t for t in tests if "__name__" not in t[0])
+
+
+def _parameter_switch(ctx: AstContext, node: ast.AST, name: str) -> Switch | None:
+    """A parameter of ``node``'s function that it never rebinds, with a default."""
+    function = ctx.enclosing_function(node)
+    module = checked_module(ctx)
+    if function is None or module is None:
+        return None
+    args = function.args
+    positional = (*args.posonlyargs, *args.args)
+    defaults = dict(zip(positional[len(positional) - len(args.defaults):], args.defaults))
+    defaults.update((a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None)
+    param, default = next(((a, d) for a, d in defaults.items() if a.arg == name), (None, None))
+    if param is None or module.rebinds(function, name):
+        return None
+    return Switch(f"when `{name}` is true (a parameter of `{function.name}`, default `{ctx.code(default)}`)",
+                  (Related(ctx.path, param.lineno, f"`{name}` defaults to `{ctx.code(default)}`"),))
+
+
+def _chain(test: ast.expr) -> list[str] | None:
+    """``args.amp`` → [args, amp]; ``cfg["train"]["amp"]`` → [cfg, train, amp]."""
+    if isinstance(test, ast.Name):
+        return [test.id]
+    if isinstance(test, ast.Attribute):
+        head = _chain(test.value)
+        return None if head is None else [*head, test.attr]
+    if isinstance(test, ast.Subscript) and isinstance(test.slice, ast.Constant) and isinstance(test.slice.value, str):
+        head = _chain(test.value)
+        return None if head is None else [*head, test.slice.value]
     return None
 
 
-def made_float32_here(ctx: FileContext, call: cst.Call) -> set[str]:
-    """The models ``call`` converts back to float32 (``m.float()``, ``m.to(torch.float32)``),
-    as this file spells them: the receiver, and what the result is assigned to."""
-    mc = method_call(call)
-    to_float32 = mc is not None and mc[1] == "to" and any(
-        (a.keyword is None or a.keyword.value == "dtype") and dtype_of(ctx, a.value) == "float32" for a in call.args)
-    if mc is None or not (mc[1] == "float" and not call.args or to_float32):
-        return set()
-    return {ctx.code(mc[0])} | _targets(ctx, call)
-
-
-def _to_device(ctx: FileContext, expr: cst.BaseExpression) -> bool:
-    """A device: a string, ``torch.device(...)``, or a name holding one."""
-    if isinstance(expr, cst.Name) and (value := assigned_before(ctx, expr)) is not None:
-        expr = value
-    return isinstance(expr, (cst.SimpleString, cst.FormattedString)) or \
-        isinstance(expr, cst.Call) and ctx.resolves_to(expr.func, {"torch.device"}) is not None
-
-
-def _keeps_dtype(ctx: FileContext, call: cst.Call, method: str) -> bool:
-    """``m.method(...)`` returns ``m`` in its dtype: ``.cuda()``, ``.eval()``, ``.to(device)``."""
-    if method != "to":
-        return method in _KEEPS_DTYPE
-    return all(a.keyword is not None and a.keyword.value == "non_blocking"
-               or (a.keyword is None or a.keyword.value == "device") and _to_device(ctx, a.value) for a in call.args)
-
-
-def _targets(ctx: FileContext, call: cst.Call) -> set[str]:
-    """What the result of ``call`` is assigned to, through methods that return the module in
-    its dtype (``net = build(cfg).cuda()``, ``.to(device)``)."""
-    node = call
-    while isinstance(attr := ctx.parent(node), cst.Attribute) and isinstance(outer := ctx.parent(attr), cst.Call) \
-            and _keeps_dtype(ctx, outer, attr.attr.value):
-        node = outer
-    parent = ctx.parent(node)
-    return {ctx.code(t.target) for t in parent.targets} if isinstance(parent, cst.Assign) else set()
-
-
-def _guards(ctx: FileContext, node: cst.CSTNode) -> _Tests:
-    """The ``if`` tests (statements and expressions) around ``node`` in its function, outermost
-    first, and whether each holds there; not a script's ``if __name__ == "__main__"``."""
-    found = []
-    for outer in ctx.ancestors(node):
-        if isinstance(outer, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
-            break
-        if isinstance(outer, (cst.If, cst.IfExp)) and not ctx.contains(outer.test, node) \
-                and "__name__" not in ctx.code(outer.test):
-            found.append((outer.test, ctx.contains(outer.body, node)))
-    return tuple(reversed(found))
-
-
-def _switch(ctx: FileContext, tests: _Tests) -> Switch | None:
+def _switch(ctx: AstContext, node: ast.AST, tests: _Tests) -> Switch | None:
     """What a conversion applies under, said briefly: its innermost condition, and those that
-    are a flag or a config key of the project (``switch_of``), not every ``if`` on the way
-    (``if rank == 0:``)."""
+    are a flag or a config key of the project (``named_switch``) or a parameter's default, not
+    every ``if`` on the way (``if rank == 0:``)."""
     parts: dict[str, Switch] = {}
-    for i, (test, holds) in enumerate(tests):
-        while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-            test, holds = test.expression, not holds
-        part = switch_of(ctx, test) if holds and not isinstance(test, str) else \
-            Switch(f"when `{test if isinstance(test, str) else ctx.code(test)}` is {'true' if holds else 'false'}")
+    for i, (code, holds) in enumerate(tests):
+        part = None
+        if holds:
+            try:
+                test = ast.parse(code.strip(), mode="eval").body
+            except SyntaxError:
+                test = None
+            chain = _chain(test) if test is not None else None
+            part = named_switch(ctx, chain) if chain is not None else None
+            if part is None and isinstance(test, ast.Name):
+                part = _parameter_switch(ctx, node, test.id)
+        part = part or Switch(f"when `{code}` is {'true' if holds else 'false'}")
         if part.related or i == len(tests) - 1:
             parts.setdefault(part.when, part)
     if not parts:
@@ -137,16 +137,7 @@ def _switch(ctx: FileContext, tests: _Tests) -> Switch | None:
                   tuple(r for p in parts.values() for r in p.related))
 
 
-def _expression(code: str) -> cst.BaseExpression | str:
-    """A condition of another module (``Place.when``) as an expression ``switch_of`` can read
-    (its code, where libcst cannot read it)."""
-    try:
-        return cst.parse_expression(code)
-    except cst.ParserSyntaxError:
-        return code
-
-
-def made_half_here(ctx: FileContext, call: cst.Call, wanted: Callable[[str], bool]) -> list[tuple[str, Half]]:
+def made_half_here(ctx: AstContext, call: ast.Call, wanted: Callable[[str], bool]) -> list[tuple[str, Half]]:
     """The models ``call`` makes float16, as this file spells them, of those ``wanted``
     accepts: a conversion here (``m.half()`` converts ``m`` in place; ``n = m.half()`` makes
     ``n`` the half model too), or a project function converting an argument or returning a model
@@ -156,16 +147,17 @@ def made_half_here(ctx: FileContext, call: cst.Call, wanted: Callable[[str], boo
         names = [name for name in {halved[0]} | _targets(ctx, call) if wanted(name)]
         if not names:
             return []
-        line = ctx.location(ctx.offsets(call)[0]).row
-        half = Half(call, f"`{ctx.code(call)}` on line {line}", (), _switch(ctx, (*_guards(ctx, call), *halved[1])))
+        half = Half(call, f"`{ctx.code(call)}` on line {call.lineno}", (),
+                    _switch(ctx, call, (*_guards(ctx, call), *halved[1])))
         return [(name, half) for name in names]
     # A model is spelled as a name or an attribute (`self.model`).
-    passed = [a.value for a in call.args] + [call.func.value] if isinstance(call.func, cst.Attribute) else \
-        [a.value for a in call.args]
-    spelled = {ctx.code(e) for e in passed if isinstance(e, (cst.Name, cst.Attribute))} | _targets(ctx, call)
+    passed = [*call.args, *(k.value for k in call.keywords)]
+    if isinstance(call.func, ast.Attribute):
+        passed.append(call.func.value)
+    spelled = {ctx.code(e) for e in passed if isinstance(e, (ast.Name, ast.Attribute))} | _targets(ctx, call)
     if not any(map(wanted, spelled)):
         return []
-    line = ctx.location(ctx.offsets(call)[0]).row
+    line = call.lineno
     found = []
     helper = ctx.code(call.func)
     for made in made_half(ctx, call):
@@ -174,7 +166,7 @@ def made_half_here(ctx: FileContext, call: cst.Call, wanted: Callable[[str], boo
                                  f"`{place.code}`, in `{(helper.split('.')[-1], *place.via)[-1]}`")
         through = f" through `{'` and `'.join(place.via)}`" if place.via else ""
         does = "returns it made float16" if made.model is None else "makes it float16"
-        switch = _switch(ctx, (*_guards(ctx, call), *((_expression(code), holds) for code, holds in place.when)))
+        switch = _switch(ctx, call, (*_guards(ctx, call), *place.when))
         says = f"`{helper}(...)` on line {line} {does}: `{place.code}`, {where}{through}"
         for name in {made.model} if made.model is not None else _targets(ctx, call):
             if wanted(name):

@@ -12,6 +12,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Callable, ClassVar, Iterator
 
 if TYPE_CHECKING:
+    from .ast_context import AstContext
     from .context import FileContext
     from .outline import Outline
 
@@ -224,6 +225,14 @@ class Rule:
     @classmethod
     def url(cls) -> str:
         return f"https://github.com/amplint/amplint/blob/main/docs/rules.md#{cls.code.lower()}-{cls.name}"
+
+
+class AstRule(Rule):
+    """A rule whose analysis reads Python's ``ast`` (``ast_context.AstContext``): a file whose
+    selected rules are all such is never parsed with libcst. Its findings carry no fix."""
+
+    def check(self, ctx: "AstContext") -> None:
+        raise NotImplementedError
 
 
 def _rule_classes(package: str) -> Iterator[type[Rule]]:

@@ -15,11 +15,13 @@ from typing import Callable, Sequence
 import libcst as cst
 
 from . import noqa
+from .ast_context import AstContext
+from .checked_file import CheckedFile
 from .context import FileContext
 from .diagnostics import INTERNAL_ERROR, SYNTAX_ERROR, Diagnostic, Edit, Fix, Location
 from .outline import Outline
 from .project_index import Dependency, ProjectHints
-from .rule import AnyOf, Rule, TextTest, tolerant_of_spacing
+from .rule import AnyOf, AstRule, Rule, TextTest, tolerant_of_spacing
 from .tree import parse
 
 MAX_FIX_ROUNDS = 10
@@ -261,6 +263,19 @@ def run_rules(path: str, source: str, rules: Sequence[type[Rule]], policy_loader
 def _run_rules(path: str, source: str, rules: Sequence[type[Rule]],
                policy_loader: Callable | None, outline: Outline | None,
                preview: bool) -> tuple[list[Diagnostic], set[Dependency]]:
+    out: list[Diagnostic] = []
+    dependencies: set[Dependency] = set()
+    on_ast = [rule for rule in rules if issubclass(rule, AstRule)]
+    on_libcst = [rule for rule in rules if not issubclass(rule, AstRule)]
+    if on_ast:
+        outline = outline or Outline.parse(source)
+        if outline is not None:
+            ast_ctx = AstContext(path, source, outline, policy_loader, preview)
+            out += _each_rule(path, on_ast, ast_ctx)
+            dependencies |= ast_ctx.dependencies
+            if not on_libcst:
+                return out, dependencies
+    # libcst's parse: for the rules that read its tree, and to say why Python could not parse it
     try:
         module = parse(source)
     except cst.ParserSyntaxError as exc:
@@ -269,6 +284,13 @@ def _run_rules(path: str, source: str, rules: Sequence[type[Rule]],
         return [_nesting_error(path, source) or _engine_diagnostic(
             INTERNAL_ERROR, path, f"cannot check {path}: nested too deeply for libcst's parser")], set()
     ctx = FileContext(path, source, module, policy_loader, outline, preview)
+    out += _each_rule(path, on_libcst, ctx)
+    return out, dependencies | ctx.dependencies
+
+
+def _each_rule(path: str, rules: Sequence[type[Rule]], ctx: CheckedFile) -> list[Diagnostic]:
+    """The findings of each rule on the file; a rule that fails is reported, and the others'
+    findings stand."""
     out: list[Diagnostic] = []
     for rule in rules:
         ctx._rule = rule
@@ -286,7 +308,7 @@ def _run_rules(path: str, source: str, rules: Sequence[type[Rule]],
                 f"{type(exc).__name__}: {exc}", detail=traceback.format_exc()))
             continue
         out.extend(ctx.diagnostics)
-    return out, ctx.dependencies
+    return out
 
 
 def _overlaps(a: Edit, b: Edit) -> bool:

@@ -30,10 +30,12 @@ import libcst as cst
 
 from .names import dotted
 from .outline import Outline
-from .semantics import bind, has_star_args, named_like_optimizer
+from .ast_context import AstContext
+from .semantics import named_like_optimizer
 from .project_index import dependency, module_dependency, module_text, project_module, relative_name, summarized_by
 
 if TYPE_CHECKING:
+    from .checked_file import CheckedFile
     from .context import FileContext
 
 # How many calls deep a summary follows its callees (a helper of a helper of a helper).
@@ -44,6 +46,7 @@ _SAVE = frozenset({"torch.save"})
 # A module's methods that return the module itself: `net.cuda().half()` converts `net`.
 _SAME_MODULE = frozenset({"cuda", "cpu", "to", "train", "eval", "requires_grad_"})
 _NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+_COLLECTING = frozenset({"append", "extend", "add", "update"})  # methods that put their arguments in a collection
 _MAX_BASES = 8  # classes read up a hierarchy to find a method
 
 
@@ -91,9 +94,19 @@ class MadeHalf:
     place: Place  # the conversion: its `via` leads there from the call, its `when` in the caller's terms
 
 
-def _receiver(call: ast.Call) -> tuple[ast.expr, str] | None:
+def receiver(call: ast.Call) -> tuple[ast.expr, str] | None:
     func = call.func
     return (func.value, func.attr) if isinstance(func, ast.Attribute) else None
+
+
+def is_backward(outline: Outline, call: ast.Call) -> bool:
+    """A tensor's backward pass: ``loss.backward()``, ``S.scale(loss).backward()``,
+    ``torch.autograd.backward(...)``. ``accelerator.backward(loss)`` and other wrappers that
+    take the loss as an argument are not."""
+    if isinstance(call.func, ast.Attribute) and call.func.attr == "backward" and not call.args:
+        return True
+    # `torch.autograd.backward(loss)` is a method call by its shape, with the loss positional.
+    return bool(outline.qualified_names(call.func) & {"torch.autograd.backward"})
 
 
 def _root_name(expr: ast.expr) -> str | None:
@@ -104,7 +117,7 @@ def _root_name(expr: ast.expr) -> str | None:
 
 def _module_root(expr: ast.expr) -> str | None:
     """The name of the module ``expr`` is, through methods that return it (``net.cuda()``)."""
-    while isinstance(expr, ast.Call) and (found := _receiver(expr)) is not None and found[1] in _SAME_MODULE:
+    while isinstance(expr, ast.Call) and (found := receiver(expr)) is not None and found[1] in _SAME_MODULE:
         expr = found[0]
     return expr.id if isinstance(expr, ast.Name) else None
 
@@ -116,7 +129,7 @@ def _test(test: ast.expr, holds: bool) -> tuple[str, bool]:
     return ast.unparse(test), holds
 
 
-def _guards(function: ast.AST) -> dict[int, tuple[tuple[str, bool], ...]]:
+def guards_of(function: ast.AST) -> dict[int, tuple[tuple[str, bool], ...]]:
     """The conditions each node of a function's own code runs under (``if`` statements and
     ``if``-expressions around it), outermost first."""
     found: dict[int, tuple[tuple[str, bool], ...]] = {}
@@ -151,10 +164,10 @@ def _float16_when(outline: Outline, expr: ast.expr, assigned: dict[str, ast.expr
     return None
 
 
-def _conversion(outline: Outline, call: ast.Call, assigned: dict[str, ast.expr]):
+def conversion(outline: Outline, call: ast.Call, assigned: dict[str, ast.expr]):
     """The conditions under which ``call`` converts to float16 (``x.half()``,
     ``x.to(torch.float16)``, ``x.to(dtype=dtype)``); None for another call."""
-    found = _receiver(call)
+    found = receiver(call)
     if found is None:
         return None
     if found[1] == "half" and not call.args and not call.keywords:
@@ -165,10 +178,10 @@ def _conversion(outline: Outline, call: ast.Call, assigned: dict[str, ast.expr])
     return next((w for a in given if (w := _float16_when(outline, a, assigned)) is not None), None)
 
 
-def _keeps_dtype(outline: Outline, call: ast.Call) -> bool:
+def keeps_dtype(outline: Outline, call: ast.Call) -> bool:
     """A method that returns the module it is called on, in its dtype: ``.cuda()``,
     ``.eval()``, ``.to("cuda")``, ``.to(torch.device(...))``."""
-    found = _receiver(call)
+    found = receiver(call)
     if found is None or found[1] not in _SAME_MODULE:
         return False
     given = [*call.args, *(k.value for k in call.keywords if k.arg != "non_blocking")]
@@ -214,6 +227,7 @@ class _Scope:
     assigned: dict[str, list[ast.expr]] = field(default_factory=dict)
     other: set[str] = field(default_factory=set)
     built: dict[str, tuple | None] = field(default_factory=dict)
+    bound: dict[str, list[tuple[str, ast.expr]]] | None = None  # ``_Module.bindings``, once asked
 
 
 class _Module:
@@ -371,7 +385,7 @@ class _Module:
             values = known.assigned.get(name, [])
             classes = []
             for value in values:
-                while isinstance(value, ast.Call) and (found := _receiver(value)) is not None \
+                while isinstance(value, ast.Call) and (found := receiver(value)) is not None \
                         and found[1] in _SAME_MODULE and isinstance(found[0], ast.Call):
                     value = found[0]
                 classes.append(self._class(value.func) if isinstance(value, ast.Call) else None)
@@ -381,6 +395,41 @@ class _Module:
             else:
                 built[name] = (classes[0][0], classes[0][1], tuple(p for c in classes for p in c[2])) if classes else ()
         return built[name]
+
+    def assigned_once(self, scope: ast.AST) -> dict[str, ast.expr]:
+        """The names of a function (or the module's top level) that one plain assignment binds
+        and nothing else: each stands for its value."""
+        known = self._scope(scope)
+        return {name: values[0] for name, values in known.assigned.items()
+                if len(values) == 1 and known.stores[name] == 1}
+
+    def bindings(self, scope: ast.AST) -> dict[str, list[tuple[str, ast.expr]]]:
+        """What each name of a function (or the top level) is bound to, in its own code: the
+        value of an assignment (``"value"``), the iterable of a ``for`` loop that binds it
+        (``"item of"``), and what ``name.append(...)`` (``extend``, ``add``, ``update``)
+        collects into it (``"collects"``)."""
+        known = self._scope(scope)
+        if known.bound is None:
+            found: dict[str, list[tuple[str, ast.expr]]] = {}
+            for node in known.nodes:
+                if isinstance(node, ast.Assign):
+                    for target in node.targets:
+                        if isinstance(target, ast.Name):
+                            found.setdefault(target.id, []).append(("value", node.value))
+                elif isinstance(node, (ast.For, ast.AsyncFor)):
+                    for target in ast.walk(node.target):
+                        if isinstance(target, ast.Name):
+                            found.setdefault(target.id, []).append(("item of", node.iter))
+                elif isinstance(node, ast.Call) and (got := receiver(node)) is not None \
+                        and got[1] in _COLLECTING and isinstance(got[0], ast.Name):
+                    found.setdefault(got[0].id, []).extend(
+                        ("collects", arg) for arg in (*node.args, *(k.value for k in node.keywords)))
+            known.bound = found
+        return known.bound
+
+    def rebinds(self, function: ast.AST, name: str) -> bool:
+        """Whether ``function``'s own code binds ``name`` (a parameter rebound, say)."""
+        return bool(self._scope(function).stores[name])
 
     def facts(self, qualified: str) -> dict | None:
         """What the function does by its own code; its calls as (call, callee)."""
@@ -402,9 +451,8 @@ class _Module:
         defaults.update((a.arg, ast.unparse(d)) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None)
         known = self._scope(function)
         body, stores, assigned = known.nodes, known.stores, known.assigned
-        guards = _guards(function)
-        # A name bound by one plain assignment and nothing else stands for its value.
-        once = {name: values[0] for name, values in assigned.items() if len(values) == 1 and stores[name] == 1}
+        guards = guards_of(function)
+        once = self.assigned_once(function)
         backwards, checkpoints, calls, conversions = [], [], [], []
         scales = False
         for node in body:
@@ -412,19 +460,18 @@ class _Module:
                 conversions += self._parameters_converted(node, once, guards)
             if not isinstance(node, ast.Call):
                 continue
-            received = _receiver(node)
+            received = receiver(node)
             if received is not None and received[1] == "scale" and node.args:
                 scales = True
-            if received is not None and received[1] == "backward" or \
-                    outline.qualified_names(node.func) & {"torch.autograd.backward"}:
+            if is_backward(outline, node):
                 scaled = received is not None and isinstance(received[0], ast.Call) \
-                    and (_receiver(received[0]) or (None, ""))[1] == "scale"
+                    and (receiver(received[0]) or (None, ""))[1] == "scale"
                 backwards.append((self._place(node, ast.unparse(node)), scaled))
             elif outline.qualified_names(node.func) & _SAVE and node.args:
                 parts, from_caller = self._saved_parts(function, node.args[0], params)
                 checkpoints.append((self._place(node, ast.unparse(node)), any(map(_names_optimizer, parts)),
                                     any(map(_names_scaler, parts)), from_caller))
-            elif (when := _conversion(outline, node, once)) is not None and (root := _module_root(received[0])):
+            elif (when := conversion(outline, node, once)) is not None and (root := _module_root(received[0])):
                 conversions.append((root, self._place(node, ast.unparse(node), (*guards[id(node)], *when))))
             callee = self.callee(function, node)
             if callee is not None:
@@ -439,7 +486,7 @@ class _Module:
     def _parameters_converted(self, loop: ast.For, once: dict[str, ast.expr], guards: dict) -> list[tuple[str, Place]]:
         """``for p in net.parameters(): p.data = p.data.half()`` converts ``net``: each
         parameter, the loop's body converting it on every turn."""
-        found = _receiver(loop.iter) if isinstance(loop.iter, ast.Call) else None
+        found = receiver(loop.iter) if isinstance(loop.iter, ast.Call) else None
         owner = _module_root(found[0]) if found is not None and found[1] == "parameters" else None
         if owner is None or not isinstance(loop.target, ast.Name):
             return []
@@ -447,7 +494,7 @@ class _Module:
             target = stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None
             if isinstance(target, ast.Attribute) and target.attr == "data" and _root_name(target) == loop.target.id \
                     and isinstance(stmt.value, ast.Call) and _root_name(stmt.value.func) == loop.target.id \
-                    and (when := _conversion(self.outline, stmt.value, once)) is not None:
+                    and (when := conversion(self.outline, stmt.value, once)) is not None:
                 return [(owner, self._place(stmt, ast.unparse(stmt), (*guards[id(loop)], *when)))]
         return []
 
@@ -455,15 +502,15 @@ class _Module:
         """What a ``return`` gives back, for ``returns_half``: (the name it returns, or None;
         what the value is made by — a conversion's ``Place`` or a project call — or None where
         something else may make it)."""
-        while isinstance(value, ast.Call) and _keeps_dtype(self.outline, value):
+        while isinstance(value, ast.Call) and keeps_dtype(self.outline, value):
             value = value.func.value
 
         def made_by(expr: ast.expr) -> Place | ast.Call | None:
-            while isinstance(expr, ast.Call) and _keeps_dtype(self.outline, expr):
+            while isinstance(expr, ast.Call) and keeps_dtype(self.outline, expr):
                 expr = expr.func.value
             if not isinstance(expr, ast.Call):
                 return None
-            when = _conversion(self.outline, expr, once)
+            when = conversion(self.outline, expr, once)
             return self._place(expr, ast.unparse(expr), when) if when is not None else \
                 expr if id(expr) in called else None
 
@@ -644,17 +691,21 @@ def _constant(test: ast.expr):
     raise ValueError
 
 
-def callee_summary(ctx: "FileContext", call: cst.Call) -> Summary | None:
+def callee_summary(ctx: "CheckedFile", call: cst.Call | ast.Call) -> Summary | None:
     """What the project function ``call`` runs does (None when the code does not show which
-    function that is). The file's findings then depend on the text of each other module read."""
-    code = dotted(call.func)
-    if code is None or len(code) > 2:
-        return None
-    module = _module(Path(ctx.path), ctx.source, ctx.project_root())
+    function that is), asked of libcst's call or of Python's. The file's findings then depend
+    on the text of each other module read."""
+    module = checked_module(ctx)
     if module is None:
         return None
-    target = _ast_call(ctx, module, call)
-    if target is None or _ast_dotted(target.func) != code:
+    if isinstance(call, ast.Call):
+        target = call
+    else:
+        code = dotted(call.func)
+        target = _ast_call(ctx, module, call) if code is not None else None
+        if target is None or _ast_dotted(target.func) != code:
+            return None
+    if len(_ast_dotted(target.func) or ()) not in (1, 2):
         return None
     callee = module.callee(module.function_at(target.lineno), target)
     if callee is None:
@@ -671,6 +722,18 @@ def callee_summary(ctx: "FileContext", call: cst.Call) -> Summary | None:
             ctx.dependencies.add(dependency(f"summary:{relative_name(path.resolve(), root.resolve())}:{name}", root))
         ctx.dependencies.update(module_dependency(root, p) for p in consulted if p != module.path)
     return found
+
+
+def checked_module(ctx: "CheckedFile") -> _Module | None:
+    """The checked file's own module, from the tree of the outline its check read already
+    (a new ``Outline`` of it: what a name stands for must not take the project's star imports
+    that the check's outline was given); kept with the check, not among the project's modules,
+    since an editor's document is another text after each edit."""
+    if "_summary_module" not in ctx.__dict__:
+        checked = ctx.outline if isinstance(ctx, AstContext) else getattr(ctx, "_outline", None)
+        ctx.__dict__["_summary_module"] = _module(Path(ctx.path), ctx.source, ctx.project_root()) \
+            if checked is None else _Module(Path(ctx.path), Outline(checked.tree), ctx.project_root())
+    return ctx.__dict__["_summary_module"]
 
 
 def _ast_call(ctx: "FileContext", module: _Module, call: cst.Call) -> ast.Call | None:
@@ -708,15 +771,18 @@ def _summary_of(root: Path, where: str) -> object:
 summarized_by("summary", _summary_of)
 
 
-def made_half(ctx: "FileContext", call: cst.Call) -> list[MadeHalf]:
+def made_half(ctx: "AstContext", call: ast.Call) -> list[MadeHalf]:
     """The models the project function ``call`` runs makes float16 (``callee_summary``): each
     argument it converts as a whole, as the caller spells it (the receiver, for a method's
     ``self``), and its result where every ``return`` gives back a model it made float16."""
     summary = callee_summary(ctx, call)
-    if summary is None or not (summary.halves or summary.returns_half) or has_star_args(call):
+    if summary is None or not (summary.halves or summary.returns_half) \
+            or any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
         return []
-    method = "." in summary.name and summary.params[:1] == ("self",) and isinstance(call.func, cst.Attribute)
-    passed = {param: ctx.code(arg.value) for param, arg in (bind(call, summary.params[method:]) or {}).items()}
+    method = "." in summary.name and summary.params[:1] == ("self",) and isinstance(call.func, ast.Attribute)
+    params = summary.params[method:]
+    passed = {param: ctx.code(arg) for param, arg in zip(params, call.args)}
+    passed.update((k.arg, ctx.code(k.value)) for k in call.keywords)
     if method:
         passed["self"] = ctx.code(call.func.value)
     found = [MadeHalf(passed[param], seen) for param, place in summary.halves

@@ -2,149 +2,110 @@ from __future__ import annotations
 
 import ast
 
-import libcst as cst
-
-from ..engine.context import FileContext
+from ..engine.ast_context import AstContext
 from ..engine.half_models import Half, made_float32_here, made_half_here
-from ..engine.outline import Outline
-from ..engine.rule import Invalid, Rule, Valid
-from ..engine.semantics import calls, enclosing_function, is_backward, method_call
+from ..engine.rule import AstRule, Invalid, Valid
+from ..engine.summaries import checked_module, is_backward, receiver
 
 # torch.optim's modules that hold no optimizer classes.
 _NOT_OPTIMIZERS = ("torch.optim.lr_scheduler", "torch.optim.swa_utils")
 _PARAMETERS = frozenset({"parameters", "named_parameters"})
 # Calls that pass the parameters they are given through unchanged.
 _PASS_THROUGH = frozenset({"filter", "list", "tuple", "itertools.chain", "itertools.chain.from_iterable"})
-_COLLECT = frozenset({"append", "extend", "add", "update"})
 
 
-def _may_fire(outline: Outline) -> bool:
-    if not (outline.method_calls("backward") or outline.calls_to({"torch.autograd.backward"})):
-        return False
-    # `torch.optim.X` holds an attribute `optim`; `optim.X`, `X` a name imported from torch.optim.
-    return any(q.startswith("torch.optim") for n in outline.nodes(ast.Name) for q in outline.qualified_names(n)) \
-        or any(n.attr == "optim" and "torch.optim" in outline.qualified_names(n) for n in outline.nodes(ast.Attribute))
+def _bindings(ctx: AstContext, node: ast.AST) -> dict[str, list[tuple[str, ast.expr]]]:
+    """What each name of ``node``'s function (or the top level) is bound to (``bindings``)."""
+    module = checked_module(ctx)
+    return module.bindings(ctx.enclosing_function(node) or ctx.outline.tree) if module is not None else {}
 
 
-def _optimizer_class(ctx: FileContext, func: cst.BaseExpression, depth: int = 2) -> bool:
+def _optimizer_class(ctx: AstContext, func: ast.expr, depth: int = 2) -> bool:
     """``torch.optim.AdamW``, ``getattr(torch.optim, name)``, or a local bound to either."""
-    names = ctx.qualified_names(func)
+    names = ctx.outline.qualified_names(func)
     if any(n.startswith("torch.optim.") and not n.startswith(_NOT_OPTIMIZERS) for n in names):
         return True
-    if isinstance(func, cst.Call) and ctx.code(func.func) == "getattr" and func.args:
-        return ctx.resolves_to(func.args[0].value, {"torch.optim"}) is not None
-    if isinstance(func, cst.Name) and depth:
-        bound = _bindings(ctx, func).get(func.value, [])
-        return len(bound) == 1 and isinstance(bound[0], cst.BaseExpression) and _optimizer_class(ctx, bound[0], depth - 1)
+    if isinstance(func, ast.Call) and isinstance(func.func, ast.Name) and func.func.id == "getattr" and func.args:
+        return "torch.optim" in ctx.outline.qualified_names(func.args[0])
+    if isinstance(func, ast.Name) and depth:
+        bound = _bindings(ctx, func).get(func.id, [])
+        return len(bound) == 1 and bound[0][0] == "value" and _optimizer_class(ctx, bound[0][1], depth - 1)
     return False
 
 
-def _bindings(ctx: FileContext, node: cst.CSTNode) -> dict[str, list]:
-    """What each name of ``node``'s function is bound to: assigned values, the iterables of the
-    ``for`` loops that bind it (as ``cst.For``), and what ``name.append(...)`` collects (as
-    ``cst.Arg``)."""
-    function = enclosing_function(ctx, node)
-    cache = ctx.__dict__.setdefault("_amp016_bindings", {})
-    if id(function) not in cache:
-        found: dict[str, list] = {}
-        for assign in ctx.nodes_in(cst.Assign, cst.FunctionDef, function):
-            for target in assign.targets:
-                if isinstance(target.target, cst.Name):
-                    found.setdefault(target.target.value, []).append(assign.value)
-        for loop in ctx.nodes_in(cst.For, cst.FunctionDef, function):
-            stack = [loop.target]
-            while stack:
-                target = stack.pop()
-                if isinstance(target, cst.Name):
-                    found.setdefault(target.value, []).append(loop)
-                elif isinstance(target, (cst.Tuple, cst.List)):
-                    stack.extend(e.value for e in target.elements)
-        for call in ctx.nodes_in(cst.Call, cst.FunctionDef, function):
-            mc = method_call(call)
-            if mc and mc[1] in _COLLECT and isinstance(mc[0], cst.Name):
-                found.setdefault(mc[0].value, []).extend(call.args)
-        cache[id(function)] = found
-    return cache[id(function)]
-
-
-def _owners(ctx: FileContext, expr: cst.BaseExpression, seen: set[str]) -> set[str]:
+def _owners(ctx: AstContext, expr: ast.expr, seen: set[str]) -> set[str]:
     """The models whose own parameters ``expr`` holds (``model.parameters()``, a filter or list of
     them, param groups, lists filled in a loop over ``named_parameters()``). A copy of them
     (``p.detach().clone().float()``) is no model's: that is a float32 master copy."""
-    if isinstance(expr, cst.Call):
-        mc = method_call(expr)
-        if mc is not None and mc[1] in _PARAMETERS:
-            return {ctx.code(mc[0])}
-        if ctx.code(expr.func) in _PASS_THROUGH or ctx.resolves_to(expr.func, _PASS_THROUGH):
-            return set().union(*(_owners(ctx, a.value, seen) for a in expr.args))
+    if isinstance(expr, ast.Starred):
+        expr = expr.value
+    if isinstance(expr, ast.Call):
+        found = receiver(expr)
+        if found is not None and found[1] in _PARAMETERS:
+            return {ctx.code(found[0])}
+        if ctx.code(expr.func) in _PASS_THROUGH or ctx.outline.qualified_names(expr.func) & _PASS_THROUGH:
+            return set().union(*(_owners(ctx, a, seen) for a in expr.args))
         return set()
-    if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
-        return set().union(*(_owners(ctx, e.value, seen) for e in expr.elements))
-    if isinstance(expr, cst.Dict):
-        return set().union(*(_owners(ctx, e.value, seen) for e in expr.elements if isinstance(e, cst.DictElement)))
-    if isinstance(expr, (cst.ListComp, cst.GeneratorExp, cst.SetComp)):
-        target, elt = expr.for_in.target, expr.elt
-        if isinstance(elt, cst.Name) and (ctx.code(target) == elt.value or isinstance(target, cst.Tuple) and
-                                          elt.value in {ctx.code(e.value) for e in target.elements}):
-            return _owners(ctx, expr.for_in.iter, seen)
+    if isinstance(expr, (ast.List, ast.Tuple, ast.Set)):
+        return set().union(*(_owners(ctx, e, seen) for e in expr.elts))
+    if isinstance(expr, ast.Dict):
+        return set().union(*(_owners(ctx, v, seen) for k, v in zip(expr.keys, expr.values) if k is not None))
+    if isinstance(expr, (ast.ListComp, ast.GeneratorExp, ast.SetComp)):
+        target, elt = expr.generators[0].target, expr.elt
+        if isinstance(elt, ast.Name) and (ctx.code(target) == elt.id or isinstance(target, ast.Tuple) and
+                                          elt.id in {ctx.code(e) for e in target.elts}):
+            return _owners(ctx, expr.generators[0].iter, seen)
         return set()
-    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
         return _owners(ctx, expr.left, seen) | _owners(ctx, expr.right, seen)
-    if isinstance(expr, cst.Name) and expr.value not in seen:
-        seen.add(expr.value)
-        found = set()
-        for bound in _bindings(ctx, expr).get(expr.value, []):
-            value = bound.iter if isinstance(bound, cst.For) else bound.value if isinstance(bound, cst.Arg) else bound
-            found |= _owners(ctx, value, seen)
-        return found
+    if isinstance(expr, ast.Name) and expr.id not in seen:
+        seen.add(expr.id)
+        return set().union(*(_owners(ctx, value, seen) for _, value in _bindings(ctx, expr).get(expr.id, [])))
     return set()
 
 
-def _model_key(ctx: FileContext, node: cst.CSTNode, model: str) -> tuple[int, str]:
+def _model_key(ctx: AstContext, node: ast.AST, model: str) -> tuple[int, str]:
     """Where the spelling ``model`` names one model: ``self.model`` throughout its class, a
     local throughout its function."""
-    function = enclosing_function(ctx, node)
+    function = ctx.enclosing_function(node)
     if function is None:
-        return id(ctx.module), model
-    owner = ctx.parent(ctx.parent(function))
-    if isinstance(owner, cst.ClassDef) and function.params.params \
-            and model.split(".")[0].strip() == function.params.params[0].name.value and "." in model:
-        return id(owner), model.replace(function.params.params[0].name.value, "self", 1)
+        return 0, model
+    owner = ctx.parent(function)
+    first = function.args.args[0].arg if function.args.args else None
+    if isinstance(owner, ast.ClassDef) and first is not None and model.split(".")[0].strip() == first and "." in model:
+        return id(owner), model.replace(first, "self", 1)
     return id(function), model
 
 
-def _params_argument(call: cst.Call) -> cst.BaseExpression | None:
-    for arg in call.args:
-        if arg.keyword is None and not arg.star or arg.keyword is not None and arg.keyword.value == "params":
-            return arg.value
-    return None
+def _params_argument(call: ast.Call) -> ast.expr | None:
+    positional = next((a for a in call.args if not isinstance(a, ast.Starred)), None)
+    return positional if positional is not None else next((k.value for k in call.keywords if k.arg == "params"), None)
 
 
-def _wrapped(ctx: FileContext, call: cst.Call) -> bool:
+def _wrapped(ctx: AstContext, call: ast.Call) -> bool:
     """An optimizer handed to something that keeps master weights for it: built inside another
     call (``FP16_Optimizer(torch.optim.Adam(...))``), or its variable rebound by a call that
     takes it (``optimizer = Wrapper(optimizer)``, ``model, optimizer = amp.initialize(model,
     optimizer)``). Schedulers take the optimizer too, but are bound to other names."""
     parent = ctx.parent(call)
-    if isinstance(parent, cst.Arg):
+    if isinstance(parent, ast.keyword) or isinstance(parent, ast.Call) and call in parent.args:
         return True
-    if not isinstance(parent, cst.Assign):
+    if not isinstance(parent, ast.Assign):
         return False
-    variables = {ctx.code(t.target) for t in parent.targets}
+    variables = {ctx.code(t) for t in parent.targets}
     return any(other is not parent and targets & variables
-               and any(ctx.code(a.value) in variables for a in other.value.args)
+               and any(ctx.code(a) in variables for a in (*other.value.args, *(k.value for k in other.value.keywords)))
                for other, targets in _rebindings(ctx))
 
 
-def _rebindings(ctx: FileContext) -> list[tuple[cst.Assign, set[str]]]:
+def _rebindings(ctx: AstContext) -> list[tuple[ast.Assign, set[str]]]:
     """Each assignment of a call's result, with the code of what it binds (the elements of a
     tuple target too): spelled out once per file, not once per optimizer."""
     if "_amp016_rebindings" not in ctx.__dict__:
         ctx.__dict__["_amp016_rebindings"] = [
-            (other, {ctx.code(t.target) for t in other.targets} | {
-                ctx.code(e.value) for t in other.targets if isinstance(t.target, (cst.Tuple, cst.List))
-                for e in t.target.elements})
-            for other in ctx.nodes(cst.Assign) if isinstance(other.value, cst.Call)]
+            (other, {ctx.code(t) for t in other.targets} | {
+                ctx.code(e) for t in other.targets if isinstance(t, (ast.Tuple, ast.List)) for e in t.elts})
+            for other in ctx.outline.nodes(ast.Assign) if isinstance(other.value, ast.Call)]
     return ctx.__dict__["_amp016_rebindings"]
 
 
@@ -165,7 +126,7 @@ class HalfMixin:
 """)
 
 
-class HalfModelTrained(Rule):
+class HalfModelTrained(AstRule):
     """
     ## What it does
     Finds a `torch.optim` optimizer built over the parameters of a model that the file
@@ -234,10 +195,6 @@ class HalfModelTrained(Rule):
     summary = "Optimizer over the parameters of a model converted to float16 (no float32 master weights)"
     # An optimizer and a backward pass: the model may be made half by another module.
     fragments = (("optim", "backward"), ("backward", "optim"))
-    # Something from torch.optim (called, held in a variable or looked up with getattr) and a
-    # backward pass.
-    may_fire = staticmethod(_may_fire)
-
     valid = (
         Valid("""
 import torch
@@ -355,9 +312,9 @@ head(model(x)).mean().backward()
                 project=(_PRECISION,)),
     )
 
-    def check(self, ctx: FileContext) -> None:
-        all_calls = calls(ctx)
-        if not any(is_backward(ctx, c) for c in all_calls):
+    def check(self, ctx: AstContext) -> None:
+        all_calls = sorted(ctx.outline.nodes(ast.Call), key=ctx.order)
+        if not any(is_backward(ctx.outline, c) for c in all_calls):
             return
         optimizers = []
         for call in all_calls:
@@ -382,7 +339,7 @@ head(model(x)).mean().backward()
                 half = halved[key]
                 # Made half earlier in the function that builds the optimizer: one path does both.
                 # From another function, the conversion may sit on a path training never takes.
-                elsewhere = enclosing_function(ctx, half.node) is not enclosing_function(ctx, call) \
+                elsewhere = ctx.enclosing_function(half.node) is not ctx.enclosing_function(call) \
                     or ctx.order(half.node) > ctx.order(call)
                 when = f", {half.switch.when}" if half.switch else ""
                 ctx.report(call, f"this optimizer updates the float16 parameters of `{key[1]}` ({half.says}){when}: "

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 from ..engine import noqa
+from ..engine.ast_context import AstContext
 from ..engine.context import FileContext
 from ..engine.diagnostics import Diagnostic, Fix
-from ..engine.rule import Invalid, Rule, Valid, all_rules
+from ..engine.outline import Outline
+from ..engine.rule import AstRule, Invalid, Rule, Valid, all_rules
 from ..engine.diagnostics import INTERNAL_ERROR, SYNTAX_ERROR
 from ..engine.runner import prefilter
 
@@ -155,15 +157,22 @@ logits = model(x)  # -- kept from the old loss
         if not rules:
             return rows
         own = FileContext(ctx.path, ctx.source, ctx.module, ctx.policy_loader, preview=ctx.preview)
+        outline = Outline.parse(ctx.source)
+        on_ast = AstContext(ctx.path, ctx.source, outline, ctx.policy_loader, ctx.preview) if outline else None
         for rule in prefilter(tuple(rules)).matching(ctx.source):
-            own._rule, own.diagnostics = rule, []
+            target = on_ast if issubclass(rule, AstRule) else own
+            if target is None:  # Python cannot parse the file: the rule never ran
+                rows[rule.code] = None
+                continue
+            target._rule, target.diagnostics = rule, []
             try:
-                rule().check(own)
+                rule().check(target)
             except Exception:  # the engine reports a failing rule where it runs it
                 rows[rule.code] = None
                 continue
-            rows[rule.code] = {d.location.row for d in own.diagnostics}
-        ctx.dependencies |= own.dependencies  # then so do this rule's findings
+            rows[rule.code] = {d.location.row for d in target.diagnostics}
+        for checked in (own, on_ast):  # then so do this rule's findings
+            ctx.dependencies |= checked.dependencies if checked is not None else set()
         return rows
 
     def _report(self, ctx: FileContext, directive: noqa.Directive, unused: dict[int, str]) -> None:

@@ -1,0 +1,69 @@
+"""Rules whose analysis reads Python's ``ast`` (``AstRule``): a file whose selected rules all
+read it is never parsed with libcst, positions count characters (``ast`` counts bytes), a file
+Python cannot parse is still reported, and ``# noqa`` bookkeeping (AMP100) sees their findings."""
+
+import libcst as cst
+
+from amplint.engine import runner
+from amplint.engine.rule import AstRule, rule_by_code
+from amplint.engine.runner import lint_source
+from amplint.policy import loader
+
+_TABLES = loader("cuda")
+
+HALF_TRAINING = """\
+import torch
+
+model = Net().cuda().half()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for x, y in loader:
+    loss_fn(model(x.cuda().half()), y).backward()
+    optimizer.step()
+"""
+
+
+def _lint(source, codes, **kw):
+    return lint_source("train.py", source, [rule_by_code(c) for c in codes], policy_loader=_TABLES, **kw)
+
+
+def test_half_model_trained_reads_the_ast():
+    assert issubclass(rule_by_code("AMP016"), AstRule)
+
+
+def test_a_file_whose_rules_read_the_ast_is_never_parsed_with_libcst(monkeypatch):
+    parsed = []
+
+    def counting_parse(source):
+        parsed.append(source)
+        return cst.parse_module(source)
+
+    monkeypatch.setattr(runner, "parse", counting_parse)
+    result = _lint(HALF_TRAINING, ["AMP016"])
+    assert [(d.code, d.location.row, d.location.column) for d in result.diagnostics] == [("AMP016", 4, 13)]
+    assert parsed == []
+    # With a rule that reads libcst's tree run too, the file is parsed once, for it.
+    _lint(HALF_TRAINING, ["AMP016", "AMP002"], use_prefilter=False)
+    assert len(parsed) == 1
+
+
+def test_columns_count_characters_not_bytes():
+    # "é" and "→" are two and three bytes in UTF-8: ast's column of the call is 4 past its character's.
+    source = HALF_TRAINING.replace("optimizer = torch", 'tag = "é→"; optimizer = torch')
+    found = _lint(source, ["AMP016"]).diagnostics
+    line = source.splitlines()[3]
+    assert [(d.location.row, d.location.column) for d in found] == [(4, line.index("torch.optim") + 1)]
+    end = line.index("lr=0.1)") + len("lr=0.1)") + 1
+    assert (found[0].end_location.row, found[0].end_location.column) == (4, end)
+
+
+def test_a_file_python_cannot_parse_is_reported():
+    found = _lint(HALF_TRAINING + "def broken(:\n", ["AMP016"]).diagnostics
+    assert [(d.code, d.location.row) for d in found] == [("AMP000", 8)]
+
+
+def test_noqa_of_a_rule_on_the_ast_is_used_or_reported_unused():
+    source = HALF_TRAINING.replace("lr=0.1)", "lr=0.1)  # noqa: AMP016").replace(
+        "    optimizer.step()", "    optimizer.step()  # noqa: AMP016")
+    found = _lint(source, ["AMP016", "AMP100"]).diagnostics
+    assert [(d.code, d.location.row) for d in found] == [("AMP100", 7)]
+    assert "no such finding on this line" in found[0].message

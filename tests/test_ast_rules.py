@@ -67,3 +67,14 @@ def test_noqa_of_a_rule_on_the_ast_is_used_or_reported_unused():
     found = _lint(source, ["AMP016", "AMP100"]).diagnostics
     assert [(d.code, d.location.row) for d in found] == [("AMP100", 7)]
     assert "no such finding on this line" in found[0].message
+
+
+def test_a_fix_edits_the_text_at_the_nodes_offsets():
+    # AMP013 on the ast: the softmax's own text (its line breaks and comments) is kept, after
+    # characters of several bytes on the same line.
+    source = ('import torch\nimport torch.nn.functional as F\nnote = "ß"; p = torch.log(F.softmax(\n'
+              '    logits,  # the scores\n    dim=-1))\n')
+    result = _lint(source, ["AMP013"], fix=True)
+    assert result.source == ('import torch\nimport torch.nn.functional as F\nnote = "ß"; p = F.log_softmax(\n'
+                             '    logits,  # the scores\n    dim=-1)\n')
+    assert result.diagnostics == [] and result.fixes_applied == 1

@@ -10,7 +10,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from .checked_file import CheckedFile
-from .diagnostics import Related
+from .diagnostics import Edit, Fix, Related
 from .outline import Outline
 
 if TYPE_CHECKING:
@@ -61,6 +61,11 @@ class AstContext(CheckedFile):
         """A key that sorts nodes in source order (an outer node before the nodes inside it)."""
         return node.lineno, node.col_offset, -node.end_lineno, -node.end_col_offset
 
-    def report(self, node: ast.AST, message: str, related: tuple[Related, ...] = (), preview: bool = False) -> None:
+    def replace(self, node: ast.AST, content: str) -> Edit:
+        """An edit that puts ``content`` where ``node`` is."""
+        return Edit(*self.offsets(node), content)
+
+    def report(self, node: ast.AST, message: str, fix: Fix | None = None, related: tuple[Related, ...] = (),
+               preview: bool = False) -> None:
         """A finding on ``node`` (``CheckedFile._add``)."""
-        self._add(*self.offsets(node), message, None, related, preview)
+        self._add(*self.offsets(node), message, fix, related, preview)

@@ -229,7 +229,8 @@ class Rule:
 
 class AstRule(Rule):
     """A rule whose analysis reads Python's ``ast`` (``ast_context.AstContext``): a file whose
-    selected rules are all such is never parsed with libcst. Its findings carry no fix."""
+    selected rules are all such is never parsed with libcst. Its fixes are edits of the text at
+    the offsets of the nodes (``AstContext.replace``), the rest of the text as it was."""
 
     def check(self, ctx: "AstContext") -> None:
         raise NotImplementedError

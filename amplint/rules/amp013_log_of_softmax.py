@@ -2,32 +2,15 @@ from __future__ import annotations
 
 import ast
 
-import libcst as cst
-
-from ..engine.context import FileContext
+from ..engine.ast_context import AstContext
 from ..engine.diagnostics import Fix
-from ..engine.rule import AnyOf, Invalid, Rule, Valid
-from ..engine.outline import Outline
-from ..engine.semantics import calls, method_call
+from ..engine.rule import AnyOf, AstRule, Invalid, Valid
 
 _SOFTMAX = frozenset({"torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax"})
 _LOG = frozenset({"torch.log"})
 
 
-def _may_fire(outline: Outline) -> bool:
-    """A `log(<softmax call>)` or `<softmax call>.log()`, as check() resolves the names: torch's
-    log through the imports; a softmax through the imports, or any method named so."""
-    def softmax(expr: ast.expr) -> bool:
-        return isinstance(expr, ast.Call) and (
-            (isinstance(expr.func, ast.Attribute) and expr.func.attr == "softmax")
-            or not outline.qualified_names(expr.func).isdisjoint(_SOFTMAX))
-
-    return any((not outline.qualified_names(c.func).isdisjoint(_LOG) and len(c.args) == 1 and softmax(c.args[0]))
-               or (isinstance(c.func, ast.Attribute) and c.func.attr == "log" and not c.args and softmax(c.func.value))
-               for c in outline.nodes(ast.Call))
-
-
-class LogOfSoftmax(Rule):
+class LogOfSoftmax(AstRule):
     """
     ## What it does
     Finds `torch.log(torch.softmax(x, d))`, `F.softmax(x, d).log()`, `x.softmax(d).log()` and
@@ -63,7 +46,6 @@ class LogOfSoftmax(Rule):
     summary = "log(softmax(x)) instead of log_softmax(x)"
     fixable = True
     fragments = (("softmax", AnyOf(r"softmax\([^\n]*\.log\(\)", r"log\([^\n]*softmax")),)
-    may_fire = staticmethod(_may_fire)
 
     valid = (
         Valid("""
@@ -101,32 +83,34 @@ a = torch.log(softmax(logits, dim=-1))
 """, at=((4, 5, 'log of softmax underflows to -inf in half precision'),)),
     )
 
-    def check(self, ctx: FileContext) -> None:
-        for call in calls(ctx):
+    def check(self, ctx: AstContext) -> None:
+        for call in sorted(ctx.outline.nodes(ast.Call), key=ctx.order):
             inner = None
-            if ctx.resolves_to(call.func, _LOG) and len(call.args) == 1 and call.args[0].keyword is None:
-                inner = call.args[0].value
-            else:
-                mc = method_call(call)
-                if mc is not None and mc[1] == "log" and not call.args:
-                    inner = mc[0]
-            if not isinstance(inner, cst.Call) or not self._is_softmax(ctx, inner):
+            if ctx.outline.qualified_names(call.func) & _LOG and len(call.args) == 1 and not call.keywords:
+                inner = call.args[0]
+            elif isinstance(call.func, ast.Attribute) and call.func.attr == "log" and not call.args \
+                    and not call.keywords:
+                inner = call.func.value
+            if not isinstance(inner, ast.Call) or not self._is_softmax(ctx, inner):
                 continue
             ctx.report(call, "log of softmax underflows to -inf in half precision: use log_softmax",
                        self._fix(ctx, call, inner))
 
     @staticmethod
-    def _is_softmax(ctx: FileContext, call: cst.Call) -> bool:
-        if ctx.resolves_to(call.func, _SOFTMAX):
+    def _is_softmax(ctx: AstContext, call: ast.Call) -> bool:
+        names = ctx.outline.qualified_names(call.func)
+        if names & _SOFTMAX:
             return True
-        mc = method_call(call)
         # x.softmax(d) is the tensor method; self.softmax(x) is some attribute of a module.
-        return mc is not None and mc[1] == "softmax" and not ctx.code(mc[0]).split(".")[0] == "self" \
-            and not any(n.startswith("torch.") for n in ctx.qualified_names(call.func))
+        return isinstance(call.func, ast.Attribute) and call.func.attr == "softmax" \
+            and ctx.code(call.func.value).split(".")[0] != "self" and not any(n.startswith("torch.") for n in names)
 
     @staticmethod
-    def _fix(ctx: FileContext, call: cst.Call, softmax: cst.Call) -> Fix | None:
-        if not isinstance(softmax.func, cst.Attribute):
+    def _fix(ctx: AstContext, call: ast.Call, softmax: ast.Call) -> Fix | None:
+        if not isinstance(softmax.func, ast.Attribute):
             return None
-        new = softmax.with_changes(func=softmax.func.with_changes(attr=cst.Name("log_softmax")))
-        return Fix("Use log_softmax", (ctx.replace(call, ctx.module.code_for_node(new)),))
+        start, end = ctx.offsets(softmax)
+        name_end = ctx.offsets(softmax.func)[1]  # the attribute ends with its name
+        name_start = name_end - len("softmax")
+        text = ctx.source[start:name_start] + "log_softmax" + ctx.source[name_end:end]
+        return Fix("Use log_softmax", (ctx.replace(call, text),))

@@ -3,11 +3,11 @@ backward in a helper of another module (or of the same class), and regions chose
 (`ctx = torch.autocast if use_amp else nullcontext`). Real projects on disk, the real CLI."""
 
 import json
-import textwrap
 
 from click.testing import CliRunner
 
 from amplint.cli import main
+from projects import findings, write_files
 
 ENGINE = """\
 def apply_gradients(loss, optimizer, clip=None):
@@ -41,19 +41,11 @@ def _project(tmp_path, files: dict[str, str]):
     (root / "trainer").mkdir(parents=True)
     (root / "pyproject.toml").write_text("[project]\nname = 'proj'\n")
     (root / "trainer" / "__init__.py").write_text("")
-    for name, text in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(textwrap.dedent(text))
-    return root
+    return write_files(root, files)
 
 
 def _findings(root, monkeypatch):
-    monkeypatch.chdir(root)
-    result = CliRunner().invoke(main, ["check", "--select", "AMP001", "--output-format", "json", "--no-cache", "."])
-    assert result.exit_code in (0, 1), result.output
-    return [(f["filename"], f["location"]["row"], f["message"],
-             [(r["filename"], r["location"]["row"], r["message"]) for r in f.get("related", [])])
-            for f in json.loads(result.output)]
+    return findings(root, "AMP001", monkeypatch)
 
 
 def test_a_helper_of_another_module_runs_the_backward_inside_the_region(tmp_path, monkeypatch):

@@ -2,12 +2,9 @@
 never receives it: the scale restarts at 65536 on every resume. Real projects on disk, the real
 CLI; the finding sits on the call, names the helper's `torch.save` and the scaler."""
 
-import json
-import textwrap
 
-from click.testing import CliRunner
 
-from amplint.cli import main
+from projects import findings, write_files
 
 CHECKPOINTING = """\
 import torch
@@ -46,19 +43,11 @@ def _project(tmp_path, files: dict[str, str]):
     (root / "setup.cfg").write_text("[metadata]\nname = proj\n")
     (root / "proj" / "__init__.py").write_text("")
     (root / "proj" / "checkpointing.py").write_text(CHECKPOINTING)
-    for name, text in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(textwrap.dedent(text))
-    return root
+    return write_files(root, files)
 
 
 def _findings(root, monkeypatch):
-    monkeypatch.chdir(root)
-    result = CliRunner().invoke(main, ["check", "--select", "AMP015", "--output-format", "json", "--no-cache", "."])
-    assert result.exit_code in (0, 1), result.output
-    return [(f["filename"], f["location"]["row"], f["message"],
-             [(r["filename"], r["location"]["row"], r["message"]) for r in f.get("related", [])])
-            for f in json.loads(result.output)]
+    return findings(root, "AMP015", monkeypatch)
 
 
 LOOP = """\

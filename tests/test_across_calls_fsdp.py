@@ -4,11 +4,11 @@
 Real projects on disk, the real CLI."""
 
 import json
-import textwrap
 
 from click.testing import CliRunner
 
 from amplint.cli import main
+from projects import findings, write_files
 
 MODEL = """\
 import torch.nn as nn
@@ -190,19 +190,11 @@ def _project(tmp_path, files: dict[str, str]):
     (root / "pyproject.toml").write_text("[project]\nname = 'proj'\n")
     (root / "trainer" / "__init__.py").write_text("")
     (root / "trainer" / "model.py").write_text(MODEL)
-    for name, text in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(textwrap.dedent(text))
-    return root
+    return write_files(root, files)
 
 
 def _findings(root, monkeypatch):
-    monkeypatch.chdir(root)
-    result = CliRunner().invoke(main, ["check", "--select", "AMP009", "--output-format", "json", "--no-cache", "."])
-    assert result.exit_code in (0, 1), result.output
-    return [(f["filename"], f["location"]["row"], f["message"],
-             [(r["filename"], r["location"]["row"], r["message"]) for r in f.get("related", [])])
-            for f in json.loads(result.output)]
+    return findings(root, "AMP009", monkeypatch)
 
 
 def _row(root, name: str, text: str) -> int:

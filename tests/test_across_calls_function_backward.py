@@ -11,6 +11,7 @@ import textwrap
 from click.testing import CliRunner
 
 from amplint.cli import main
+from projects import findings, write_files
 
 FUSED = """\
 import torch
@@ -141,20 +142,11 @@ def _project(tmp_path, files: dict[str, str]):
     for name in ("proj/__init__.py", "proj/ops/__init__.py", "proj/models/__init__.py"):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text("")
-    for name, text in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(textwrap.dedent(text))
-    return root
+    return write_files(root, files)
 
 
 def _findings(root, monkeypatch):
-    monkeypatch.chdir(root)
-    result = CliRunner().invoke(main, ["check", "--select", "AMP014", "--preview", "--output-format", "json",
-                                       "--no-cache", "."])
-    assert result.exit_code in (0, 1), result.output
-    return [(f["filename"], f["location"]["row"], f["message"],
-             [(r["filename"], r["location"]["row"], r["message"]) for r in f.get("related", [])])
-            for f in json.loads(result.output)]
+    return findings(root, "AMP014", monkeypatch, "--preview")
 
 
 def _row(text: str, line: str) -> int:

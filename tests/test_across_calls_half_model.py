@@ -3,12 +3,9 @@ optimizer in another (AMP016): a factory returning it half, a helper converting 
 method of the model's own class, a dtype chosen by a flag. Real projects on disk, the real CLI;
 the finding sits on the optimizer and names the call, the helper's conversion and the switch."""
 
-import json
-import textwrap
 
-from click.testing import CliRunner
 
-from amplint.cli import main
+from projects import findings, write_files
 
 RESNET = """\
 import torch
@@ -62,22 +59,14 @@ def _project(tmp_path, files: dict[str, str]):
     root = tmp_path / "proj"
     root.mkdir()
     (root / "pyproject.toml").write_text("[project]\nname = 'proj'\n")
-    for name, text in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(textwrap.dedent(text))
+    write_files(root, files)
     for package in {p.parent for p in root.rglob("*.py")} - {root}:
         (package / "__init__.py").touch()
     return root
 
 
 def _findings(root, monkeypatch, *options):
-    monkeypatch.chdir(root)
-    result = CliRunner().invoke(main, ["check", "--select", "AMP016", *options, "--output-format", "json",
-                                       "--no-cache", "."])
-    assert result.exit_code in (0, 1), result.output
-    return [(f["filename"], f["location"]["row"], f["message"],
-             [(r["filename"], r["location"]["row"], r["message"]) for r in f.get("related", [])])
-            for f in json.loads(result.output)]
+    return findings(root, "AMP016", monkeypatch, *options)
 
 
 def test_a_factory_of_another_module_returns_the_model_half(tmp_path, monkeypatch):

@@ -20,6 +20,14 @@ def _bindings(ctx: AstContext, node: ast.AST) -> dict[str, list[tuple[str, ast.e
     return module.bindings(ctx.enclosing_function(node) or ctx.outline.tree) if module is not None else {}
 
 
+def _refers_to_torch_optim(ctx: AstContext) -> bool:
+    """A name or attribute that stands for ``torch.optim`` or something in it: where there is
+    none, no optimizer class is built (``_optimizer_class``)."""
+    outline = ctx.outline
+    return any(q.startswith("torch.optim") for kind in (ast.Name, ast.Attribute)
+               for n in outline.nodes(kind) for q in outline.qualified_names(n))
+
+
 def _optimizer_class(ctx: AstContext, func: ast.expr, depth: int = 2) -> bool:
     """``torch.optim.AdamW``, ``getattr(torch.optim, name)``, or a local bound to either."""
     names = ctx.outline.qualified_names(func)
@@ -314,7 +322,7 @@ head(model(x)).mean().backward()
 
     def check(self, ctx: AstContext) -> None:
         all_calls = sorted(ctx.outline.nodes(ast.Call), key=ctx.order)
-        if not any(is_backward(ctx.outline, c) for c in all_calls):
+        if not any(is_backward(ctx.outline, c) for c in all_calls) or not _refers_to_torch_optim(ctx):
             return
         optimizers = []
         for call in all_calls:

@@ -7,7 +7,7 @@ import ast
 import dataclasses
 from bisect import bisect_left
 from dataclasses import dataclass
-from typing import Iterator, NamedTuple, Sequence
+from typing import Iterable, Iterator, NamedTuple, Sequence
 
 import libcst as cst
 
@@ -633,15 +633,24 @@ def autocast_calls(ctx: FileContext) -> list[AutocastCall]:
     return ctx.__dict__["_autocast_calls"]
 
 
+def backward_by_shape(method: str | None, positional: bool, names: Iterable[str]) -> bool:
+    """A tensor's backward pass, from a call's shape in either tree: ``loss.backward()``,
+    ``S.scale(loss).backward()`` (``method`` the name after the dot, no ``positional``
+    argument), ``torch.autograd.backward(...)`` (one of ``names``, what the callee stands for).
+    ``accelerator.backward(loss)`` and other wrappers that take the loss as an argument are
+    not; `torch.autograd.backward(loss)` is one by its shape, with the loss positional."""
+    return method == "backward" and not positional or "torch.autograd.backward" in names
+
+
 def is_backward(ctx: FileContext, call: cst.Call) -> bool:
-    """A tensor's backward pass: ``loss.backward()``, ``S.scale(loss).backward()``,
-    ``torch.autograd.backward(...)``. ``accelerator.backward(loss)`` and other wrappers that
-    take the loss as an argument are not."""
+    """``backward_by_shape`` of libcst's call."""
     mc = method_call(call)
-    if mc is not None and mc[1] == "backward" and not any(a.keyword is None for a in call.args):
-        return True
-    # `torch.autograd.backward(loss)` is a method call by its shape, with the loss positional.
-    return ctx.resolves_to(call.func, {"torch.autograd.backward"}) is not None
+    method = mc[1] if mc else None
+    resolved = ctx.resolves_to(call.func, _AUTOGRAD_BACKWARD) if method in (None, "backward") else None
+    return backward_by_shape(method, any(a.keyword is None for a in call.args), (resolved,) if resolved else ())
+
+
+_AUTOGRAD_BACKWARD = frozenset({"torch.autograd.backward"})
 
 
 # -- light dtype inference ------------------------------------------------------------------

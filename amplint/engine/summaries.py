@@ -31,7 +31,7 @@ import libcst as cst
 from .names import dotted
 from .outline import Outline
 from .ast_context import AstContext
-from .semantics import named_like_optimizer
+from .semantics import backward_by_shape, named_like_optimizer
 from .project_index import dependency, module_dependency, module_text, project_module, relative_name, summarized_by
 
 if TYPE_CHECKING:
@@ -100,13 +100,9 @@ def receiver(call: ast.Call) -> tuple[ast.expr, str] | None:
 
 
 def is_backward(outline: Outline, call: ast.Call) -> bool:
-    """A tensor's backward pass: ``loss.backward()``, ``S.scale(loss).backward()``,
-    ``torch.autograd.backward(...)``. ``accelerator.backward(loss)`` and other wrappers that
-    take the loss as an argument are not."""
-    if isinstance(call.func, ast.Attribute) and call.func.attr == "backward" and not call.args:
-        return True
-    # `torch.autograd.backward(loss)` is a method call by its shape, with the loss positional.
-    return bool(outline.qualified_names(call.func) & {"torch.autograd.backward"})
+    """``semantics.backward_by_shape`` of Python's call."""
+    method = call.func.attr if isinstance(call.func, ast.Attribute) else None
+    return backward_by_shape(method, bool(call.args), outline.qualified_names(call.func))
 
 
 def _root_name(expr: ast.expr) -> str | None:

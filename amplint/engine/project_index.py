@@ -272,6 +272,19 @@ def keep_summaries(folder: Path, linter: str) -> None:
 
 _SUMMARIES: dict[Path, dict | None] = {}  # this run's, by path
 _PARSED: set[Path] = set()  # the modules this process parsed for them
+# Summaries by the digest of the content they were made from, kept from one run to the next
+# where the process asks (``keep_summaries_by_content``); the oldest go first past the bound.
+_BY_CONTENT: dict[bytes, dict | None] = {}
+_MAX_BY_CONTENT = 4096
+_KEEP_BY_CONTENT: list[bool] = []
+
+
+def keep_summaries_by_content() -> None:
+    """Keep the modules' summaries by their content across runs, in this process: a language
+    server checks a document after each edit while the project's other modules mostly stay as
+    they are, and a summary depends on the content alone. The modules are still read on each
+    run; only those whose content is new are parsed."""
+    _KEEP_BY_CONTENT[:] = [True]
 
 
 def parsed_here() -> set[Path]:
@@ -302,13 +315,21 @@ def _summarize(path: Path) -> dict | None:
             return json.loads(entry.read_text(encoding="utf-8"))["summary"]
         except (OSError, ValueError, KeyError, TypeError):
             pass
-    outline = _outline_of(data, keep=True)
-    if outline is not None:
-        _PARSED.add(path)
-    summary = None if outline is None else {
-        "sites": _sites_of(outline),
-        "defs": sorted({n.name for kind in (ast.FunctionDef, ast.AsyncFunctionDef) for n in outline.nodes(kind)}),
-        **_candidates_of(outline)}
+    digest = hashlib.blake2b(data, digest_size=20).digest() if _KEEP_BY_CONTENT else None
+    if digest is not None and digest in _BY_CONTENT:
+        summary = _BY_CONTENT[digest]
+    else:
+        outline = _outline_of(data, keep=True)
+        if outline is not None:
+            _PARSED.add(path)
+        summary = None if outline is None else {
+            "sites": _sites_of(outline),
+            "defs": sorted({n.name for kind in (ast.FunctionDef, ast.AsyncFunctionDef) for n in outline.nodes(kind)}),
+            **_candidates_of(outline)}
+        if digest is not None:
+            if len(_BY_CONTENT) >= _MAX_BY_CONTENT:
+                del _BY_CONTENT[next(iter(_BY_CONTENT))]
+            _BY_CONTENT[digest] = summary
     if entry is not None:
         source_io.write_entry(entry, {"summary": summary})
     return summary

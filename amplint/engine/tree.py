@@ -13,6 +13,7 @@ They are checked against libcst's own visitor (tests/test_tree.py) and PositionP
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Sequence
 
 import libcst as cst
@@ -57,12 +58,136 @@ def parse(source: str) -> cst.Module:
     builds only valid trees, and the checks (an eighth of the parse's time) are there for trees
     built by hand (libcst's own comment on ``CSTNode.__post_init__`` says as much). Nodes the
     rules build for fixes are still validated. Always restored to libcst's own: two threads
-    parsing at once cannot leave validation off."""
+    parsing at once cannot leave validation off.
+
+    Where the process asks (``parse_in_pieces``), the module is parsed in pieces of whole
+    top-level statements (``_pieces``), each piece once per text (``_PIECES``): an edit parses
+    again only the statements it touched (a language server checks a document after each
+    edit), and hands out the others' nodes again. The tree is the one libcst builds for the
+    whole text (tests/test_server.py compares them); where the pieces could give another one,
+    the whole text is parsed. A run over files each parsed once parses them whole: pieces are
+    slower to parse the first time."""
     cst.CSTNode.__post_init__ = _no_validation
     try:
-        return cst.parse_module(source)
+        return (_in_pieces(source) if _KEEP_PIECES else None) or cst.parse_module(source)
     finally:
         cst.CSTNode.__post_init__ = _VALIDATION
+
+
+# A line that starts with code at column 0 (not a clause of the statement above, nor a
+# closing bracket): where a top-level statement may start.
+_AT_COLUMN_0 = re.compile(r"^(?!(?:else|elif|except|finally)\b)[^\s#)\]}]", re.MULTILINE)
+_KEEP_PIECES: list[bool] = []
+
+
+def parse_in_pieces() -> None:
+    """Parse modules in pieces from now on in this process, keeping each piece's tree and
+    index for the next parse of a text that holds it (``parse``, ``Index``)."""
+    _KEEP_PIECES[:] = [True]
+
+
+# Pieces parsed alone, by their text, the most recently used last; at most _PIECE_CHARACTERS
+# characters of them are kept (a tree takes some 100 times its text's size in memory).
+_PIECES: dict[str, "_Piece"] = {}
+_PIECE_CHARACTERS = 200_000
+_MAX_FAILED_PIECES = 8
+
+
+class _Piece:
+    """A piece parsed alone, and its statements as a module of several pieces holds them
+    after its first piece (made once: a statement handed out again is the same node)."""
+
+    __slots__ = ("module", "_statements")
+
+    def __init__(self, module: cst.Module):
+        self.module = module
+        self._statements: list[cst.CSTNode] | None = None
+
+    def statements(self) -> list[cst.CSTNode]:
+        if self._statements is None:
+            statement, *rest = self.module.body
+            if self.module.header:  # the lines above the statement, which the piece alone takes for its header
+                statement = statement.with_changes(leading_lines=(*self.module.header, *statement.leading_lines))
+            self._statements = [statement, *rest]
+        return self._statements
+
+
+def _pieces(source: str) -> list[str]:
+    """``source`` cut before top-level statements, each cut where libcst gives the lines above
+    the statement to it (its ``leading_lines``): every line between it and the code before it
+    is empty or a comment at column 0 (an indented comment would close the block above, as its
+    ``footer``). A cut inside a string or brackets, or after a backslash, leaves a piece that
+    does not parse alone; one before `else:`, `except:` or the like, one that does not parse
+    either."""
+    cuts = [0]
+    for found in _AT_COLUMN_0.finditer(source):
+        end = found.start()
+        while end > 0:
+            start = source.rfind("\n", 0, end - 1) + 1
+            line = source[start:end]
+            if line not in ("\n", "\r\n") and not line.startswith("#"):
+                # The code above: not a blank or indented comment line, no backslash at its end.
+                if line.strip() and not line.lstrip().startswith("#") and not line.rstrip("\r\n").endswith("\\") \
+                        and end > cuts[-1]:
+                    cuts.append(end)
+                break
+            end = start
+    cuts.append(len(source))
+    return [source[a:b] for a, b in zip(cuts, cuts[1:])]
+
+
+def _in_pieces(source: str) -> cst.Module | None:
+    """The module assembled from its pieces parsed alone; None where a piece does not parse, or
+    the pieces were parsed with other defaults than the whole text's (its first indentation
+    and line break)."""
+    pieces = _pieces(source)
+    if len(pieces) < 2:
+        return None
+    modules, texts, seen, pending, failed = [], [], set(), "", 0
+    for piece in pieces:
+        text = pending + piece
+        # A text met twice in one module is parsed again: a node stands in one place of a tree.
+        module = _PIECES.pop(text, None) if text not in seen else None
+        if module is None:
+            try:
+                module = _Piece(cst.parse_module(text))
+            except (cst.ParserSyntaxError, RecursionError):
+                # Cut inside a string or brackets: taken together with the next piece. A few
+                # times at most: text that does not parse is parsed whole, once.
+                failed += 1
+                if failed > _MAX_FAILED_PIECES:
+                    return None
+                pending = text
+                continue
+        if text not in seen:
+            _PIECES[text] = module
+            seen.add(text)
+        modules.append(module)
+        texts.append(text)
+        pending = ""
+    if pending or len(modules) < 2:
+        return None
+    held = sum(map(len, _PIECES))
+    while held > _PIECE_CHARACTERS and len(_PIECES) > len(modules):
+        held -= len(oldest := next(iter(_PIECES)))
+        del _PIECES[oldest]
+    first, last = modules[0].module, modules[-1].module
+    # A piece with an indented line detects its default indentation from it: where the whole
+    # text's first indentation is, with every such piece agreeing, each block's `indent` is
+    # what the whole parse gives it.
+    indents = {p.module.default_indent for text, p in zip(texts, modules) if _INDENTED.search(text)}
+    if len(indents) > 1 or len({p.module.default_newline for p in modules}) > 1 \
+            or any(p.module.footer for p in modules[:-1]) or any(not p.module.body for p in modules):
+        return None
+    body = list(first.body)
+    for piece in modules[1:]:
+        body += piece.statements()
+    return cst.Module(body=tuple(body), header=first.header, footer=last.footer, encoding=first.encoding,
+                      default_indent=first.default_indent if not indents else indents.pop(),
+                      default_newline=first.default_newline, has_trailing_newline=last.has_trailing_newline)
+
+
+_INDENTED = re.compile(r"^[ \t]", re.MULTILINE)
 
 
 def child_fields(kind: type) -> tuple[str, ...]:
@@ -90,7 +215,34 @@ class Index:
         self.parents: dict[int, cst.CSTNode] = {}
         self.spans: dict[int, list[int]] = {}
         self._count = 0
-        self._visit(module, None)
+        if type(module) is cst.Module and _KEEP_PIECES:
+            self._module(module)
+        else:
+            self._visit(module, None)
+
+    def _module(self, module: cst.Module) -> None:
+        """``_visit`` of a module, with each top-level statement's part taken from its own
+        index (``_statement_index``): a statement that a parse in pieces handed out again is
+        not walked again."""
+        self.by_type[cst.Module] = [module]
+        span = self.spans[id(module)] = [0, 0]
+        self._count = 1
+        by_type, spans = self.by_type, self.spans
+        for statement in module.body:
+            own = _statement_index(statement)
+            for kind, nodes in own.by_type.items():
+                found = by_type.get(kind)
+                if found is None:
+                    by_type[kind] = list(nodes)
+                else:
+                    found.extend(nodes)
+            self.parents.update(own.parents)
+            self.parents[id(statement)] = module
+            offset = self._count
+            for key, (first, last) in own.spans.items():
+                spans[key] = [first + offset, last + offset]
+            self._count += own._count
+        span[1] = self._count - 1
 
     def _visit(self, node: cst.CSTNode, parent: cst.CSTNode | None) -> None:
         kind = type(node)
@@ -111,6 +263,29 @@ class Index:
                     if _IS_NODE.get(type(item)) or _is_node(item):
                         self._visit(item, node)
         span[1] = self._count - 1
+
+
+# The index of each top-level statement walked lately, by the statement's id, with the statement
+# (an id is another node's once its node is freed); the oldest go first past _INDEXED_NODES nodes.
+_STATEMENT_INDEXES: dict[int, tuple[cst.CSTNode, Index]] = {}
+_INDEXED_NODES = 100_000
+_indexed = [0]  # the nodes the kept indexes hold
+
+
+def _statement_index(statement: cst.CSTNode) -> Index:
+    kept = _STATEMENT_INDEXES.pop(id(statement), None)
+    if kept is None or kept[0] is not statement:
+        if kept is not None:
+            _indexed[0] -= kept[1]._count
+        own = Index.__new__(Index)
+        own.by_type, own.parents, own.spans, own._count = {}, {}, {}, 0
+        own._visit(statement, None)
+        kept = (statement, own)
+        _indexed[0] += own._count
+        while _indexed[0] > _INDEXED_NODES and _STATEMENT_INDEXES:
+            _indexed[0] -= _STATEMENT_INDEXES.pop(next(iter(_STATEMENT_INDEXES)))[1]._count
+    _STATEMENT_INDEXES[id(statement)] = kept
+    return kept[1]
 
 
 def children(node: cst.CSTNode) -> list[cst.CSTNode]:

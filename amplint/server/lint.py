@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ..engine import config as config_mod
 from ..engine.diagnostics import INTERNAL_ERROR, Diagnostic, Location
-from ..engine.project import Options, check_buffer
+from ..engine.project import Options, check_buffer, collector_paused
 from ..engine.source import MAX_FILE_BYTES
 
 
@@ -58,7 +58,8 @@ def check(name: str, text: str, fix: bool = False) -> tuple[Checked, str | None]
     if len(data) > MAX_FILE_BYTES:
         return _too_large(name), None
     try:
-        report = check_buffer(data, name, config_mod.Resolver(), Options(fix=fix, cache=False))
+        with collector_paused():
+            report = check_buffer(data, name, config_mod.Resolver(), Options(fix=fix, cache=False))
     except config_mod.ConfigError as exc:
         return _failed(name, f"amplint configuration error: {exc}", str(exc)), None
     except Exception as exc:  # one document's failure must not take the server down

@@ -20,8 +20,8 @@ if TYPE_CHECKING:
 class AstContext(CheckedFile):
     def __init__(self, path: str, source: str, outline: Outline, policy_loader: "PolicyLoader | None" = None,
                  preview: bool = False):
-        super().__init__(path, source, policy_loader, preview)
-        self.outline = outline
+        super().__init__(path, source, policy_loader, preview, outline)
+        self.outline: Outline = outline
 
     @cached_property
     def _encoded_lines(self) -> list[bytes]:

@@ -30,6 +30,7 @@ from .torch_requirement import TorchRequirement, declared_torch
 
 if TYPE_CHECKING:
     from ..policy import PolicyLoader, PolicyTable
+    from .outline import Outline
     from .rule import Rule
     from .switches import ConfigKey, Flag
 
@@ -37,9 +38,11 @@ if TYPE_CHECKING:
 class CheckedFile:
     """One file being checked, as every rule sees it whatever tree it reads."""
 
-    def __init__(self, path: str, source: str, policy_loader: "PolicyLoader | None" = None, preview: bool = False):
+    def __init__(self, path: str, source: str, policy_loader: "PolicyLoader | None" = None, preview: bool = False,
+                 outline: "Outline | None" = None):
         self.path = path
         self.source = source
+        self.outline = outline  # the file as Python's ast sees it, where it was parsed so
         self.preview = preview  # whether findings on preview paths are reported
         self.policy_loader = policy_loader
         self.diagnostics: list[Diagnostic] = []

@@ -66,9 +66,8 @@ class FileContext(CheckedFile):
 
     def __init__(self, path: str, source: str, module: cst.Module, policy_loader: "PolicyLoader | None" = None,
                  outline: Outline | None = None, preview: bool = False):
-        super().__init__(path, source, policy_loader, preview)
+        super().__init__(path, source, policy_loader, preview, outline)
         self.module = module
-        self._outline = outline
 
     # -- metadata, resolved lazily -------------------------------------------------------
 
@@ -87,7 +86,7 @@ class FileContext(CheckedFile):
         """The line where each statement's code starts (after its leading comments and blank
         lines), nested statements included, from Python's ast; None where ast and libcst do not
         count the same statements. Both are taken in source order and matched one by one."""
-        outline = self._outline or Outline.parse(self.source)
+        outline = self.outline or Outline.parse(self.source)
         if outline is None:
             return None
         theirs = list(_ast_statements(outline.tree))

@@ -30,11 +30,11 @@ import libcst as cst
 
 from .names import dotted
 from .outline import Outline
-from .ast_context import AstContext
 from .semantics import backward_by_shape, named_like_optimizer
 from .project_index import dependency, module_dependency, module_text, project_module, relative_name, summarized_by
 
 if TYPE_CHECKING:
+    from .ast_context import AstContext
     from .checked_file import CheckedFile
     from .context import FileContext
 
@@ -726,9 +726,8 @@ def checked_module(ctx: "CheckedFile") -> _Module | None:
     that the check's outline was given); kept with the check, not among the project's modules,
     since an editor's document is another text after each edit."""
     if "_summary_module" not in ctx.__dict__:
-        checked = ctx.outline if isinstance(ctx, AstContext) else getattr(ctx, "_outline", None)
         ctx.__dict__["_summary_module"] = _module(Path(ctx.path), ctx.source, ctx.project_root()) \
-            if checked is None else _Module(Path(ctx.path), Outline(checked.tree), ctx.project_root())
+            if ctx.outline is None else _Module(Path(ctx.path), Outline(ctx.outline.tree), ctx.project_root())
     return ctx.__dict__["_summary_module"]
 
 

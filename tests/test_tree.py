@@ -150,22 +150,25 @@ def test_nodes_built_after_a_parse_are_validated_again():
         cst.Name("not a name")
 
 
-def test_a_linted_file_leaves_no_cycles_behind():
+@pytest.mark.parametrize("fixture", ["faulty/train_amp.py", "faulty/gan_trainer.py", "faulty/legacy_trainer.py"])
+def test_a_linted_file_leaves_no_cycles_behind(fixture):
     """The engine pauses Python's cycle collector while it checks a file (collections walking a
     growing libcst tree cost a fifth of a run); that is only cheap if the tree is then freed by
-    reference counting, with no cycle through the context that holds it."""
+    reference counting, with no cycle through the context that holds it. The trainers' scalers
+    are followed across their methods (AMP006's inlined flows)."""
     import gc
 
     from amplint.engine.rule import all_rules
     from amplint.engine.runner import lint_source
     from amplint.policy import loader
 
-    source = (ROOT / "fixtures" / "faulty" / "train_amp.py").read_text(encoding="utf-8")
-    lint_source("train_amp.py", source, list(all_rules()), policy_loader=loader("cuda"))  # warm caches
+    source = (ROOT / "fixtures" / fixture).read_text(encoding="utf-8")
+    name = fixture.split("/")[-1]
+    lint_source(name, source, list(all_rules()), policy_loader=loader("cuda"))  # warm caches
     gc.collect()
     gc.disable()
     try:
-        result = lint_source("train_amp.py", source, list(all_rules()), policy_loader=loader("cuda"))
+        result = lint_source(name, source, list(all_rules()), policy_loader=loader("cuda"))
         assert result.diagnostics
         del result
         assert gc.collect() < 100

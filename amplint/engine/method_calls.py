@@ -187,7 +187,10 @@ def method_flows(ctx: FileContext) -> list[MethodFlow]:
             lowering = _Inlining(ctx, scope, hierarchy, ())
             inlined = lowering.flow()
             events = sorted(inlined.events + lowering.reached, key=lambda e: order(ctx, e))
-            found.append(MethodFlow(replace(inlined, events=events), function, lowering.wrappers, lowering.opaque))
+            # Its opaque calls name the lowering that met each: handed over, not kept on it too
+            # (a cycle through the lowering would keep the check's context alive past the check).
+            opaque, lowering.opaque = lowering.opaque, []
+            found.append(MethodFlow(replace(inlined, events=events), function, lowering.wrappers, opaque))
         elif lowered.events:
             returns: list[Event] = []
             block = _with_returns(lowered.block, returns)
@@ -453,11 +456,12 @@ class _Inlining(flow._Lowering):
             | {text for text in self.scalers if text.startswith("self.")}
         block = _returns_as_breaks(callee._block(method.body.body))
         self.counter = callee.counter
+        opaque, callee.opaque = callee.opaque, []  # handed over, not kept on the callee too (see method_flows)
         if block is None:
             return None
         wrapper = Loop(call, block, [], frozenset(callee.assigned_stack.pop()))
         self.reached += callee.events + callee.reached
-        self.opaque += callee.opaque
+        self.opaque += opaque
         self.wrappers[id(wrapper)] = hop
         self.wrappers.update(callee.wrappers)
         return wrapper

@@ -37,11 +37,8 @@ def make_closure(loss):
 
 
 def _project(tmp_path, files: dict[str, str]):
-    root = tmp_path / "proj"
-    (root / "trainer").mkdir(parents=True)
-    (root / "pyproject.toml").write_text("[project]\nname = 'proj'\n")
-    (root / "trainer" / "__init__.py").write_text("")
-    return write_files(root, files)
+    return write_files(tmp_path / "proj", {"pyproject.toml": "[project]\nname = 'proj'\n",
+                                           "trainer/__init__.py": "", **files})
 
 
 def _findings(root, monkeypatch):

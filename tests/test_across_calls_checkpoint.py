@@ -38,12 +38,8 @@ def _write(model, opt, path):
 
 
 def _project(tmp_path, files: dict[str, str]):
-    root = tmp_path / "proj"
-    (root / "proj").mkdir(parents=True)
-    (root / "setup.cfg").write_text("[metadata]\nname = proj\n")
-    (root / "proj" / "__init__.py").write_text("")
-    (root / "proj" / "checkpointing.py").write_text(CHECKPOINTING)
-    return write_files(root, files)
+    return write_files(tmp_path / "proj", {"setup.cfg": "[metadata]\nname = proj\n", "proj/__init__.py": "",
+                                           "proj/checkpointing.py": CHECKPOINTING, **files})
 
 
 def _findings(root, monkeypatch):

@@ -185,12 +185,8 @@ class Trainer:
 
 
 def _project(tmp_path, files: dict[str, str]):
-    root = tmp_path / "proj"
-    (root / "trainer").mkdir(parents=True)
-    (root / "pyproject.toml").write_text("[project]\nname = 'proj'\n")
-    (root / "trainer" / "__init__.py").write_text("")
-    (root / "trainer" / "model.py").write_text(MODEL)
-    return write_files(root, files)
+    return write_files(tmp_path / "proj", {"pyproject.toml": "[project]\nname = 'proj'\n",
+                                           "trainer/__init__.py": "", "trainer/model.py": MODEL, **files})
 
 
 def _findings(root, monkeypatch):

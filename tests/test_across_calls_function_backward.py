@@ -136,13 +136,8 @@ def main(loader):
 
 
 def _project(tmp_path, files: dict[str, str]):
-    root = tmp_path / "repo"
-    root.mkdir()
-    (root / "pyproject.toml").write_text("[project]\nname = 'proj'\n")
-    for name in ("proj/__init__.py", "proj/ops/__init__.py", "proj/models/__init__.py"):
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text("")
-    return write_files(root, files)
+    packages = dict.fromkeys(("proj/__init__.py", "proj/ops/__init__.py", "proj/models/__init__.py"), "")
+    return write_files(tmp_path / "repo", {"pyproject.toml": "[project]\nname = 'proj'\n", **packages, **files})
 
 
 def _findings(root, monkeypatch):

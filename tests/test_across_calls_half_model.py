@@ -56,10 +56,7 @@ def prepare(model, mode="train"):
 
 
 def _project(tmp_path, files: dict[str, str]):
-    root = tmp_path / "proj"
-    root.mkdir()
-    (root / "pyproject.toml").write_text("[project]\nname = 'proj'\n")
-    write_files(root, files)
+    root = write_files(tmp_path / "proj", {"pyproject.toml": "[project]\nname = 'proj'\n", **files})
     for package in {p.parent for p in root.rglob("*.py")} - {root}:
         (package / "__init__.py").touch()
     return root

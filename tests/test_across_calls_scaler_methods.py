@@ -4,12 +4,12 @@ module. Real projects on disk, the real CLI; each finding sits where the fix goe
 the method and the call that join the two halves."""
 
 import json
-import textwrap
 
 import pytest
 from click.testing import CliRunner
 
 from amplint.cli import main
+from projects import write_files
 
 BASE = """\
 import torch
@@ -275,14 +275,9 @@ SILENT = {
 
 
 def _project(tmp_path, files: dict[str, str]):
-    root = tmp_path / "proj"
-    (root / "trainers").mkdir(parents=True)
-    (root / "pyproject.toml").write_text('[project]\nname = "trainers"\n')
-    (root / "trainers" / "__init__.py").write_text("")
-    (root / "trainers" / "base.py").write_text(BASE)
-    for name, text in files.items():
-        (root / "trainers" / f"{name}.py").write_text(textwrap.dedent(text))
-    return root
+    return write_files(tmp_path / "proj", {"pyproject.toml": '[project]\nname = "trainers"\n',
+                                           "trainers/__init__.py": "", "trainers/base.py": BASE,
+                                           **{f"trainers/{name}.py": text for name, text in files.items()}})
 
 
 def _findings(root, monkeypatch):

@@ -18,6 +18,7 @@ from .enabling import Switch, named_switch
 from .summaries import checked_module, conversion, guards_of, keeps_dtype, made_half, receiver
 
 _Tests = tuple[tuple[str, bool], ...]  # conditions' code, and whether each holds
+_FLOAT32 = frozenset({"torch.float32", "torch.float"})
 
 
 @dataclass(frozen=True)
@@ -58,9 +59,6 @@ def made_float32_here(ctx: AstContext, call: ast.Call) -> set[str]:
     if not (found[1] == "float" and not call.args and not call.keywords or to_float32):
         return set()
     return {ctx.code(found[0])} | _targets(ctx, call)
-
-
-_FLOAT32 = frozenset({"torch.float32", "torch.float"})
 
 
 def _targets(ctx: AstContext, call: ast.Call) -> set[str]:

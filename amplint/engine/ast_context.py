@@ -50,12 +50,20 @@ class AstContext(CheckedFile):
     def parent(self, node: ast.AST) -> ast.AST | None:
         return self._parents.get(id(node))
 
-    def enclosing_function(self, node: ast.AST) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
-        """The innermost function around ``node`` (not a lambda); None at the top level."""
+    def enclosing(self, node: ast.AST, kind: type | tuple[type, ...]) -> ast.AST | None:
+        """The innermost node of ``kind`` around ``node``; None where there is none."""
         parent = self._parents.get(id(node))
-        while parent is not None and not isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        while parent is not None and not isinstance(parent, kind):
             parent = self._parents.get(id(parent))
         return parent
+
+    def enclosing_function(self, node: ast.AST) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+        """The innermost function around ``node`` (not a lambda); None at the top level."""
+        return self.enclosing(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+
+    def resolves_to(self, node: ast.AST, names: frozenset[str] | set[str]) -> str | None:
+        """One of ``names`` that ``node`` stands for by the file's imports, if any."""
+        return next((n for n in self.outline.qualified_names(node) if n in names), None)
 
     def order(self, node: ast.AST) -> tuple[int, int, int, int]:
         """A key that sorts nodes in source order (an outer node before the nodes inside it)."""
@@ -64,6 +72,38 @@ class AstContext(CheckedFile):
     def replace(self, node: ast.AST, content: str) -> Edit:
         """An edit that puts ``content`` where ``node`` is."""
         return Edit(*self.offsets(node), content)
+
+    def out_of_block(self, block: ast.stmt, first: ast.stmt) -> Edit | None:
+        """An edit that moves ``first`` and the statements after it in ``block``'s body out of
+        the block, after it, at the block's own indentation; the comments just above ``first``
+        go with it. None where the text does not allow it: the block's body on its own line,
+        ``first`` on the line of the statement before it, a string spanning lines (its text
+        would change)."""
+        index = next(i for i, s in enumerate(block.body) if s is first)
+        tail = block.body[index:]
+        previous_end = block.body[index - 1].end_lineno if index else block.lineno
+        if first.lineno <= previous_end or any(
+                isinstance(n, (ast.Constant, ast.JoinedStr)) and n.end_lineno > n.lineno
+                for stmt in tail for n in ast.walk(stmt)):
+            return None
+        outer = self._indentation(block.lineno)
+        inner = self._indentation(first.lineno)
+        if inner == outer or not inner.startswith(outer):
+            return None
+        start = first.lineno
+        while start - 1 > previous_end and self._line(start - 1).strip()[:1] in ("", "#"):
+            start -= 1
+        lines = [self._line(row) for row in range(start, tail[-1].end_lineno + 1)]
+        moved = "".join(outer + line[len(inner):] if line.startswith(inner) else line for line in lines)
+        return Edit(self._line_starts[start - 1], self._line_starts[tail[-1].end_lineno], moved)
+
+    def _line(self, row: int) -> str:
+        """Line ``row`` (1-based) with its line ending."""
+        return self.source[self._line_starts[row - 1]:self._line_starts[row]]
+
+    def _indentation(self, row: int) -> str:
+        line = self._line(row)
+        return line[:len(line) - len(line.lstrip(" \t"))]
 
     def report(self, node: ast.AST, message: str, fix: Fix | None = None, related: tuple[Related, ...] = (),
                preview: bool = False) -> None:

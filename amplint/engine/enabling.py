@@ -1,10 +1,11 @@
 """Which switch turns a region or a scaler on, when an expression decides (``enabled=args.amp``):
 the words a finding there applies under, and where the switch is set — a command-line flag or
 a config key of the project (``switches``), a parameter and its default, or else the expression
-itself."""
+itself. Asked of libcst's nodes or of Python's ``ast``'s alike."""
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +15,8 @@ from .checked_file import CheckedFile
 from .context import FileContext
 from .diagnostics import Related
 from .project_index import relative_name
-from .semantics import GRAD_SCALER, AutocastCall, assigned_before, enclosing_function, literal_bool
+from .regions import value_before
+from .semantics import GRAD_SCALER, assigned_before, enclosing_function, literal_bool
 from .switches import ConfigKey, Flag
 
 
@@ -24,12 +26,12 @@ class Switch:
     related: tuple[Related, ...] = ()
 
 
-def region_switch(ctx: FileContext, ac: AutocastCall, device: bool = True) -> Switch | None:
-    """What an autocast region applies under when expressions decide it: its ``enabled=``
-    (``switch_of``) and, with ``device``, its device (``device_type=str(device)``: judged as
-    the configured device, "when `device` is cuda"); None when literals do."""
-    args = {a.keyword.value: a.value for a in ac.node.args if a.keyword is not None}
-    positional = [a.value for a in ac.node.args if a.keyword is None and not a.star]
+def region_switch(ctx: CheckedFile, ac, device: bool = True) -> Switch | None:
+    """What an autocast region (``regions.AutocastCall``, or ``semantics``' of libcst) applies
+    under when expressions decide it: its ``enabled=`` (``switch_of``) and, with ``device``,
+    its device (``device_type=str(device)``: judged as the configured device, "when `device`
+    is cuda"); None when literals do."""
+    args, positional = _arguments(ac.node)
     parts = []
     if ac.chosen_by is not None:
         parts.append(_chosen(ctx, ac.chosen_by, ac.chosen_when))
@@ -44,11 +46,22 @@ def region_switch(ctx: FileContext, ac: AutocastCall, device: bool = True) -> Sw
     return Switch(when, tuple(r for p in parts for r in p.related))
 
 
-def _chosen(ctx: FileContext, condition: cst.BaseExpression, when: bool) -> Switch:
+def _arguments(call: cst.Call | ast.Call) -> tuple[dict, list]:
+    """A call's arguments by keyword, and its positional ones before any ``*args``."""
+    if isinstance(call, ast.Call):
+        positional = [a for a in call.args if not isinstance(a, ast.Starred)]
+        return {k.arg: k.value for k in call.keywords if k.arg is not None}, positional
+    return ({a.keyword.value: a.value for a in call.args if a.keyword is not None},
+            [a.value for a in call.args if a.keyword is None and not a.star])
+
+
+def _chosen(ctx: CheckedFile, condition, when: bool) -> Switch:
     """The switch of a region chosen by ``condition`` over a context that does nothing: when it
     holds (``when``), or when it does not (``nullcontext() if not amp else autocast(...)``)."""
     if not when and isinstance(condition, cst.UnaryOperation) and isinstance(condition.operator, cst.Not):
         condition, when = condition.expression, True
+    elif not when and isinstance(condition, ast.UnaryOp) and isinstance(condition.op, ast.Not):
+        condition, when = condition.operand, True
     return switch_of(ctx, condition) if when else Switch(f"when `{ctx.code(condition)}` is false")
 
 
@@ -66,14 +79,14 @@ def scaler_switch(ctx: FileContext, scaler: str) -> Switch | None:
     return switch_of(ctx, enabled[0])
 
 
-def switch_of(ctx: FileContext, expr: cst.BaseExpression) -> Switch:
+def switch_of(ctx: CheckedFile, expr) -> Switch:
     """The switch ``expr`` stands for: ``args.amp`` for the project's ``--amp`` flag,
     ``cfg.SOLVER.AMP.ENABLED`` for that key of a config file, a parameter for its default."""
     chain = _chain(expr)
     found = named_switch(ctx, chain) if chain is not None else None
     if found is not None:
         return found
-    if isinstance(expr, cst.Name):
+    if isinstance(expr, (cst.Name, ast.Name)):
         found = _parameter(ctx, expr)
         if found is not None:
             return found
@@ -89,8 +102,18 @@ def named_switch(ctx: CheckedFile, chain: list[str]) -> Switch | None:
     return _flag(ctx, chain) or _config_key(ctx, chain)
 
 
-def _chain(expr: cst.BaseExpression) -> list[str] | None:
+def _chain(expr) -> list[str] | None:
     """``args.amp`` → [args, amp]; ``cfg["train"]["amp"]`` → [cfg, train, amp]."""
+    if isinstance(expr, ast.Name):
+        return [expr.id]
+    if isinstance(expr, ast.Attribute):
+        head = _chain(expr.value)
+        return None if head is None else [*head, expr.attr]
+    if isinstance(expr, ast.Subscript):
+        head = _chain(expr.value)
+        key = expr.slice
+        return [*head, key.value] if head is not None and isinstance(key, ast.Constant) \
+            and isinstance(key.value, str) else None
     if isinstance(expr, cst.Name):
         return [expr.value]
     if isinstance(expr, cst.Attribute):
@@ -146,7 +169,10 @@ def _config_key(ctx: CheckedFile, chain: list[str]) -> Switch | None:
     return Switch(f"when `{name}` is true ({where} has `{key.value}`)", (related,))
 
 
-def _parameter(ctx: FileContext, name: cst.Name) -> Switch | None:
+def _parameter(ctx: CheckedFile, name: cst.Name | ast.Name) -> Switch | None:
+    """The parameter ``name`` reads, not rebound before, and its default."""
+    if isinstance(name, ast.Name):
+        return _ast_parameter(ctx, name)
     function = enclosing_function(ctx, name)
     if function is None or assigned_before(ctx, name) is not None:
         return None
@@ -159,3 +185,18 @@ def _parameter(ctx: FileContext, name: cst.Name) -> Switch | None:
     return Switch(f"when `{name.value}` is true (a parameter of `{function.name.value}`, "
                   f"default `{ctx.code(param.default)}`)",
                   (Related(ctx.path, row, f"`{name.value}` defaults to `{ctx.code(param.default)}`"),))
+
+
+def _ast_parameter(ctx, name: ast.Name) -> Switch | None:
+    function = ctx.enclosing_function(name)
+    if function is None or value_before(ctx, name) is not None:
+        return None
+    args = function.args
+    params = [*args.posonlyargs, *args.args]
+    defaults = dict(zip(params[len(params) - len(args.defaults):], args.defaults))
+    defaults.update((p, d) for p, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None)
+    param, default = next(((p, d) for p, d in defaults.items() if p.arg == name.id), (None, None))
+    if param is None:
+        return None
+    return Switch(f"when `{name.id}` is true (a parameter of `{function.name}`, default `{ctx.code(default)}`)",
+                  (Related(ctx.path, param.lineno, f"`{name.id}` defaults to `{ctx.code(default)}`"),))

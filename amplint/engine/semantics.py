@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Iterable, Iterator, NamedTuple, Sequence
 
@@ -190,25 +189,6 @@ def region_spans(outline: Outline) -> list[tuple[ast.stmt, ast.AST, int]]:
               if any(id(d) in enabled for d in f.decorator_list)]
     cache.append(spans)
     return spans
-
-
-def calls_in_regions(outline: Outline) -> set[int]:
-    """The ids of the calls in a region of ``region_spans``."""
-    cache = outline.__dict__.setdefault("_calls_in_regions", [])
-    if cache:
-        return cache[0]
-    scopes = outline.scopes
-    spans = region_spans(outline)
-    found: set[int] = set()
-    if spans:
-        calls = sorted(((c.lineno, c.col_offset), id(c)) for c in outline.nodes(ast.Call))
-        starts = [start for start, _ in calls]
-        for first, last, scope in spans:
-            end = (last.end_lineno, last.end_col_offset)
-            found.update(i for _, i in calls[bisect_left(starts, (first.lineno, first.col_offset)):
-                                             bisect_left(starts, end)] if scopes[i] == scope)
-    cache.append(found)
-    return found
 
 
 def autocast_call(ctx: FileContext, expr: cst.BaseExpression) -> AutocastCall | None:
@@ -538,8 +518,14 @@ def method_call(call: cst.Call) -> tuple[cst.BaseExpression, str] | None:
     return None
 
 
-def scaled_backward_scaler(ctx: FileContext, call: cst.Call) -> str | None:
-    """For ``S.scale(loss).backward()`` the code of S."""
+def scaled_backward_scaler(ctx, call: cst.Call | ast.Call) -> str | None:
+    """For ``S.scale(loss).backward()`` the code of S, in either tree."""
+    if isinstance(call, ast.Call):
+        func = call.func
+        inner = func.value if isinstance(func, ast.Attribute) and func.attr == "backward" else None
+        if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr == "scale":
+            return ctx.code(inner.func.value)
+        return None
     mc = method_call(call)
     if mc is None or mc[1] != "backward":
         return None
@@ -595,36 +581,6 @@ def named_like_optimizer(code: str) -> bool:
     last = code.split(".")[-1].lower().lstrip("_")
     return ("optim" in last or last == "opt" or last.startswith("opt_") or last.endswith("_opt")) \
         and "sched" not in last
-
-
-# -- policy tables ------------------------------------------------------------------------
-
-def region_table(ctx: FileContext, ac: AutocastCall):
-    """The policy table for an autocast call's device (a literal, else the configured one);
-    None when there is no table for that device."""
-    device = ac.device.split(":")[0] if ac.device else None
-    return ctx.policy(device)
-
-
-def disables_itself(ctx: FileContext, ac: AutocastCall) -> bool:
-    """Whether torch turns the region off for its dtype (AMP011's verdict): a literal dtype
-    that the table of its literal, accepted device does not support. Torch warns "Disabling
-    autocast" and runs the region as ``enabled=False`` would."""
-    if ac.device is None or ac.dtype is None or ac.device.split(":")[0] not in ctx.policy().autocast_devices:
-        return False
-    table = region_table(ctx, ac)
-    return table is not None and ac.dtype not in table.supported_dtypes
-
-
-def region_dtype(ctx: FileContext, ac: AutocastCall) -> str | None:
-    """The lower-precision dtype a region runs in: its literal dtype, else the device's default
-    from the tables; None when an expression decides."""
-    if ac.dtype is not None:
-        return ac.dtype
-    if ac.dtype_given:
-        return None
-    table = region_table(ctx, ac)
-    return table.default_dtype if table is not None else None
 
 
 def autocast_calls(ctx: FileContext) -> list[AutocastCall]:

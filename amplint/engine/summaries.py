@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from .names import dotted
-from .outline import Outline
+from .outline import Outline, contains
 from .semantics import backward_by_shape, named_like_optimizer
 from .project_index import dependency, module_dependency, module_text, project_module, relative_name, summarized_by
 
@@ -200,6 +200,22 @@ def _names_scaler(expr: ast.AST) -> bool:
     return any("scaler" in text.lower() for text in _texts(expr))
 
 
+def _order(node: ast.AST) -> tuple[int, int, int, int]:
+    """Source order, an outer node before the nodes inside it."""
+    return node.lineno, node.col_offset, -node.end_lineno, -node.end_col_offset
+
+
+def _bind(found: dict[str, list], node: ast.AST, target: ast.expr, value: ast.expr | None) -> None:
+    """Record ``node`` as a binding of each name in ``target`` (unpacked: no value)."""
+    if isinstance(target, ast.Name):
+        found.setdefault(target.id, []).append((node, value))
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        for element in target.elts:
+            _bind(found, node, element, None)
+    elif isinstance(target, ast.Starred):
+        _bind(found, node, target.value, None)
+
+
 def _body(function: ast.AST):
     """The nodes of a function's own code: not those of a function, lambda or class it defines
     (they run only when called)."""
@@ -224,6 +240,7 @@ class _Scope:
     other: set[str] = field(default_factory=set)
     built: dict[str, tuple | None] = field(default_factory=dict)
     bound: dict[str, list[tuple[str, ast.expr]]] | None = None  # ``_Module.bindings``, once asked
+    placed: dict[str, list[tuple[ast.AST, ast.expr | None]]] | None = None  # ``_Module.value_before``
 
 
 class _Module:
@@ -259,8 +276,7 @@ class _Module:
     def calls_in_order(self) -> list[ast.Call]:
         """The module's calls in source order, an outer call before the calls inside it."""
         if "_in_order" not in self.__dict__:
-            self._in_order = sorted(self.outline.nodes(ast.Call),
-                                    key=lambda n: (n.lineno, n.col_offset, -n.end_lineno, -n.end_col_offset))
+            self._in_order = sorted(self.outline.nodes(ast.Call), key=_order)
         return self._in_order
 
     def function_at(self, row: int) -> ast.AST | None:
@@ -392,6 +408,11 @@ class _Module:
                 built[name] = (classes[0][0], classes[0][1], tuple(p for c in classes for p in c[2])) if classes else ()
         return built[name]
 
+    def scope_nodes(self, scope: ast.AST) -> list[ast.AST]:
+        """The nodes of a function's own code (or the top level's): not those of a function,
+        lambda or class it defines."""
+        return self._scope(scope).nodes
+
     def assigned_once(self, scope: ast.AST) -> dict[str, ast.expr]:
         """The names of a function (or the module's top level) that one plain assignment binds
         and nothing else: each stands for its value."""
@@ -422,6 +443,54 @@ class _Module:
                         ("collects", arg) for arg in (*node.args, *(k.value for k in node.keywords)))
             known.bound = found
         return known.bound
+
+    def value_before(self, scope: ast.AST, name: ast.Name) -> ast.expr | None:
+        """The value ``name`` holds where ``scope`` (a function, or the top level) reads it,
+        where a plain assignment earlier there shows it (``x = ...``, ``x: T = ...``, ``x :=
+        ...``). None when there is none, when the last binding before the read is another kind
+        (``x += ...``, a ``for`` or ``with`` target, unpacking, an import), or when a binding
+        later in a loop around the read may reach it on the next iteration: each read has one
+        answer or none."""
+        bindings = self._placed(scope).get(name.id, ())
+        at = _order(name)
+        value = None
+        for binding, bound in bindings:
+            if _order(binding) >= at:
+                break
+            if not contains(binding, name):  # `x = x + 1` reads the binding before it
+                value = bound
+        if value is None:
+            return None
+        later = [b for b, _ in bindings if _order(b) > at]
+        if later and any(isinstance(loop, (ast.For, ast.AsyncFor, ast.While)) and contains(loop, name)
+                         and any(contains(loop, b) for b in later) for loop in self._scope(scope).nodes):
+            return None
+        return value
+
+    def _placed(self, scope: ast.AST) -> dict[str, list[tuple[ast.AST, ast.expr | None]]]:
+        """Every binding of each name in ``scope``'s own code, in source order, with the value
+        a plain assignment binds (else None)."""
+        known = self._scope(scope)
+        if known.placed is None:
+            found: dict[str, list[tuple[ast.AST, ast.expr | None]]] = {}
+            for node in known.nodes:
+                if isinstance(node, ast.Assign):
+                    for target in node.targets:
+                        _bind(found, node, target, node.value)
+                elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
+                    _bind(found, node, node.target, node.value)
+                elif isinstance(node, (ast.AugAssign, ast.For, ast.AsyncFor)):
+                    _bind(found, node, node.target, None)
+                elif isinstance(node, ast.comprehension):  # which has no position of its own
+                    _bind(found, node.target, node.target, None)
+                elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+                    _bind(found, node.optional_vars, node.optional_vars, None)
+                elif isinstance(node, ast.ExceptHandler) and node.name:
+                    found.setdefault(node.name, []).append((node, None))
+                elif isinstance(node, ast.alias):
+                    found.setdefault(node.asname or node.name.split(".")[0], []).append((node, None))
+            known.placed = {k: sorted(v, key=lambda b: _order(b[0])) for k, v in found.items()}
+        return known.placed
 
     def rebinds(self, function: ast.AST, name: str) -> bool:
         """Whether ``function``'s own code binds ``name`` (a parameter rebound, say)."""

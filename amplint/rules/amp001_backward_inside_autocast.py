@@ -2,25 +2,14 @@ from __future__ import annotations
 
 import ast
 
-import libcst as cst
-
-from ..engine.context import FileContext
+from ..engine.ast_context import AstContext
 from ..engine.crossfile import located
 from ..engine.diagnostics import Fix, Related
 from ..engine.enabling import region_switch
-from ..engine.edits import edit_from_tree
-from ..engine.outline import Outline
-from ..engine.rule import AnyOf, Invalid, Rule, Valid
+from ..engine.region_tables import disables_itself
+from ..engine.regions import autocast_region, project_autocast_wrapper
+from ..engine.rule import AnyOf, AstRule, Invalid, Valid
 from ..engine.summaries import callee_summary
-from ..engine.semantics import (
-    autocast_region,
-    calls,
-    calls_in_regions,
-    disables_itself,
-    method_call,
-    project_autocast_wrapper,
-    statement_of,
-)
 
 _AUTOGRAD = frozenset({"torch.autograd.backward", "torch.autograd.grad"})
 
@@ -32,67 +21,52 @@ _MOVABLE_METHODS = frozenset({"backward", "step", "update", "unscale_", "zero_gr
 _MOVABLE_FUNCTIONS = frozenset({"print"})
 
 
-def _may_fire(outline: Outline) -> bool:
-    """A backward call in a region, or a call there that ``callee_summary`` may follow (a name,
-    ``self.m``, ``module.f``), as far as the ast shows it (``calls_in_regions``)."""
-    regions = calls_in_regions(outline)
-    return any(id(c) in regions and ((isinstance(c.func, ast.Attribute) and c.func.attr == "backward")
-                                     or not outline.qualified_names(c.func).isdisjoint(_AUTOGRAD)
-                                     or isinstance(c.func, ast.Name)
-                                     or (isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)))
-               for c in outline.nodes(ast.Call))
-
-
-def _project_wrapper(ctx: FileContext, region: cst.CSTNode):
+def _project_wrapper(ctx: AstContext, region: ast.AST):
     """The project's own autocast wrapper a ``with`` opens, if that is what makes it a region."""
-    if not isinstance(region, cst.With):
+    if not isinstance(region, (ast.With, ast.AsyncWith)):
         return None
     return next((w for item in reversed(region.items)
-                 if (w := project_autocast_wrapper(ctx, item.item)) is not None), None)
+                 if (w := project_autocast_wrapper(ctx, item.context_expr)) is not None), None)
 
 
-def _movable_expr(expr: cst.BaseExpression) -> bool:
-    if isinstance(expr, (cst.Name, cst.Attribute, cst.Integer, cst.Float, cst.SimpleString)):
+def _movable_expr(expr: ast.expr) -> bool:
+    if isinstance(expr, (ast.Name, ast.Attribute)):
         return True
-    if isinstance(expr, cst.Call):
-        mc = method_call(expr)
-        name = mc[1] if mc else (expr.func.value if isinstance(expr.func, cst.Name) else None)
-        if name in _MOVABLE_METHODS or (mc is None and name in _MOVABLE_FUNCTIONS):
-            return all(_movable_expr(a.value) or _plain(a.value) for a in expr.args)
+    if isinstance(expr, ast.Constant):
+        return isinstance(expr.value, (int, float, str, bytes))
+    if isinstance(expr, ast.Call):
+        func = expr.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+        if name in _MOVABLE_METHODS if isinstance(func, ast.Attribute) else name in _MOVABLE_FUNCTIONS:
+            arguments = [a.value if isinstance(a, ast.Starred) else a for a in expr.args]
+            return all(_movable_expr(a) or _plain(a) for a in (*arguments, *(k.value for k in expr.keywords)))
         return False
-    if isinstance(expr, cst.BinaryOperation):
+    if isinstance(expr, ast.BinOp):
         return _movable_expr(expr.left) and _movable_expr(expr.right)
     return False
 
 
-def _plain(expr: cst.BaseExpression) -> bool:
+def _plain(expr: ast.expr) -> bool:
     """Arguments without calls in them cannot run ops."""
-    found = []
-
-    class FindCall(cst.CSTVisitor):
-        def visit_Call(self, node: cst.Call) -> None:
-            found.append(node)
-
-    expr.visit(FindCall())
-    return not found
+    return not any(isinstance(n, ast.Call) for n in ast.walk(expr))
 
 
-def _movable_statement(stmt: cst.CSTNode) -> bool:
-    if not isinstance(stmt, cst.SimpleStatementLine):
-        return False
-    for small in stmt.body:
-        if isinstance(small, cst.Expr):
-            ok = _movable_expr(small.value)
-        elif isinstance(small, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
-            ok = small.value is not None and _movable_expr(small.value)
-        else:
-            ok = isinstance(small, (cst.Pass, cst.Del))
-        if not ok:
-            return False
-    return True
+def _movable_statement(stmt: ast.stmt) -> bool:
+    if isinstance(stmt, ast.Expr):
+        return _movable_expr(stmt.value)
+    if isinstance(stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+        return stmt.value is not None and _movable_expr(stmt.value)
+    return isinstance(stmt, (ast.Pass, ast.Delete))
 
 
-class BackwardInsideAutocast(Rule):
+def _statement_of(ctx: AstContext, node: ast.AST) -> ast.AST:
+    """The innermost statement that holds ``node``."""
+    while not isinstance(node, ast.stmt) and ctx.parent(node) is not None:
+        node = ctx.parent(node)
+    return node
+
+
+class BackwardInsideAutocast(AstRule):
     """
     ## What it does
     Finds backward passes — `loss.backward()`, `scaler.scale(loss).backward()`,
@@ -167,7 +141,6 @@ class BackwardInsideAutocast(Rule):
     # region the file opens itself, where a helper's backward counts: another spelling of
     # the word, so that files without it do not ask the project's wrappers for it.
     fragments = (("autocast", AnyOf("backward", "autograd")), r"autocast\W")
-    may_fire = staticmethod(_may_fire)
     project_wrappers_for = "autocast"  # `with amp_ctx():`, a wrapper of the project's
 
     valid = (
@@ -370,19 +343,19 @@ def step(self, batch):
 """, at=((6, 9, '`backward()` inside an autocast region'),)),
     )
 
-    def check(self, ctx: FileContext) -> None:
+    def check(self, ctx: AstContext) -> None:
         fixed_blocks: set[int] = set()
-        for call in calls(ctx):
-            mc = method_call(call)
-            is_backward = (mc is not None and mc[1] == "backward") or \
-                ctx.resolves_to(call.func, _AUTOGRAD) is not None
+        for call in sorted(ctx.outline.nodes(ast.Call), key=ctx.order):
+            is_method = isinstance(call.func, ast.Attribute)
+            is_backward = (is_method and call.func.attr == "backward") \
+                or ctx.resolves_to(call.func, _AUTOGRAD) is not None
             region = autocast_region(ctx, call, frameworks=True)
             if region is None or (region[0] is not None and disables_itself(ctx, region[0])):
                 continue
             if not is_backward:
                 self._through_helper(ctx, call, region)
                 continue
-            what = ctx.code(call.func) + "()" if mc is None else "backward()"
+            what = "backward()" if is_method else ctx.code(call.func) + "()"
             # One fix per block: the first backward's fix moves every later one out with it.
             fix = None if id(region[1]) in fixed_blocks else self._fix(ctx, call, region[1])
             if fix is not None:
@@ -400,7 +373,7 @@ def step(self, batch):
                        related=(Related(wrapper.shown_path(), wrapper.row, f"`{wrapper.name}` opens autocast"),))
 
     @staticmethod
-    def _through_helper(ctx: FileContext, call: cst.Call, region) -> None:
+    def _through_helper(ctx: AstContext, call: ast.Call, region) -> None:
         """A call in the region of a project function that runs a backward pass (``summaries``)."""
         summary = callee_summary(ctx, call)
         if summary is None or not summary.backwards:
@@ -414,20 +387,17 @@ def step(self, batch):
                          "or move the backward pass out of it",
                    related=(related, *(switch.related if switch else ())))
 
-    def _fix(self, ctx: FileContext, call: cst.Call, region: cst.CSTNode) -> Fix | None:
-        if not isinstance(region, cst.With) or len(region.items) != 1 \
-                or not isinstance(region.body, cst.IndentedBlock):
+    @staticmethod
+    def _fix(ctx: AstContext, call: ast.Call, region: ast.AST) -> Fix | None:
+        if not isinstance(region, (ast.With, ast.AsyncWith)) or len(region.items) != 1:
             return None
-        stmt = statement_of(ctx, call)
-        body = list(region.body.body)
+        stmt = _statement_of(ctx, call)
+        body = region.body
         index = next((i for i, s in enumerate(body) if s is stmt), None)
+        # the statements sharing its line go with it
+        while index and body[index - 1].end_lineno >= body[index].lineno:
+            index -= 1
         if not index or not all(_movable_statement(s) for s in body[index:]):
             return None
-        new_with = region.with_changes(body=region.body.with_changes(body=body[:index]))
-        parent = ctx.parent(region)
-        siblings = list(parent.body)
-        at = next(i for i, s in enumerate(siblings) if s is region)
-        new_parent = parent.with_changes(
-            body=siblings[:at] + [new_with] + body[index:] + siblings[at + 1:])
-        return Fix("Move the backward pass out of the autocast region",
-                   (edit_from_tree(ctx, parent, new_parent),), "safe")
+        edit = ctx.out_of_block(region, body[index])
+        return Fix("Move the backward pass out of the autocast region", (edit,), "safe") if edit else None

@@ -11,6 +11,7 @@ from ..engine.crossfile import loss_place
 from ..engine.diagnostics import Fix, Related
 from ..engine.outline import Outline
 from ..engine.reach import used
+from ..engine.region_tables import region_table
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import (
     REGION_BOUNDS,
@@ -18,7 +19,6 @@ from ..engine.semantics import (
     autocast_region,
     calls,
     method_call,
-    region_table,
 )
 from ..policy import PolicyError, committed_tables
 

@@ -10,6 +10,7 @@ from ..engine.diagnostics import Related
 from ..engine.enabling import region_switch
 from ..engine.flow import Event
 from ..engine.outline import Outline
+from ..engine.region_tables import region_dtype
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.sharded_precision import Float16Models, may_train_float16
 from ..engine.semantics import (
@@ -27,7 +28,6 @@ from ..engine.semantics import (
     is_backward,
     known_scalers,
     method_call,
-    region_dtype,
     scaled_backward_scaler,
     subtree,
 )

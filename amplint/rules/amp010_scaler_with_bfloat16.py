@@ -1,54 +1,38 @@
 from __future__ import annotations
 
-import libcst as cst
+import ast
 
-from ..engine import flow
-from ..engine.context import FileContext
-from ..engine.outline import Outline
-from ..engine.rule import Invalid, Rule, Valid
-from ..engine.semantics import (
-    GRAD_SCALER,
-    AutocastCall,
-    autocast_calls,
-    calls,
-    dtype_of,
-    enabled_autocast_calls,
-    enclosing_function,
-    literal_str,
-    method_call,
-    region_dtype,
-    scaled_backward_scaler,
-    subtree,
-)
+from ..engine.ast_context import AstContext
+from ..engine.region_tables import region_dtype
+from ..engine.regions import AutocastCall, autocast_calls, dtype_of, literal_str
+from ..engine.rule import AstRule, Invalid, Valid
+from ..engine.semantics import GRAD_SCALER, scaled_backward_scaler
 
 
-def _dtype_source(ac: AutocastCall) -> tuple[cst.BaseExpression, bool] | None:
+def _dtype_source(ac: AutocastCall) -> tuple[ast.expr, bool] | None:
     """The expression that passes a region's dtype, and whether it is ``**kwargs``."""
-    for arg in ac.node.args:
-        if arg.keyword is not None and arg.keyword.value == "dtype":
-            return arg.value, False
-        if arg.star == "**":
-            return arg.value, True
+    for keyword in ac.node.keywords:
+        if keyword.arg in ("dtype", None):
+            return keyword.value, keyword.arg is None
     return None
 
 
-def _choices(ctx: FileContext, value: cst.BaseExpression, kwargs: bool) -> set[str | None] | None:
+def _choices(ctx: AstContext, value: ast.expr, kwargs: bool) -> set[str | None] | None:
     """The dtypes a value assigned to a dtype source can pass (None: none, the device's
     default); None when the value is not that plain."""
-    if isinstance(value, cst.IfExp):
+    if isinstance(value, ast.IfExp):
         body, orelse = _choices(ctx, value.body, kwargs), _choices(ctx, value.orelse, kwargs)
         return None if body is None or orelse is None else body | orelse
     if not kwargs:
-        if isinstance(value, cst.Name) and value.value == "None":
+        if isinstance(value, ast.Constant) and value.value is None:
             return {None}
         dtype = dtype_of(ctx, value)
         return {dtype} if dtype else None
-    if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "dict" \
-            and all(a.keyword is not None for a in value.args):
-        entries = [(a.keyword.value, a.value) for a in value.args]
-    elif isinstance(value, cst.Dict) and all(isinstance(e, cst.DictElement) and literal_str(e.key)
-                                             for e in value.elements):
-        entries = [(literal_str(e.key), e.value) for e in value.elements]
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "dict" \
+            and not value.args and all(k.arg is not None for k in value.keywords):
+        entries = [(k.arg, k.value) for k in value.keywords]
+    elif isinstance(value, ast.Dict) and all(k is not None and literal_str(k) for k in value.keys):
+        entries = [(literal_str(k), v) for k, v in zip(value.keys, value.values)]
     else:
         return None
     dtype_value = next((v for key, v in entries if key == "dtype"), None)
@@ -58,11 +42,11 @@ def _choices(ctx: FileContext, value: cst.BaseExpression, kwargs: bool) -> set[s
     return {dtype} if dtype else None
 
 
-def _runtime_bfloat16(ctx: FileContext, ac: AutocastCall) -> tuple[str, cst.CSTNode] | None:
+def _runtime_bfloat16(ctx: AstContext, ac: AutocastCall) -> tuple[str, ast.AST] | None:
     """For a region whose dtype comes from a name the file sets either to torch.bfloat16 or to
     nothing (the device's default), at run time: that name and an assignment of bfloat16."""
     source = _dtype_source(ac)
-    if source is None or not isinstance(source[0], (cst.Name, cst.Attribute)):
+    if source is None or not isinstance(source[0], (ast.Name, ast.Attribute)):
         return None
     # Once per source: a file's regions often share one (``self.amp_dtype``).
     cache = ctx.__dict__.setdefault("_amp010_sources", {})
@@ -72,12 +56,12 @@ def _runtime_bfloat16(ctx: FileContext, ac: AutocastCall) -> tuple[str, cst.CSTN
     return cache[key]
 
 
-def _set_to_bfloat16(ctx: FileContext, code: str, kwargs: bool) -> tuple[str, cst.CSTNode] | None:
+def _set_to_bfloat16(ctx: AstContext, code: str, kwargs: bool) -> tuple[str, ast.AST] | None:
     """``_runtime_bfloat16`` for the source spelled ``code`` (``kwargs``: passed as ``**code``)."""
     chosen, bfloat16_at = set(), None
-    for node in ctx.nodes(cst.Assign):
-        if not any(ctx.code(t.target) == code for t in node.targets):
-            if any(isinstance(t.target, cst.Subscript) and ctx.code(t.target.value) == code for t in node.targets):
+    for node in sorted(ctx.outline.nodes(ast.Assign), key=ctx.order):
+        if not any(ctx.code(t) == code for t in node.targets):
+            if any(isinstance(t, ast.Subscript) and ctx.code(t.value) == code for t in node.targets):
                 return None  # an entry set elsewhere: its dtype is not in sight
             continue
         choices = _choices(ctx, node.value, kwargs)
@@ -86,43 +70,33 @@ def _set_to_bfloat16(ctx: FileContext, code: str, kwargs: bool) -> tuple[str, cs
         chosen |= choices
         if "bfloat16" in choices and bfloat16_at is None:
             bfloat16_at = node
-    if any((mc := method_call(c)) and ctx.code(mc[0]) == code for c in calls(ctx)):
+    if any(isinstance(c.func, ast.Attribute) and ctx.code(c.func.value) == code for c in ctx.outline.nodes(ast.Call)):
         return None  # changed in place (``kwargs.update(...)``)
     if bfloat16_at is None or not chosen <= {"bfloat16", None}:
         return None
     return code, bfloat16_at
 
 
-def _gated(ctx: FileContext, creation: cst.Call, code: str) -> bool:
+def _gated(ctx: AstContext, creation: ast.Call, code: str) -> bool:
     """The scaler's creation depends on the dtype: its arguments, or the test of an ``if``
     around it, mention the dtype source or a torch dtype."""
-    def mentions(node: cst.CSTNode) -> bool:
-        return any(isinstance(n, (cst.Name, cst.Attribute)) and (ctx.code(n) == code or dtype_of(ctx, n))
-                   for n in subtree(node))
+    def mentions(node: ast.AST) -> bool:
+        return any(isinstance(n, (ast.Name, ast.Attribute)) and (ctx.code(n) == code or dtype_of(ctx, n))
+                   for n in ast.walk(node))
 
-    if any(mentions(a.value) for a in creation.args):
+    if any(mentions(a) for a in (*creation.args, *creation.keywords)):
         return True
-    child = creation
-    for ancestor in ctx.ancestors(creation):
-        if isinstance(ancestor, (cst.If, cst.IfExp)) and child is not ancestor.test and mentions(ancestor.test):
+    child, ancestor = creation, ctx.parent(creation)
+    while ancestor is not None:
+        if isinstance(ancestor, (ast.If, ast.IfExp)) and child is not ancestor.test and mentions(ancestor.test):
             return True
-        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda)):
+        if isinstance(ancestor, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             return False
-        child = ancestor
+        child, ancestor = ancestor, ctx.parent(ancestor)
     return False
 
 
-def _row(ctx: FileContext, node: cst.CSTNode) -> int:
-    return ctx.location(ctx.offsets(node)[0]).row
-
-
-def _may_fire(outline: Outline) -> bool:
-    """What check() needs: a scaled backward in a function that opens an enabled region."""
-    regions = {outline.scopes[id(c)] for c in enabled_autocast_calls(outline)}
-    return any(flow.SCALED_BACKWARD in kinds and scope in regions for scope, kinds in flow.events_on_ast(outline).items())
-
-
-class ScalerWithBfloat16(Rule):
+class ScalerWithBfloat16(AstRule):
     """
     ## What it does
     Finds `S.scale(loss).backward()` in a function whose autocast regions all run in bfloat16
@@ -174,7 +148,6 @@ class ScalerWithBfloat16(Rule):
     summary = "GradScaler used with bfloat16 autocast (not needed)"
     uses_policy = True
     fragments = (r"\.scale\(",)
-    may_fire = staticmethod(_may_fire)
 
     valid = (
         Valid("""
@@ -252,16 +225,18 @@ def train_one_epoch(model, optimizer, loader, scaler):
 """, at=((8, 14, 'the autocast region of line 12 runs in bfloat16 where line 6 sets `autocast_args`'),)),
     )
 
-    def check(self, ctx: FileContext) -> None:
-        regions: dict[int, list[AutocastCall]] = {}  # by id of the function; id(None): the module
-        for ac in autocast_calls(ctx):
-            if ac.enabled is not False:
-                regions.setdefault(id(enclosing_function(ctx, ac.node)), []).append(ac)
-        scaled: dict[int, list[tuple[cst.Call, str]]] = {}
-        for call in calls(ctx):
+    def check(self, ctx: AstContext) -> None:
+        scaled: dict[int, list[tuple[ast.Call, str]]] = {}  # by id of the function; id(None): the module
+        for call in sorted(ctx.outline.method_calls("backward"), key=ctx.order):
             scaler = scaled_backward_scaler(ctx, call)
             if scaler is not None:
-                scaled.setdefault(id(enclosing_function(ctx, call)), []).append((call, scaler))
+                scaled.setdefault(id(ctx.enclosing_function(call)), []).append((call, scaler))
+        if not scaled:
+            return
+        regions: dict[int, list[AutocastCall]] = {}
+        for ac in autocast_calls(ctx):
+            if ac.enabled is not False:
+                regions.setdefault(id(ctx.enclosing_function(ac.node)), []).append(ac)
         for scope, backwards in scaled.items():
             scope_regions = regions.get(scope, [])
             if scope_regions and all(region_dtype(ctx, ac) == "bfloat16" for ac in scope_regions):
@@ -273,9 +248,9 @@ def train_one_epoch(model, optimizer, loader, scaler):
         if runtime is None:
             return
         ac, (code, bfloat16_at) = runtime
-        for creation in calls(ctx):
+        for creation in sorted(ctx.outline.nodes(ast.Call), key=ctx.order):
             if ctx.resolves_to(creation.func, GRAD_SCALER) and not _gated(ctx, creation, code):
                 ctx.report(creation, f"GradScaler built whatever the dtype, but the autocast region of line "
-                           f"{_row(ctx, ac.node)} runs in bfloat16 where line {_row(ctx, bfloat16_at)} sets "
+                           f"{ac.node.lineno} runs in bfloat16 where line {bfloat16_at.lineno} sets "
                            f"`{code}` to it: bfloat16 needs no loss scaling; build the scaler only for "
                            "float16 (or pass that choice as `enabled=`)")

@@ -1,54 +1,12 @@
 from __future__ import annotations
 
-import ast
-from functools import lru_cache
-
-from ..engine.context import FileContext
-from ..engine.outline import Outline
-from ..engine.rule import Invalid, Rule, Valid
-from ..engine.semantics import (AUTOCAST, AUTOCAST_DEVICE, DTYPES, autocast_calls, disables_itself,
-                                enabled_autocast_calls, region_table)
-from ..policy import committed_tables
+from ..engine.ast_context import AstContext
+from ..engine.region_tables import disables_itself, region_table
+from ..engine.regions import autocast_calls
+from ..engine.rule import AstRule, Invalid, Valid
 
 
-
-@lru_cache(maxsize=None)
-def _accepted() -> tuple[frozenset[str], dict[str, frozenset[str]]]:
-    """What every committed table accepts: the autocast devices, and each device's dtypes."""
-    tables = committed_tables()
-    devices = frozenset.intersection(*(frozenset(t.autocast_devices) for t in tables))
-    dtypes: dict[str, frozenset[str]] = {}
-    for t in tables:
-        dtypes[t.device] = dtypes.get(t.device, frozenset(t.supported_dtypes)) & frozenset(t.supported_dtypes)
-    return devices, dtypes
-
-
-def _may_fire(outline: Outline) -> bool:
-    """An enabled autocast call with a literal device some table may not accept, or a dtype
-    named by torch's name that its device's table may not support: what check() reports, with
-    the tables' answers taken as narrowly as any committed table gives them."""
-    devices, dtypes = _accepted()
-    for call in enabled_autocast_calls(outline):
-        if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
-            continue  # autocast_call binds nothing then: no literal device or dtype to judge
-        for name in outline.qualified_names(call.func) & AUTOCAST:
-            per_device = AUTOCAST_DEVICE.get(name)
-            bound = dict(zip(("enabled", "dtype") if per_device else ("device_type", "dtype"), call.args))
-            bound.update((k.arg, k.value) for k in call.keywords)
-            device = per_device or getattr(bound.get("device_type"), "value", None)
-            if not isinstance(device, str):
-                continue  # not a literal: check() does not judge it
-            base = device.split(":")[0]
-            if base not in devices:
-                return True
-            dtype = next((DTYPES[n] for n in outline.qualified_names(bound["dtype"]) if n in DTYPES), None) \
-                if "dtype" in bound else None
-            if dtype is not None and dtype not in dtypes.get(base, frozenset()):
-                return True
-    return False
-
-
-class AutocastSilentlyDisabled(Rule):
+class AutocastSilentlyDisabled(AstRule):
     """
     ## What it does
     Finds autocast regions that do nothing or fail, judged by the policy tables for the
@@ -87,8 +45,6 @@ class AutocastSilentlyDisabled(Rule):
     summary = "Autocast region with a dtype or device string autocast does not accept"
     uses_policy = True
     fragments = (r"autocast",)
-    # An autocast call with a dtype, or with a literal device other than cuda and cpu.
-    may_fire = staticmethod(_may_fire)
 
     valid = (
         Valid("""
@@ -98,6 +54,14 @@ with torch.autocast("cpu", dtype=torch.bfloat16):
 with torch.autocast("cuda:0", dtype=torch.float16):
     out = model(x)
 with torch.autocast(device_type=x.device.type):
+    out = model(x)
+with torch.autocast("cuda:1"), torch.cuda.amp.autocast(True):
+    out = model(x)
+with torch.autocast("cpu", torch.float16):
+    out = model(x)
+with torch.autocast("cpu", torch.float64, enabled=False):
+    out = model(x)
+with torch.autocast(**settings):
     out = model(x)
 """),
     )
@@ -119,7 +83,7 @@ with torch.cpu.amp.autocast(dtype=torch.float32):
 """, at=((3, 6, 'autocast on cpu does not support float32 and disables itself'),)),
     )
 
-    def check(self, ctx: FileContext) -> None:
+    def check(self, ctx: AstContext) -> None:
         known = ctx.policy().autocast_devices
         for ac in autocast_calls(ctx):
             if ac.device is None or ac.enabled is False:

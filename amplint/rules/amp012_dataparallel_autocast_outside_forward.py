@@ -1,51 +1,34 @@
 from __future__ import annotations
 
-import libcst as cst
+import ast
 
-from ..engine.context import FileContext
-from ..engine.rule import Invalid, Rule, Valid
-from ..engine.semantics import (
-    assigned_before,
-    autocast_decorator,
-    autocast_of_with_item,
-    autocast_region,
-    calls,
-    calls_enabled_autocast,
-)
+from ..engine.ast_context import AstContext
+from ..engine.regions import autocast_calls, autocast_decorator, autocast_of_with_item, autocast_region, value_before
+from ..engine.rule import AstRule, Invalid, Valid
 
 _DATA_PARALLEL = frozenset({"torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
                             "torch.nn.parallel.data_parallel.DataParallel"})
-
-
 _MOVES = frozenset({"cuda", "to", "cpu", "train", "eval", "float", "half", "bfloat16"})
 
 
-def _strip_moves(expr: cst.BaseExpression) -> cst.BaseExpression:
+def _strip_moves(expr: ast.expr) -> ast.expr:
     """``nn.DataParallel(net).cuda().train()`` is still the DataParallel."""
-    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) \
-            and expr.func.attr.value in _MOVES:
+    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _MOVES:
         expr = expr.func.value
     return expr
 
 
-def _forward_has_autocast(ctx: FileContext, cls: cst.ClassDef) -> bool:
-    for stmt in cls.body.body:
-        if isinstance(stmt, cst.FunctionDef) and stmt.name.value == "forward":
-            if autocast_decorator(ctx, stmt):
-                return True
-            found = []
-
-            class FindWith(cst.CSTVisitor):
-                def visit_WithItem(self, node: cst.WithItem) -> None:
-                    if autocast_of_with_item(ctx, node):
-                        found.append(node)
-
-            stmt.visit(FindWith())
-            return bool(found)
-    return False
+def _forward_has_autocast(ctx: AstContext, cls: ast.ClassDef) -> bool:
+    forward = next((s for s in cls.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    and s.name == "forward"), None)
+    if forward is None:
+        return False
+    return autocast_decorator(ctx, forward) is not None or any(
+        autocast_of_with_item(ctx, item) for node in ast.walk(forward)
+        if isinstance(node, (ast.With, ast.AsyncWith)) for item in node.items)
 
 
-class DataParallelAutocastOutsideForward(Rule):
+class DataParallelAutocastOutsideForward(AstRule):
     """
     ## What it does
     Finds a `torch.nn.DataParallel` model called inside an autocast region when the wrapped
@@ -84,7 +67,6 @@ class DataParallelAutocastOutsideForward(Rule):
     name = "dataparallel-autocast-outside-forward"
     summary = "DataParallel model run in an autocast region that its worker threads do not see"
     fragments = ((r"DataParallel", r"autocast"),)
-    may_fire = staticmethod(calls_enabled_autocast)  # every region comes from an enabled autocast call
 
     valid = (
         Valid("""
@@ -148,54 +130,51 @@ with torch.autocast("cuda"):
 """, at=((10, 11, '`model` is a DataParallel of `Net`, whose forward has no aut'),)),
     )
 
-    def check(self, ctx: FileContext) -> None:
-        classes = None
-        for call in calls(ctx):
-            if not isinstance(call.func, (cst.Name, cst.Attribute)) or autocast_region(ctx, call) is None:
+    def check(self, ctx: AstContext) -> None:
+        # every region comes from an autocast call not turned off, every DataParallel from a call
+        if all(ac.enabled is False for ac in autocast_calls(ctx)) or not ctx.outline.calls_to(_DATA_PARALLEL):
+            return
+        classes = {node.name: node for node in sorted(ctx.outline.nodes(ast.ClassDef), key=ctx.order)}
+        for call in sorted(ctx.outline.nodes(ast.Call), key=ctx.order):
+            if not isinstance(call.func, (ast.Name, ast.Attribute)) or autocast_region(ctx, call) is None:
                 continue
-            if classes is None:
-                classes = _classes(ctx)
             for value in _values_of(ctx, call.func):
                 value = _strip_moves(value)
-                if not (isinstance(value, cst.Call) and ctx.resolves_to(value.func, _DATA_PARALLEL)
-                        and value.args):
+                if not (isinstance(value, ast.Call) and ctx.resolves_to(value.func, _DATA_PARALLEL)
+                        and (value.args or value.keywords)):
                     continue
-                cls = _wrapped_class(ctx, value.args[0].value, classes)
+                cls = _wrapped_class(ctx, (value.args or [k.value for k in value.keywords])[0], classes)
                 if cls is not None and not _forward_has_autocast(ctx, cls):
-                    ctx.report(call, f"`{ctx.code(call.func)}` is a DataParallel of `{cls.name.value}`, "
+                    ctx.report(call, f"`{ctx.code(call.func)}` is a DataParallel of `{cls.name}`, "
                                      "whose forward has no autocast: the worker threads run it in "
                                      "float32; put autocast inside forward")
                     break
 
 
-def _classes(ctx: FileContext) -> dict[str, cst.ClassDef]:
-    return {node.name.value: node for node in ctx.nodes(cst.ClassDef)}
-
-
-def _values_of(ctx: FileContext, expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+def _values_of(ctx: AstContext, expr: ast.expr) -> list[ast.expr]:
     """What a callee holds: the last assignment to a name in its own scope, or every
     ``self.attr = ...`` in the enclosing class."""
-    if isinstance(expr, cst.Name):
-        value = assigned_before(ctx, expr)
+    if isinstance(expr, ast.Name):
+        value = value_before(ctx, expr)
         return [value] if value is not None else []
-    if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self":
-        cls = ctx.enclosing(expr, cst.ClassDef)
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
+        cls = ctx.enclosing(expr, ast.ClassDef)
         if cls is None:
             return []
         target = ctx.code(expr)
-        return [node.value for node in ctx.nodes_within(cst.Assign, cls)
-                if any(ctx.code(t.target) == target for t in node.targets)]
+        return [node.value for node in sorted((n for n in ast.walk(cls) if isinstance(n, ast.Assign)), key=ctx.order)
+                if any(ctx.code(t) == target for t in node.targets)]
     return []
 
 
-def _wrapped_class(ctx, expr, classes) -> cst.ClassDef | None:
+def _wrapped_class(ctx: AstContext, expr: ast.expr, classes: dict[str, ast.ClassDef]) -> ast.ClassDef | None:
     for _ in range(3):  # follow `net = Net(); model = DataParallel(net)`
         expr = _strip_moves(expr)
-        if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name):
-            return classes.get(expr.func.value)
-        if not isinstance(expr, cst.Name):
+        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name):
+            return classes.get(expr.func.id)
+        if not isinstance(expr, ast.Name):
             return None
-        expr = assigned_before(ctx, expr)
+        expr = value_before(ctx, expr)
         if expr is None:
             return None
     return None

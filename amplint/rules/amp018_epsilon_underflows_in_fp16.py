@@ -13,6 +13,7 @@ from ..engine.diagnostics import Related
 from ..engine.enabling import region_switch
 from ..engine.crossfile import enabling_site, named_loss_place, named_loss_places_on_ast
 from ..engine.outline import Outline, contains
+from ..engine.region_tables import region_dtype, region_table
 from ..engine.rule import AnyOf, Invalid, Rule, TextTest, Valid
 from ..engine.semantics import (
     DTYPES,
@@ -25,8 +26,6 @@ from ..engine.semantics import (
     inferred_dtype,
     method_call,
     policies_of,
-    region_dtype,
-    region_table,
     subtree,
 )
 from ..engine.text_scan import enclosing_bracket, space_before, word_before

@@ -7,6 +7,7 @@ import libcst as cst
 
 from ..engine.context import FileContext
 from ..engine.outline import Outline
+from ..engine.region_tables import region_table
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import (
     assigned_before,
@@ -20,7 +21,6 @@ from ..engine.semantics import (
     makes_float32_outside_autocast,
     policies_of,
     region_spans,
-    region_table,
     tensor_input,
 )
 from ..policy import committed_tables

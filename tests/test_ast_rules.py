@@ -78,3 +78,34 @@ def test_a_fix_edits_the_text_at_the_nodes_offsets():
     assert result.source == ('import torch\nimport torch.nn.functional as F\nnote = "ß"; p = F.log_softmax(\n'
                              '    logits,  # the scores\n    dim=-1)\n')
     assert result.diagnostics == [] and result.fixes_applied == 1
+
+
+def test_a_backward_moved_out_of_its_region_keeps_its_text():
+    # AMP001's fix on the ast: the tail of the `with` body dedented to the block's own
+    # indentation, the comment above it and a call's continuation lines moving with it.
+    source = ('import torch\nfor x in loader:\n    with torch.autocast("cuda"):\n        loss = model(x)\n'
+              '        # scale, then step\n        scaler.scale(loss).backward()  # scaled\n'
+              '        scaler.step(\n            optimizer,\n        )\n    print("done")\n')
+    result = _lint(source, ["AMP001"], fix=True)
+    assert result.source == ('import torch\nfor x in loader:\n    with torch.autocast("cuda"):\n        loss = model(x)\n'
+                             '    # scale, then step\n    scaler.scale(loss).backward()  # scaled\n'
+                             '    scaler.step(\n        optimizer,\n    )\n    print("done")\n')
+    assert result.diagnostics == [] and result.fixes_applied == 1
+
+
+def test_a_backward_moved_out_keeps_tabs_and_line_endings():
+    source = 'import torch\r\nwith torch.autocast("cuda"):\r\n\tloss = model(x)\r\n\tloss.backward()\r\n'
+    result = _lint(source, ["AMP001"], fix=True)
+    assert result.source == 'import torch\r\nwith torch.autocast("cuda"):\r\n\tloss = model(x)\r\nloss.backward()\r\n'
+
+
+def test_no_backward_is_moved_where_the_text_would_change():
+    # A string spanning lines (dedenting would change it), a body on the `with` line, the
+    # backward sharing its line with the forward: reported, not fixed.
+    for source in ('import torch\nwith torch.autocast("cuda"):\n    loss = model(x)\n    loss.backward()\n'
+                   '    print("""step\n    done""")\n',
+                   'import torch\nwith torch.autocast("cuda"): loss = model(x); loss.backward()\n',
+                   'import torch\nwith torch.autocast("cuda"):\n    loss = model(x); loss.backward()\n'):
+        result = _lint(source, ["AMP001"], fix=True)
+        assert result.source == source and result.fixes_applied == 0
+        assert [d.code for d in result.diagnostics] == ["AMP001"]

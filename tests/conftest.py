@@ -1,5 +1,8 @@
+import dataclasses
+import json
 import os
 import sys
+import traceback
 from pathlib import Path
 
 import pytest
@@ -41,25 +44,68 @@ def example_path(tmp_path_factory):
     return path
 
 
-@pytest.fixture(scope="session")
-def probed_all(tmp_path_factory, worker_id) -> dict[str, dict]:
-    """Every device this torch knows, probed as the committed tables were (auto mode): once per
-    test session. Under xdist the first worker to need it probes and leaves the tables (JSON, as
-    the probe writes them) for the others, which wait for them."""
-    pytest.importorskip("torch")
-    import json
+# The probes of every device this torch knows that the tests read, each by the real CLI: the
+# tables (auto mode, as the committed ones were), the HTML page, and a text table of one op.
+PROBES_OF_ALL_DEVICES = {
+    "json": ["probe", "--device", "all", "--format", "json", "--output", "{folder}/probed_all.json"],
+    "html": ["probe", "--device", "all", "--format", "html", "--output", "{folder}/ops.html"],
+    "softmax.int": ["probe", "--device", "all", "--mode", "simulate", "--ops", "softmax.int"],
+}
 
+
+@dataclasses.dataclass(frozen=True)
+class CliRun:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def _run_probes(folder: Path) -> dict[str, dict]:
+    """In one process: the probe traces torch's public API (most of its time) once for them all."""
+    from click.testing import CliRunner
+
+    from amplint.cli import main
+
+    runs = {}
+    for name, args in PROBES_OF_ALL_DEVICES.items():
+        result = CliRunner().invoke(main, [arg.format(folder=folder) for arg in args])
+        stderr = result.stderr
+        if result.exc_info and not isinstance(result.exception, SystemExit):  # a crash: its traceback
+            stderr += "".join(traceback.format_exception(*result.exc_info))
+        runs[name] = {"returncode": result.exit_code, "stdout": result.stdout, "stderr": stderr}
+    return runs
+
+
+@pytest.fixture(scope="session")
+def probes_of_all_devices(tmp_path_factory, worker_id) -> tuple[Path, dict[str, CliRun]]:
+    """The folder the runs of PROBES_OF_ALL_DEVICES wrote their files in, and each run: once per
+    test session. Under xdist the first worker to need them runs them, the others wait for them."""
+    pytest.importorskip("torch")
     from filelock import FileLock  # a dependency of torch
 
-    from amplint.probe import tables
+    base = tmp_path_factory.getbasetemp()
+    folder = (base if worker_id == "master" else base.parent) / "probes_of_all_devices"
+    done = folder / "runs.json"
+    with FileLock(f"{folder}.lock"):
+        if not done.is_file():
+            folder.mkdir(exist_ok=True)
+            done.write_text(json.dumps(_run_probes(folder)))
+        runs = json.loads(done.read_text())
+    return folder, {name: CliRun(**run) for name, run in runs.items()}
 
-    def probe() -> dict[str, dict]:
-        return {t["device"]: t for t in tables.probe(tables.resolve_devices("all"), None, "auto", ())}
 
-    if worker_id == "master":  # not under xdist
-        return probe()
-    shared = tmp_path_factory.getbasetemp().parent / "probed_all.json"
-    with FileLock(f"{shared}.lock"):
-        if not shared.is_file():
-            shared.write_text(json.dumps(probe()))
-        return json.loads(shared.read_text())
+@pytest.fixture(scope="session")
+def probed_all(probes_of_all_devices) -> dict[str, dict]:
+    """Every device this torch knows, probed as the committed tables were: its tables by device."""
+    folder, runs = probes_of_all_devices
+    path = folder / "probed_all.json"
+    assert path.is_file(), runs["json"].stderr
+    return {t["device"]: t for t in json.loads(path.read_text())}
+
+
+def pytest_collection_modifyitems(items):
+    """The modules that read the probes of every device run first: under xdist's load scheduling
+    the first worker's first batch holds them all, so it probes while the others test and none
+    waits for it."""
+    probing = {item.path for item in items if "probes_of_all_devices" in item.fixturenames}
+    items.sort(key=lambda item: item.path not in probing)

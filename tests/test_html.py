@@ -7,7 +7,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,12 +18,11 @@ DEVICES = ["cpu", "cuda", "maia", "mps", "mtia", "xpu"]
 
 
 @pytest.fixture(scope="module")
-def grid(tmp_path_factory):
-    """The page the README's command writes, from a real probe of the installed torch."""
-    pytest.importorskip("torch")
-    out = tmp_path_factory.mktemp("html") / "ops.html"
-    result = subprocess.run([sys.executable, "-m", "amplint", "probe", "--device", "all", "--format", "html",
-                             "--output", str(out)], capture_output=True, text=True)
+def grid(probes_of_all_devices):
+    """The page the README's command writes, from a real probe of the installed torch (the
+    session's, see conftest.PROBES_OF_ALL_DEVICES)."""
+    folder, runs = probes_of_all_devices
+    out, result = folder / "ops.html", runs["html"]
     assert result.returncode == 0, result.stderr
     assert f"wrote {out}" in result.stderr
     return out

@@ -253,7 +253,7 @@ def _legend_rows(unclassified: str) -> list[str]:
     return [f"{name.ljust(width)}  {meaning}" for name, meaning in rows + [("(not listed)", NO_KERNEL_MEANING)]]
 
 
-def test_the_policy_names_are_explained_in_help_text_and_html_alike(run_amplint):
+def test_the_policy_names_are_explained_in_help_text_and_html_alike(run_amplint, probes_of_all_devices):
     from amplint.probe.html_page import POLICY_MEANINGS, tables_page
     from amplint.probe.render import _detail
     helped = run_amplint("probe", "--help")
@@ -263,7 +263,8 @@ def test_the_policy_names_are_explained_in_help_text_and_html_alike(run_amplint)
     for row in _legend_rows("unclassified"):
         assert row in help_lines, row
     # Under the text table; softmax has no cpu autocast kernel: a warning, the others probed.
-    result = run_amplint("probe", "--device", "all", "--mode", "simulate", "--ops", "softmax.int")
+    _, runs = probes_of_all_devices
+    result = runs["softmax.int"]  # probe --device all --mode simulate --ops softmax.int
     assert result.returncode == 0, result.stderr
     assert "amplint probe: warning: --ops 'softmax.int' matches no op on cpu" in result.stderr
     assert "aten::softmax.int  fp32_set_opt_dtype" in result.stdout

@@ -122,6 +122,24 @@ def project(probed_project, tmp_path) -> Path:
     return copy
 
 
+@pytest.fixture(scope="module")
+def probed_project_with_bce(probed_project, tmp_path_factory) -> Path:
+    """The project whose package also replaces torch's CUDA autocast kernel of
+    binary_cross_entropy, re-probed with it imported: its ops and binary_cross_entropy."""
+    project = tmp_path_factory.mktemp("project_with_bce") / "project"
+    shutil.copytree(probed_project, project)
+    _write_package(project, with_bce=True)
+    _probe(project, "mypkg", "mypkg.bce", ops=("mylib::*", "binary_cross_entropy"))
+    return project
+
+
+@pytest.fixture
+def project_with_bce(probed_project_with_bce, tmp_path) -> Path:
+    copy = tmp_path / "project"
+    shutil.copytree(probed_project_with_bce, copy)
+    return copy
+
+
 def _findings(project: Path, *extra) -> list[tuple[int, str, str]]:
     result = _amplint("check", "train.py", "--output-format", "json", "--no-cache", *extra, cwd=project)
     assert result.returncode in (0, 1), result.stderr
@@ -170,22 +188,20 @@ def test_tables_are_read_from_the_pyproject_folder(project):
     assert sorted(d["location"]["row"] for d in json.loads(result.stdout)) == [9, 10, 11, 12]
 
 
-def test_the_projects_entry_wins_for_the_same_op(project):
+def test_the_projects_entry_wins_for_the_same_op(project_with_bce):
     """The project's package replaces torch's CUDA autocast kernel of binary_cross_entropy with a
     float32 one; its table (probed with the package imported) says so, and wins."""
-    _write_package(project, with_bce=True)
-    _probe(project, "mypkg", "mypkg.bce", ops=("mylib::*", "binary_cross_entropy"))
+    project = project_with_bce
     table = json.loads((project / ".amplint" / "policies" / "cuda.json").read_text())
     assert {e["op"]: e["policy"] for e in table["ops"]}["aten::binary_cross_entropy"] == "fp32"
     _use_tables(project)
     assert [(row, code) for row, code, _ in _findings(project)] == [(9, "AMP008"), (10, "AMP008"), (12, "AMP019")]
 
 
-def test_another_torch_version_adds_only_the_projects_ops(project, tmp_path, monkeypatch):
+def test_another_torch_version_adds_only_the_projects_ops(project_with_bce, tmp_path, monkeypatch):
     """Tables the project probed with torch 2.13 over committed tables of another version: its
     own ops are added, torch's ops keep the committed version's answers."""
-    _write_package(project, with_bce=True)
-    _probe(project, "mypkg", "mypkg.bce", ops=("mylib::*", "binary_cross_entropy"))
+    project = project_with_bce
     # The committed tables, copied and labelled 2.99: a stand-in for a newer torch's.
     root = tmp_path / "policies"
     shutil.copytree(policy_mod.policy_dir() / "torch-2.13", root / "torch-2.99")

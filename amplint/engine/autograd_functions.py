@@ -23,7 +23,8 @@ import libcst as cst
 
 from .outline import Outline
 from .project_index import mentions_dependency, module_text, modules_mentioning, project_module
-from .semantics import assigned_before, call_spelling, enclosing_function, inferred_dtype, policies_of, subtree
+from .promotion import policies_of
+from .semantics import assigned_before, call_spelling, enclosing_function, inferred_dtype, subtree
 
 if TYPE_CHECKING:
     from .context import FileContext

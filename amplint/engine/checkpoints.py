@@ -1,132 +1,90 @@
-"""Training checkpoints and the GradScalers a file uses, as AMP015 reads them. Pure libcst.
+"""Training checkpoints, their restores, and the GradScalers a file uses, read from Python's
+``ast``: what AMP015 asks of a file.
+
+A GradScaler is in use where the file assigns one (a call of a GradScaler class, or of a
+module-level alias of one: ``GradScaler = torch.cuda.amp.GradScaler``,
+``functools.partial(torch.GradScaler, ...)``), receives one (a parameter named ``scaler``,
+``grad_scaler`` or ``amp_scaler``, or annotated with a GradScaler class), or scales a loss with
+one (``S.scale(loss).backward()``). It is known by how the code spells what holds it
+(``self.scaler``); an object it is an attribute of holds it too (``self.state`` holds
+``self.state.scaler``).
 
 A checkpoint is training state that holds an optimizer's state: model weights alone are not
 resumed from. It is built as a dict (a literal, ``dict(...)``, a constructor's keyword
 arguments such as ``Snapshot(optimizer_state=...)``, ``ckpt["optimizer"] = ...``) or saved as
-a file of its own (``torch.save(optimizer.state_dict(), "optimizer.pt")``); a resume is a call
-that restores an optimizer's state from one.
+a file of its own (``torch.save(optimizer.state_dict(), "optimizer.pt")``). A restore is a call
+named like a load, a restore or a resume (``load_checkpoint``, ``self.restore_model``); an
+optimizer's restore loads its state from saved state (``optimizer.load_state_dict(ckpt["optimizer"])``).
+
+Scalers and checkpoints are matched within a unit: a class (its methods share them), or the
+module outside classes (``unit_of``). Whether a unit saves or restores a scaler's state
+(``saves_scaler``, ``restores_scaler``) is asked with a test of what may be the scaler, given
+its spelling and whether it is a name or an attribute (``ScalerTest``).
+
+Names stand for what the file's imports make them (``Outline.qualified_names``); a name read
+for its value is followed to the plain assignment before it (``summaries``' ``value_before``).
 """
 
 from __future__ import annotations
 
+import ast
+import bisect
 import re
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
-import libcst as cst
-
-from .context import FileContext
-from .names import dotted
-from .tree import children
-from .semantics import GRAD_SCALER, assigned_before, enclosing_function, named_like_optimizer, scaled_backward_scaler
+from .ast_context import AstContext
+from .outline import contains
+from .semantics import GRAD_SCALER, named_like_optimizer
+from .summaries import checked_module
 
 SCALER_CLASSES = GRAD_SCALER | {"torch.GradScaler", "torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler",
                                 "torch.distributed.fsdp.ShardedGradScaler"}
 # Parameters that receive a GradScaler by name alone.
 SCALER_PARAMS = frozenset({"scaler", "grad_scaler", "amp_scaler"})
+# The words of a call that loads or restores saved state.
+RESTORE_WORDS = frozenset({"load", "reload", "restore", "resume"})
+# The words of a call that may save what it is given.
+_SAVE_WORDS = frozenset({"save", "checkpoint", "ckpt"})
+FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+# Whether an expression may be the scaler (or hold it): its spelling, and whether it is a name
+# or an attribute.
+ScalerTest = Callable[[str, bool], bool]
 
 
-def last_name(expr: cst.BaseExpression) -> str:
+# -- names and spellings ---------------------------------------------------------------------
+
+def last_name(expr: ast.expr) -> str:
     """``b`` for ``a.b`` and for ``b``; empty for anything else."""
-    if isinstance(expr, cst.Attribute):
-        return expr.attr.value
-    return expr.value if isinstance(expr, cst.Name) else ""
+    if isinstance(expr, ast.Attribute):
+        return expr.attr
+    return expr.id if isinstance(expr, ast.Name) else ""
 
 
-def spelled(ctx: FileContext, expr: cst.BaseExpression) -> str:
-    """``self.scaler`` however it is spaced (``self . scaler``); other expressions as written."""
-    parts = dotted(expr)
-    return ".".join(parts) if parts else ctx.code(expr)
+def dotted(expr: ast.expr) -> str | None:
+    """``self.scaler`` for a name or an attribute chain, however spaced; None for anything else."""
+    parts: list[str] = []
+    while isinstance(expr, ast.Attribute):
+        parts.append(expr.attr)
+        expr = expr.value
+    if not isinstance(expr, ast.Name):
+        return None
+    parts.append(expr.id)
+    return ".".join(reversed(parts))
+
+
+def spelled(ctx: AstContext, expr: ast.expr) -> str:
+    """``dotted``, or the code of any other expression as written."""
+    return dotted(expr) or ctx.code(expr)
+
+
+def named(expr: ast.expr) -> bool:
+    return isinstance(expr, (ast.Name, ast.Attribute))
 
 
 def named_like_scaler(code: str) -> bool:
     return "scaler" in code.split(".")[-1].lower()
-
-
-def subexpressions(expr: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    """``expr`` and what it holds, not entering functions or lambdas."""
-    stack = [expr]
-    while stack:
-        node = stack.pop()
-        yield node
-        stack.extend(c for c in children(node) if not isinstance(c, (cst.Lambda, cst.FunctionDef, cst.ClassDef)))
-
-
-def key_text(expr: cst.BaseExpression) -> str | None:
-    """A literal string key, lowercased, as written (escapes left as they are: keys are only
-    searched for words). Not ``evaluated_value``: its ``ast.literal_eval`` leaves reference
-    cycles behind on every call."""
-    if isinstance(expr, cst.SimpleString):
-        return None if "b" in expr.prefix.lower() else expr.raw_value.lower()
-    if isinstance(expr, cst.ConcatenatedString):
-        parts = key_text(expr.left), key_text(expr.right)
-        return None if None in parts else "".join(parts)
-    return None
-
-
-# -- GradScalers -----------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Scaler:
-    code: str  # what holds it: ``scaler``, ``self.grad_scaler``, ``self.state.scaler``
-    node: cst.CSTNode  # where the file creates or receives it
-    function: cst.FunctionDef | None  # the function it is created or received in
-
-
-def _scaler_aliases(ctx: FileContext) -> set[str]:
-    """Module-level names bound to a GradScaler class (``GradScaler = torch.cuda.amp.GradScaler``,
-    ``functools.partial(torch.GradScaler, device="cuda")``)."""
-    found = set()
-    for node in ctx.nodes(cst.Assign):
-        if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name) and not any(
-                isinstance(a, (cst.FunctionDef, cst.ClassDef)) for a in ctx.ancestors(node)):
-            value = node.value
-            if isinstance(value, cst.Call) and ctx.resolves_to(value.func, {"functools.partial"}) and value.args:
-                value = value.args[0].value
-            if ctx.resolves_to(value, SCALER_CLASSES):
-                found.add(node.targets[0].target.value)
-    return found
-
-
-def creates_scaler(ctx: FileContext, expr: cst.BaseExpression, aliases: set[str]) -> bool:
-    """``GradScaler(...)``, also as a branch of ``a if c else b`` or ``x or y``."""
-    if isinstance(expr, cst.IfExp):
-        return creates_scaler(ctx, expr.body, aliases) or creates_scaler(ctx, expr.orelse, aliases)
-    if isinstance(expr, cst.BooleanOperation):
-        return creates_scaler(ctx, expr.left, aliases) or creates_scaler(ctx, expr.right, aliases)
-    return isinstance(expr, cst.Call) and (ctx.resolves_to(expr.func, SCALER_CLASSES) is not None or (
-        isinstance(expr.func, cst.Name) and expr.func.value in aliases))
-
-
-def scaler_creations(ctx: FileContext) -> list[tuple[cst.Assign | cst.AnnAssign, str]]:
-    """Assignments of a new GradScaler, with the code of their target, in source order."""
-    if "_scaler_creations" not in ctx.__dict__:
-        aliases = _scaler_aliases(ctx)
-        found = []
-        for node in sorted([*ctx.nodes(cst.Assign), *ctx.nodes(cst.AnnAssign)], key=ctx.order):
-            if node.value is not None and creates_scaler(ctx, node.value, aliases):
-                targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
-                found.extend((node, spelled(ctx, t)) for t in targets if dotted(t))
-        ctx.__dict__["_scaler_creations"] = found
-    return ctx.__dict__["_scaler_creations"]
-
-
-def scalers(ctx: FileContext) -> list[Scaler]:
-    """The GradScalers the file uses, in source order: those it creates (assigned a GradScaler
-    class's instance), those it receives (a parameter named ``scaler``, ``grad_scaler`` or
-    ``amp_scaler``, or annotated with a GradScaler class) and those it scales a loss with
-    (``S.scale(loss).backward()``)."""
-    if "_checkpoint_scalers" not in ctx.__dict__:
-        found = [Scaler(code, node, enclosing_function(ctx, node)) for node, code in scaler_creations(ctx)]
-        for param in ctx.nodes(cst.Param):
-            annotation = ctx.code(param.annotation.annotation) if param.annotation else ""
-            if param.name.value in SCALER_PARAMS or "GradScaler" in annotation:
-                found.append(Scaler(param.name.value, param, enclosing_function(ctx, param)))
-        for call in ctx.nodes(cst.Call):
-            if scaled_backward_scaler(ctx, call) is not None and dotted(call.func.value.func.value):
-                found.append(Scaler(spelled(ctx, call.func.value.func.value), call, enclosing_function(ctx, call)))
-        ctx.__dict__["_checkpoint_scalers"] = sorted(found, key=lambda s: ctx.order(s.node))
-    return ctx.__dict__["_checkpoint_scalers"]
 
 
 def holds(code: str, scaler_code: str) -> bool:
@@ -135,141 +93,9 @@ def holds(code: str, scaler_code: str) -> bool:
     return code == scaler_code or (code != "self" and scaler_code.startswith(code + "."))
 
 
-# -- checkpoints -----------------------------------------------------------------------------
-
-def _state_call(call: cst.Call) -> bool:
-    """A call that reads some state: ``x.state_dict()``, ``get_optimizer_state_dict(...)``."""
-    name = last_name(call.func).lower()
-    return "state_dict" in name and not name.startswith(("load", "set"))
-
-
-def _optimizer_state_call(ctx: FileContext, call: cst.Call) -> bool:
-    """``optimizer.state_dict()``, ``model.optim_state_dict(optimizer)``, ``get_optimizer_state_dict(...)``."""
-    if not _state_call(call):
-        return False
-    name = last_name(call.func)
-    if name == "state_dict":
-        return isinstance(call.func, cst.Attribute) and named_like_optimizer(spelled(ctx, call.func.value))
-    return "optim" in name.lower()
-
-
-def _traced(ctx: FileContext, expr: cst.BaseExpression) -> cst.BaseExpression:
-    """A name's value where it was last assigned before, when that reads some state
-    (``opt_state = optimizer.state_dict()``), else the expression itself. A name bound to a
-    checkpoint already found (a dict) is not followed: that checkpoint is reported once."""
-    if isinstance(expr, cst.Name):
-        value = assigned_before(ctx, expr)
-        if isinstance(value, cst.Call) and _state_call(value):
-            return value
-    return expr
-
-
-def holds_state(ctx: FileContext, expr: cst.BaseExpression) -> bool:
-    return any(isinstance(n, cst.Call) and _state_call(n) for n in subexpressions(_traced(ctx, expr)))
-
-
-def optimizer_state(ctx: FileContext, expr: cst.BaseExpression) -> bool:
-    return any(isinstance(n, cst.Call) and _optimizer_state_call(ctx, n) for n in subexpressions(_traced(ctx, expr)))
-
-
-def _optimizer_entry(ctx: FileContext, key: str | None, value: cst.BaseExpression) -> bool:
-    if key is not None and "optim" in key:
-        return holds_state(ctx, value)
-    return optimizer_state(ctx, value)
-
-
-def _gives_optimizer_state(ctx: FileContext, expr: cst.BaseExpression) -> bool:
-    """The optimizer's state itself, not a dict or a constructor that holds it."""
-    expr = _traced(ctx, expr)
-    return isinstance(expr, cst.Call) and _optimizer_state_call(ctx, expr)
-
-
-def _is_save(call: cst.Call) -> bool:
-    return "save" in name_words(call.func)
-
-
-def checkpoints(ctx: FileContext) -> list[cst.CSTNode]:
-    """Where each checkpoint is built, in source order: a dict or a call with an optimizer-state
-    keyword entry, a constructor (a capitalised callee) given an optimizer's state, the first
-    ``x["optim..."] = state`` of a dict in a function, a save call whose first argument is an
-    optimizer's state. A checkpoint inside another is not one of its own."""
-    found: list[cst.CSTNode] = []
-    for node in ctx.nodes(cst.Dict):
-        if any(isinstance(e, cst.DictElement) and _optimizer_entry(ctx, key_text(e.key), e.value)
-               for e in node.elements):
-            found.append(node)
-    for call in ctx.nodes(cst.Call):
-        if any(a.keyword is not None and _optimizer_entry(ctx, a.keyword.value.lower(), a.value) for a in call.args):
-            found.append(call)
-        elif last_name(call.func)[:1].isupper() and any(
-                a.keyword is None and _gives_optimizer_state(ctx, a.value) for a in call.args):
-            found.append(call)  # a constructor given the state positionally: `Snapshot(model_sd, optim_sd)`
-        elif _is_save(call) and call.args and call.args[0].keyword is None \
-                and _gives_optimizer_state(ctx, call.args[0].value):
-            found.append(call)
-    filled: set[tuple[int, str]] = set()
-    for node in ctx.nodes(cst.Assign):
-        target = node.targets[0].target
-        if len(node.targets) == 1 and isinstance(target, cst.Subscript) and len(target.slice) == 1 \
-                and isinstance(target.slice[0].slice, cst.Index):
-            where = (id(enclosing_function(ctx, node)), spelled(ctx, target.value))
-            if where not in filled and _optimizer_entry(ctx, key_text(target.slice[0].slice.value), node.value):
-                filled.add(where)
-                found.append(node)
-    found.sort(key=ctx.order)
-    outermost: list[cst.CSTNode] = []
-    for node in found:
-        if not any(ctx.contains(outer, node) for outer in outermost[-1:]):
-            outermost.append(node)
-    return [node for node in outermost if not _loaded_back(ctx, node)]
-
-
-def _loaded_back(ctx: FileContext, node: cst.CSTNode) -> bool:
-    """State built to be restored, not saved: an old checkpoint converted and handed (directly,
-    or through plain ``a = b`` copies of its name in the same function) to a load or restore."""
-    parent = ctx.parent(node)
-    if isinstance(parent, cst.Arg) and restores_from_checkpoint(ctx.parent(parent)):
-        return True
-    if isinstance(node, cst.Assign):
-        bound = node.targets[0].target.value
-    elif isinstance(parent, cst.Assign) and len(parent.targets) == 1 and parent.value is node:
-        bound = parent.targets[0].target
-    else:
-        return False
-    function = enclosing_function(ctx, node)
-    if not isinstance(bound, cst.Name) or function is None:
-        return False
-    names = {bound.value}
-    copies = [(a.targets[0].target.value, a.value.value) for a in ctx.nodes(cst.Assign)
-              if ctx.contains(function, a) and len(a.targets) == 1
-              and isinstance(a.targets[0].target, cst.Name) and isinstance(a.value, cst.Name)]
-    grown = True
-    while grown:
-        grown = False
-        for target, source in copies:
-            if source in names and target not in names:
-                names.add(target)
-                grown = True
-    return any(restores_from_checkpoint(call) and any(isinstance(a.value, cst.Name) and a.value.value in names
-                                                      for a in call.args)
-               for call in ctx.nodes(cst.Call) if ctx.contains(function, call))
-
-
-def optimizer_restores(ctx: FileContext) -> list[cst.Call]:
-    """Calls that restore an optimizer from saved state, in source order:
-    ``optimizer.load_state_dict(ckpt["optimizer"])``, ``model.load_optim_state_dict(optimizer, ...)``,
-    ``set_optimizer_state_dict(...)``; not a copy from a live object
-    (``opt.load_state_dict(other.state_dict())``)."""
-    found = []
-    for call in ctx.nodes(cst.Call):
-        name = last_name(call.func).lower()
-        if not call.args or "state_dict" not in name or not name.startswith(("load", "set")):
-            continue
-        restores = named_like_optimizer(spelled(ctx, call.func.value)) if name == "load_state_dict" \
-            and isinstance(call.func, cst.Attribute) else "optim" in name
-        if restores and not any(holds_state(ctx, a.value) for a in call.args):
-            found.append(call)
-    return found
+def key_text(expr: ast.expr | None) -> str | None:
+    """A literal string key, lowercased (keys are only searched for words)."""
+    return expr.value.lower() if isinstance(expr, ast.Constant) and isinstance(expr.value, str) else None
 
 
 def words(name: str) -> set[str]:
@@ -278,15 +104,412 @@ def words(name: str) -> set[str]:
     return {w.lower() for w in re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+", name)}
 
 
-def name_words(expr: cst.BaseExpression) -> set[str]:
+def name_words(expr: ast.expr) -> set[str]:
     """The words of a callee's last name."""
     return words(last_name(expr))
 
 
-# The words of a call that loads or restores saved state.
-RESTORE_WORDS = frozenset({"load", "reload", "restore", "resume"})
-
-
-def restores_from_checkpoint(call: cst.Call) -> bool:
+def restores_from_checkpoint(call: ast.Call) -> bool:
     """A call named like loading or restoring (``load_checkpoint``, ``self.restore_model``, ``resume``)."""
     return not name_words(call.func).isdisjoint(RESTORE_WORDS)
+
+
+def argument_values(call: ast.Call) -> list[ast.expr]:
+    """What ``call`` is given: its arguments' values (those of ``*args`` and ``**kwargs`` too)."""
+    return [a.value if isinstance(a, ast.Starred) else a for a in call.args] + [k.value for k in call.keywords]
+
+
+def _unnamed(call: ast.Call) -> list[ast.expr]:
+    """The values ``call`` is given without a keyword: positional, ``*args`` and ``**kwargs``."""
+    return [a.value if isinstance(a, ast.Starred) else a for a in call.args] + \
+        [k.value for k in call.keywords if k.arg is None]
+
+
+def first_argument(call: ast.Call) -> tuple[str | None, ast.expr] | None:
+    """The first argument as written, as (its keyword, or None; its value)."""
+    given = [*call.args, *call.keywords]
+    if not given:
+        return None
+    first = min(given, key=lambda a: (a.lineno, a.col_offset)) if call.keywords else given[0]
+    if isinstance(first, ast.keyword):
+        return first.arg, first.value
+    return None, first.value if isinstance(first, ast.Starred) else first
+
+
+def subexpressions(expr: ast.AST) -> Iterator[ast.AST]:
+    """``expr`` and what it holds, not entering lambdas."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(c for c in ast.iter_child_nodes(node) if not isinstance(c, ast.Lambda))
+
+
+# -- where a node is -------------------------------------------------------------------------
+
+def ancestors(ctx: AstContext, node: ast.AST) -> Iterator[ast.AST]:
+    parent = ctx.parent(node)
+    while parent is not None:
+        yield parent
+        parent = ctx.parent(parent)
+
+
+def unit_of(ctx: AstContext, node: ast.AST) -> ast.ClassDef | ast.Module:
+    """The innermost class around ``node`` (its methods share their scalers and checkpoints),
+    else the module."""
+    if ctx.outline.nodes(ast.ClassDef):
+        for parent in ancestors(ctx, node):
+            if isinstance(parent, ast.ClassDef):
+                return parent
+    return ctx.outline.tree
+
+
+def in_unit(ctx: AstContext, unit: ast.AST, kind: type) -> list:
+    """The nodes of type ``kind`` whose unit (``unit_of``) is ``unit``, in source order."""
+    groups = ctx.__dict__.setdefault("_checkpoint_units", {})
+    if kind not in groups:
+        grouped = groups[kind] = {}
+        for node in sorted(ctx.outline.nodes(kind), key=ctx.order):
+            grouped.setdefault(id(unit_of(ctx, node)), []).append(node)
+    return groups[kind].get(id(unit), [])
+
+
+def _calls_in_order(ctx: AstContext) -> tuple[list[ast.Call], list[tuple[int, int]]]:
+    """The file's calls in source order, and where each starts."""
+    if "_checkpoint_calls" not in ctx.__dict__:
+        ordered = sorted(ctx.outline.nodes(ast.Call), key=ctx.order)
+        ctx.__dict__["_checkpoint_calls"] = ordered, [(c.lineno, c.col_offset) for c in ordered]
+    return ctx.__dict__["_checkpoint_calls"]
+
+
+def calls_within(ctx: AstContext, function: ast.AST) -> list[ast.Call]:
+    """The calls inside ``function`` (its decorators and the functions it defines included),
+    in source order: those that start inside it end inside it."""
+    ordered, starts = _calls_in_order(ctx)
+    start = min([(function.lineno, function.col_offset),
+                 *((d.lineno, d.col_offset) for d in getattr(function, "decorator_list", ()))])
+    end = (function.end_lineno, function.end_col_offset)
+    return ordered[bisect.bisect_left(starts, start):bisect.bisect_right(starts, end)]
+
+
+def calls_in(ctx: AstContext, function: ast.AST | None) -> list[ast.Call]:
+    """The calls whose innermost function is ``function`` (None: the top level), in source order."""
+    if "_checkpoint_calls_in" not in ctx.__dict__:
+        grouped: dict[int, list[ast.Call]] = {}
+        for call in _calls_in_order(ctx)[0]:
+            grouped.setdefault(id(ctx.enclosing_function(call)), []).append(call)
+        ctx.__dict__["_checkpoint_calls_in"] = grouped
+    return ctx.__dict__["_checkpoint_calls_in"].get(id(function), [])
+
+
+def _block(ctx: AstContext, statement: ast.stmt) -> list[ast.stmt]:
+    """The statements of the block ``statement`` is in (a body, an ``else``, a ``finally``)."""
+    parent = ctx.parent(statement)
+    return next(b for b in (getattr(parent, f, None) for f in ("body", "orelse", "finalbody"))
+                if isinstance(b, list) and any(s is statement for s in b))
+
+
+def starts_its_line(ctx: AstContext, statement: ast.stmt) -> bool:
+    """Whether ``statement`` is the first on its line: not after a ``;`` (``a = 1; b = f()``)
+    nor after a compound statement's colon (``if c: b = f()``)."""
+    return not ctx.source[ctx.offset(statement.lineno, 0):ctx.offset(statement.lineno, statement.col_offset)].strip()
+
+
+def in_block(ctx: AstContext, statement: ast.stmt, node: ast.AST) -> bool:
+    """Whether ``node`` is in one of the statements of the block ``statement`` is in."""
+    return any(contains(s, node) for s in _block(ctx, statement))
+
+
+def body_of(ctx: AstContext, statement: ast.stmt, function: ast.AST) -> bool:
+    """Whether ``statement`` is directly in ``function``'s body (under no other statement)."""
+    return _block(ctx, statement) is function.body
+
+
+# -- GradScalers -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Scaler:
+    code: str  # what holds it: ``scaler``, ``self.grad_scaler``, ``self.state.scaler``
+    node: ast.AST  # where the file creates or receives it
+    function: ast.FunctionDef | ast.AsyncFunctionDef | None  # the function it is created or received in
+
+
+def _scaler_aliases(ctx: AstContext) -> set[str]:
+    """Module-level names bound to a GradScaler class (``GradScaler = torch.cuda.amp.GradScaler``,
+    ``functools.partial(torch.GradScaler, device="cuda")``)."""
+    outline, found = ctx.outline, set()
+    for node in outline.nodes(ast.Assign):
+        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            value = node.value
+            if isinstance(value, ast.Call) and "functools.partial" in outline.qualified_names(value.func) \
+                    and (first := first_argument(value)) is not None:
+                value = first[1]
+            if not outline.qualified_names(value).isdisjoint(SCALER_CLASSES) and not any(
+                    isinstance(a, (*FUNCTIONS, ast.ClassDef)) for a in ancestors(ctx, node)):
+                found.add(node.targets[0].id)
+    return found
+
+
+def creates_scaler(ctx: AstContext, expr: ast.expr, aliases: set[str]) -> bool:
+    """``GradScaler(...)``, also as a branch of ``a if c else b`` or ``x or y``."""
+    if isinstance(expr, ast.IfExp):
+        return creates_scaler(ctx, expr.body, aliases) or creates_scaler(ctx, expr.orelse, aliases)
+    if isinstance(expr, ast.BoolOp):
+        return any(creates_scaler(ctx, v, aliases) for v in expr.values)
+    return isinstance(expr, ast.Call) and (not ctx.outline.qualified_names(expr.func).isdisjoint(SCALER_CLASSES) or (
+        isinstance(expr.func, ast.Name) and expr.func.id in aliases))
+
+
+def scaler_creations(ctx: AstContext) -> list[tuple[ast.Assign | ast.AnnAssign, str]]:
+    """Assignments of a new GradScaler, with the code of their target, in source order."""
+    if "_scaler_creations" not in ctx.__dict__:
+        aliases = _scaler_aliases(ctx)
+        found = []
+        for node in sorted([*ctx.outline.nodes(ast.Assign), *ctx.outline.nodes(ast.AnnAssign)], key=ctx.order):
+            if node.value is not None and creates_scaler(ctx, node.value, aliases):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                found.extend((node, code) for t in targets if (code := dotted(t)))
+        ctx.__dict__["_scaler_creations"] = found
+    return ctx.__dict__["_scaler_creations"]
+
+
+def scalers(ctx: AstContext) -> list[Scaler]:
+    """The GradScalers the file uses, in source order: those it creates (assigned a GradScaler
+    class's instance), those it receives (a parameter named ``scaler``, ``grad_scaler`` or
+    ``amp_scaler``, or annotated with a GradScaler class) and those it scales a loss with
+    (``S.scale(loss).backward()``)."""
+    if "_checkpoint_scalers" not in ctx.__dict__:
+        found = [Scaler(code, node, ctx.enclosing_function(node)) for node, code in scaler_creations(ctx)]
+        annotated = "GradScaler" in ctx.source  # else no annotation names one
+        for param in ctx.outline.nodes(ast.arg):
+            if param.arg in SCALER_PARAMS or annotated and param.annotation is not None \
+                    and "GradScaler" in ctx.code(param.annotation):
+                found.append(Scaler(param.arg, param, ctx.enclosing_function(param)))
+        for call in ctx.outline.method_calls("backward"):
+            scaled = call.func.value
+            if isinstance(scaled, ast.Call) and isinstance(scaled.func, ast.Attribute) and scaled.func.attr == "scale" \
+                    and (code := dotted(scaled.func.value)):
+                found.append(Scaler(code, call, ctx.enclosing_function(call)))
+        ctx.__dict__["_checkpoint_scalers"] = sorted(found, key=lambda s: ctx.order(s.node))
+    return ctx.__dict__["_checkpoint_scalers"]
+
+
+# -- checkpoints -----------------------------------------------------------------------------
+
+def _state_call(call: ast.Call) -> bool:
+    """A call that reads some state: ``x.state_dict()``, ``get_optimizer_state_dict(...)``."""
+    name = last_name(call.func).lower()
+    return "state_dict" in name and not name.startswith(("load", "set"))
+
+
+def _optimizer_state_call(ctx: AstContext, call: ast.Call) -> bool:
+    """``optimizer.state_dict()``, ``model.optim_state_dict(optimizer)``, ``get_optimizer_state_dict(...)``."""
+    if not _state_call(call):
+        return False
+    name = last_name(call.func)
+    if name == "state_dict":
+        return isinstance(call.func, ast.Attribute) and named_like_optimizer(spelled(ctx, call.func.value))
+    return "optim" in name.lower()
+
+
+def _state_names(ctx: AstContext) -> set[str]:
+    """The names some plain assignment of the file binds to a call that reads some state: the
+    only names ``_traced`` looks up."""
+    if "_state_names" not in ctx.__dict__:
+        outline = ctx.outline
+        ctx.__dict__["_state_names"] = {
+            t.id for node in (*outline.nodes(ast.Assign), *outline.nodes(ast.AnnAssign), *outline.nodes(ast.NamedExpr))
+            if isinstance(node.value, ast.Call) and _state_call(node.value)
+            for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)}
+    return ctx.__dict__["_state_names"]
+
+
+def _traced(ctx: AstContext, expr: ast.expr) -> ast.expr:
+    """A name's value where it was last assigned before, when that reads some state
+    (``opt_state = optimizer.state_dict()``), else the expression itself. A name bound to a
+    checkpoint already found (a dict) is not followed: that checkpoint is reported once."""
+    if isinstance(expr, ast.Name) and expr.id in _state_names(ctx) and (module := checked_module(ctx)) is not None:
+        value = module.value_before(ctx.enclosing_function(expr) or ctx.outline.tree, expr)
+        if isinstance(value, ast.Call) and _state_call(value):
+            return value
+    return expr
+
+
+def holds_state(ctx: AstContext, expr: ast.expr) -> bool:
+    return any(isinstance(n, ast.Call) and _state_call(n) for n in subexpressions(_traced(ctx, expr)))
+
+
+def optimizer_state(ctx: AstContext, expr: ast.expr) -> bool:
+    return any(isinstance(n, ast.Call) and _optimizer_state_call(ctx, n) for n in subexpressions(_traced(ctx, expr)))
+
+
+def _optimizer_entry(ctx: AstContext, key: str | None, value: ast.expr) -> bool:
+    if key is not None and "optim" in key:
+        return holds_state(ctx, value)
+    return optimizer_state(ctx, value)
+
+
+def _gives_optimizer_state(ctx: AstContext, expr: ast.expr) -> bool:
+    """The optimizer's state itself, not a dict or a constructor that holds it."""
+    expr = _traced(ctx, expr)
+    return isinstance(expr, ast.Call) and _optimizer_state_call(ctx, expr)
+
+
+def checkpoints(ctx: AstContext) -> list[ast.AST]:
+    """Where each checkpoint is built, in source order: a dict or a call with an optimizer-state
+    keyword entry, a constructor (a capitalised callee) given an optimizer's state, the first
+    ``x["optim..."] = state`` of a dict in a function, a save call whose first argument is an
+    optimizer's state. A checkpoint inside another is not one of its own."""
+    outline = ctx.outline
+    found: list[ast.AST] = []
+    for node in outline.nodes(ast.Dict):
+        if any(k is not None and _optimizer_entry(ctx, key_text(k), v) for k, v in zip(node.keys, node.values)):
+            found.append(node)
+    for call in outline.nodes(ast.Call):
+        if any(k.arg is not None and _optimizer_entry(ctx, k.arg.lower(), k.value) for k in call.keywords):
+            found.append(call)
+        elif last_name(call.func)[:1].isupper() and any(_gives_optimizer_state(ctx, v) for v in _unnamed(call)):
+            found.append(call)  # a constructor given the state positionally: `Snapshot(model_sd, optim_sd)`
+        elif "save" in name_words(call.func) and (first := first_argument(call)) is not None and first[0] is None \
+                and _gives_optimizer_state(ctx, first[1]):
+            found.append(call)
+    filled: set[tuple[int, str]] = set()
+    for node in sorted(outline.nodes(ast.Assign), key=ctx.order):
+        target = node.targets[0]
+        if len(node.targets) == 1 and isinstance(target, ast.Subscript) \
+                and not isinstance(target.slice, (ast.Slice, ast.Tuple)):
+            where = (id(ctx.enclosing_function(node)), spelled(ctx, target.value))
+            if where not in filled and _optimizer_entry(ctx, key_text(target.slice), node.value):
+                filled.add(where)
+                found.append(node)
+    found.sort(key=ctx.order)
+    outermost: list[ast.AST] = []
+    for node in found:
+        if not any(contains(outer, node) for outer in outermost[-1:]):
+            outermost.append(node)
+    return [node for node in outermost if not _loaded_back(ctx, node)]
+
+
+def _loaded_back(ctx: AstContext, node: ast.AST) -> bool:
+    """State built to be restored, not saved: an old checkpoint converted and handed (directly,
+    or through plain ``a = b`` copies of its name in the same function) to a load or restore."""
+    parent = ctx.parent(node)
+    given_to = ctx.parent(parent) if isinstance(parent, (ast.keyword, ast.Starred)) else \
+        parent if isinstance(parent, ast.Call) and parent.func is not node else None
+    if isinstance(given_to, ast.Call) and restores_from_checkpoint(given_to):
+        return True
+    if isinstance(node, ast.Assign):
+        bound = node.targets[0].value
+    elif isinstance(parent, ast.Assign) and len(parent.targets) == 1 and parent.value is node:
+        bound = parent.targets[0]
+    else:
+        return False
+    function = ctx.enclosing_function(node)
+    if not isinstance(bound, ast.Name) or function is None:
+        return False
+    names = {bound.id}
+    copies = [(a.targets[0].id, a.value.id) for a in ctx.outline.nodes(ast.Assign)
+              if len(a.targets) == 1 and isinstance(a.targets[0], ast.Name) and isinstance(a.value, ast.Name)
+              and contains(function, a)]
+    grown = True
+    while grown:
+        grown = False
+        for target, source in copies:
+            if source in names and target not in names:
+                names.add(target)
+                grown = True
+    return any(restores_from_checkpoint(call) and any(isinstance(v, ast.Name) and v.id in names
+                                                      for v in argument_values(call))
+               for call in calls_within(ctx, function))
+
+
+# -- restores --------------------------------------------------------------------------------
+
+def optimizer_restores(ctx: AstContext) -> list[ast.Call]:
+    """Calls that restore an optimizer from saved state, in source order:
+    ``optimizer.load_state_dict(ckpt["optimizer"])``, ``model.load_optim_state_dict(optimizer, ...)``,
+    ``set_optimizer_state_dict(...)``; not a copy from a live object
+    (``opt.load_state_dict(other.state_dict())``)."""
+    found = []
+    for call in ctx.outline.nodes(ast.Call):
+        name = last_name(call.func).lower()
+        if not (call.args or call.keywords) or "state_dict" not in name or not name.startswith(("load", "set")):
+            continue
+        restores = named_like_optimizer(spelled(ctx, call.func.value)) if name == "load_state_dict" \
+            and isinstance(call.func, ast.Attribute) else "optim" in name
+        if restores and not any(holds_state(ctx, v) for v in argument_values(call)):
+            found.append(call)
+    return sorted(found, key=ctx.order)
+
+
+def _is(ctx: AstContext, test: ScalerTest, expr: ast.expr) -> bool:
+    return test(spelled(ctx, expr), named(expr))
+
+
+def restores(ctx: AstContext, call: ast.Call, test: ScalerTest) -> bool:
+    """A restore call given the scaler (or its holder), or whose result an assignment that
+    starts its line assigns to it (``self.model, self.scaler = self.restore(path)``: any name
+    in the targets, an attribute's own name included)."""
+    if any(_is(ctx, test, v) for v in argument_values(call)):
+        return True
+    assign = ctx.parent(call)
+    if not (isinstance(assign, ast.Assign) and assign.value is call and starts_its_line(ctx, assign)):
+        return False
+    for node in (n for t in assign.targets for n in subexpressions(t)):
+        if named(node) and _is(ctx, test, node) or isinstance(node, ast.Attribute) and test(node.attr, True) \
+                or isinstance(node, ast.keyword) and node.arg is not None and test(node.arg, True):
+            return True
+    return False
+
+
+def restores_of(ctx: AstContext, function: ast.AST, code: str) -> list[ast.Call]:
+    """Calls directly in ``function`` that restore the scaler held by ``code``, or the object holding it."""
+    held: ScalerTest = lambda spelling, _: holds(spelling, code)  # noqa: E731
+    found = []
+    for call in calls_in(ctx, function):
+        if last_name(call.func) == "load_state_dict" and isinstance(call.func, ast.Attribute) \
+                and holds(spelled(ctx, call.func.value), code):
+            found.append(call)
+        elif restores_from_checkpoint(call) and restores(ctx, call, held):
+            found.append(call)
+    return found
+
+
+def _names_scaler(subscript: ast.Subscript) -> bool:
+    """``ckpt["scaler"]``, ``state["grad_scaler_state"]``."""
+    keys = subscript.slice.elts if isinstance(subscript.slice, ast.Tuple) else [subscript.slice]
+    return any("scaler" in (key_text(k) or "") for k in keys)
+
+
+def saves_scaler(ctx: AstContext, unit: ast.AST, test: ScalerTest) -> bool:
+    """Whether the unit takes a scaler's state to save it: a scaler's (or its holder's)
+    ``state_dict()``, the scaler passed to a call named like a save or a checkpoint, a dict key
+    or an assigned subscript naming a scaler (``"grad_scaler_state"``)."""
+    for call in in_unit(ctx, unit, ast.Call):
+        if last_name(call.func) == "state_dict" and isinstance(call.func, ast.Attribute) \
+                and _is(ctx, test, call.func.value):
+            return True
+        if not name_words(call.func).isdisjoint(_SAVE_WORDS) and not restores_from_checkpoint(call) \
+                and any(_is(ctx, test, v) for v in argument_values(call)):
+            return True
+    if any("scaler" in (key_text(k) or "") for d in in_unit(ctx, unit, ast.Dict) for k in d.keys):
+        return True
+    return any(isinstance(a.targets[0], ast.Subscript) and _names_scaler(a.targets[0])
+               for a in in_unit(ctx, unit, ast.Assign))
+
+
+def restores_scaler(ctx: AstContext, unit: ast.AST, test: ScalerTest) -> bool:
+    """Whether the unit restores a scaler's state: a scaler's (or its holder's)
+    ``load_state_dict``, a checkpoint entry naming a scaler read (``ckpt["scaler"]``,
+    ``ckpt.get("scaler")``), or the scaler passed to or assigned from a restore (``restores``)."""
+    for call in in_unit(ctx, unit, ast.Call):
+        name = last_name(call.func).lower()
+        if name == "load_state_dict" and isinstance(call.func, ast.Attribute) and _is(ctx, test, call.func.value):
+            return True
+        if name in ("get", "pop") and (first := first_argument(call)) is not None \
+                and "scaler" in (key_text(first[1]) or ""):
+            return True
+        if restores_from_checkpoint(call) and restores(ctx, call, test):
+            return True
+    stores = {id(t) for a in in_unit(ctx, unit, ast.Assign) for t in a.targets}
+    return any(id(s) not in stores and _names_scaler(s) for s in in_unit(ctx, unit, ast.Subscript))

@@ -6,13 +6,15 @@ from __future__ import annotations
 import ast
 import dataclasses
 from dataclasses import dataclass
-from typing import Iterable, Iterator, NamedTuple, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import libcst as cst
 
 from .context import FileContext
 from .names import AUTOCAST, AUTOCAST_DEVICE
 from .outline import Outline
+from .promotion import (DTYPE_METHODS, FULL_REDUCTIONS, SAME_DTYPE_METHODS, UNKNOWN, Typed,
+                        by_policy, casts_back, promoted)
 from .tree import children
 
 GRAD_SCALER = frozenset({
@@ -135,60 +137,6 @@ def calls_enabled_autocast(outline: Outline) -> bool:
     ``enabled=False`` does not turn off. A file whose regions are all disabled (a float32
     island in a model) opens none."""
     return bool(enabled_autocast_calls(outline))
-
-
-def region_spans(outline: Outline) -> list[tuple[ast.stmt, ast.AST, int]]:
-    """``autocast_region(..., frameworks=True)`` on the ast, loosely: (first statement, the
-    ``with`` or function, id of the function around it) for each ``with`` on an autocast call
-    that a literal ``enabled=False`` does not turn off, on a framework's ``X.autocast()``, or on
-    a name the file assigns an autocast call; and each function such a call decorates. What
-    lies between the first statement and the end of the ``with``, with no function in between
-    (the same ``outline.scopes`` entry), is in the region."""
-    cache = outline.__dict__.setdefault("_region_spans", [])
-    if cache:
-        return cache[0]
-    autocasts = outline.calls_to(AUTOCAST)
-    enabled = {id(c) for c in autocasts if _may_be_enabled(outline, c)}
-    called = {id(c) for c in autocasts}
-    bound = {t.id for a in outline.nodes(ast.Assign) if id(a.value) in called
-             or (isinstance(a.value, ast.IfExp) and (id(a.value.body) in called or id(a.value.orelse) in called))
-             for t in a.targets if isinstance(t, ast.Name)}
-    # `ctx = torch.autocast if use_amp else nullcontext`, then `with ctx("cuda"):`
-    chosen = {t.id for a in outline.nodes(ast.Assign) if isinstance(a.value, ast.IfExp)
-              and (outline.qualified_names(a.value.body) | outline.qualified_names(a.value.orelse)) & AUTOCAST
-              for t in a.targets if isinstance(t, ast.Name)}
-    # The project's own autocast wrappers (``project_index.ProjectHints``), asked only of a
-    # file that enters a context no autocast call of its own opens.
-    wrappers = outline.project.wrapper_names if outline.project is not None and any(
-        not isinstance(item.context_expr, ast.Call) or id(item.context_expr) not in called
-        for kind in (ast.With, ast.AsyncWith) for w in outline.nodes(kind) for item in w.items) else frozenset()
-
-    def opens(expr: ast.expr) -> bool:
-        if isinstance(expr, ast.Name):
-            return expr.id in bound
-        if not isinstance(expr, ast.Call):
-            return False
-        if isinstance(expr.func, ast.Name) and expr.func.id in chosen:
-            return True
-        if id(expr) in called:
-            return id(expr) in enabled
-        func = expr.func
-        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
-        framework = isinstance(func, ast.Attribute) and name == "autocast" and not outline.qualified_names(func)
-        if not framework and name is not None and name not in wrappers:
-            # `from .utils import amp_ctx as ctx_`: the name imported
-            name = next((q.rsplit(".", 1)[-1] for q in outline.qualified_names(func)), name)
-        return (framework or name in wrappers) and not any(
-            k.arg == "enabled" and isinstance(k.value, ast.Constant) and k.value.value is False
-            for k in expr.keywords)
-
-    scopes = outline.scopes
-    spans = [(w.body[0], w, scopes[id(w)]) for kind in (ast.With, ast.AsyncWith) for w in outline.nodes(kind)
-             if any(opens(item.context_expr) for item in w.items)]
-    spans += [(f.body[0], f, id(f)) for kind in (ast.FunctionDef, ast.AsyncFunctionDef) for f in outline.nodes(kind)
-              if any(id(d) in enabled for d in f.decorator_list)]
-    cache.append(spans)
-    return spans
 
 
 def autocast_call(ctx: FileContext, expr: cst.BaseExpression) -> AutocastCall | None:
@@ -611,11 +559,6 @@ _AUTOGRAD_BACKWARD = frozenset({"torch.autograd.backward"})
 
 # -- light dtype inference ------------------------------------------------------------------
 
-FP32_FAMILY = frozenset({"fp32", "fp32_set_opt_dtype", "fp32_append_dtype"})
-FLOAT32_FACTORIES = frozenset({"torch.randn", "torch.rand", "torch.zeros", "torch.ones", "torch.empty",
-                               "torch.full", "torch.linspace", "torch.eye"})
-
-
 def call_spelling(ctx: FileContext, call: cst.Call) -> str | None:
     """The public spelling a call goes through: ``torch.mm``, ``torch.Tensor.softmax`` for a
     method on anything that is not a known module, ``torch.Tensor.__matmul__`` for ``@``."""
@@ -626,19 +569,6 @@ def call_spelling(ctx: FileContext, call: cst.Call) -> str | None:
     if mc is not None and not ctx.code(mc[0]).startswith("self"):
         return f"torch.Tensor.{mc[1]}"
     return None
-
-
-def policies_of(table, spelling: str | None) -> set[str]:
-    if table is None or spelling is None:
-        return set()
-    return {table.policy(op) for op in table.ops_reached_by(spelling)}
-
-
-def casts_back(table, spelling: str | None) -> bool:
-    """Whether every op ``spelling`` reaches casts its output back to its input's dtype under
-    autocast (an extension's wrapper that runs in float32, as torchvision's roi_align does)."""
-    ops = table.ops_reached_by(spelling) if table is not None and spelling is not None else []
-    return bool(ops) and all(table.casts_back(op) for op in ops)
 
 
 def tensor_input(call: cst.Call, spelling: str) -> cst.BaseExpression | None:
@@ -714,20 +644,6 @@ def _bindings_in(ctx: FileContext, scope: cst.CSTNode) -> dict[str, list[tuple[c
 # A value's dtype, whether it is a 0-dim tensor or a Python number (those take part in type
 # promotion only when their category is higher: a float32 0-dim tensor or a float added to a
 # float16 tensor leaves it float16), and the node that made it so: the evidence a finding names.
-class Typed(NamedTuple):
-    dtype: str | None  # "lowp", "float32", "number", or None (unknown)
-    zero_dim: bool
-    producer: cst.CSTNode | None = None
-
-
-_UNKNOWN = Typed(None, False)
-_DTYPE_METHODS = {"float": "float32", "half": "lowp", "bfloat16": "lowp"}
-_SAME_DTYPE_METHODS = frozenset({"cpu", "cuda", "detach", "clone", "contiguous", "abs", "neg", "clamp", "clamp_min",
-                                 "clamp_max", "squeeze", "unsqueeze", "view", "reshape", "flatten", "t",
-                                 "transpose", "permute", "expand", "expand_as"})
-_FULL_REDUCTIONS = frozenset({"sum", "mean", "amax", "amin", "max", "min", "norm", "prod"})
-
-
 def inferred_dtype(ctx: FileContext, expr: cst.BaseExpression, table, depth: int = 3) -> str | None:
     """'lowp', 'float32' or None (unknown) for a value computed inside an autocast region whose
     device's policies are ``table``: what autocast makes of the op that produced it, and what
@@ -740,28 +656,28 @@ def typed(ctx: FileContext, expr: cst.BaseExpression, table, depth: int = 3) -> 
     (``F.linear(...)`` that autocast lowers, ``x.half()``, ``torch.tensor(0.5)``); the dtype is
     None when unknown."""
     found = _dtype(ctx, expr, table, depth)
-    return found if found.dtype in ("lowp", "float32") else _UNKNOWN
+    return found if found.dtype in ("lowp", "float32") else UNKNOWN
 
 
 def _dtype(ctx: FileContext, expr: cst.BaseExpression, table, depth: int) -> Typed:
     if depth == 0:
-        return _UNKNOWN
+        return UNKNOWN
     if isinstance(expr, (cst.Integer, cst.Float)):
         return Typed("number", True, expr)
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
         return _dtype(ctx, expr.expression, table, depth)
     if isinstance(expr, cst.Name):
         value = assigned_before(ctx, expr)  # an earlier binding: no cycle, so no depth spent
-        return _dtype(ctx, value, table, depth) if value is not None else _UNKNOWN
+        return _dtype(ctx, value, table, depth) if value is not None else UNKNOWN
     if isinstance(expr, cst.BinaryOperation):
         if isinstance(expr.operator, cst.MatrixMultiply):
-            return _by_policy(table, "torch.Tensor.__matmul__", expr)
-        return _promoted(_dtype(ctx, expr.left, table, depth - 1), _dtype(ctx, expr.right, table, depth - 1))
+            return by_policy(table, "torch.Tensor.__matmul__", expr)
+        return promoted(_dtype(ctx, expr.left, table, depth - 1), _dtype(ctx, expr.right, table, depth - 1))
     if not isinstance(expr, cst.Call):
-        return _UNKNOWN
+        return UNKNOWN
     mc = method_call(expr)
-    if mc is not None and mc[1] in _DTYPE_METHODS and not expr.args:
-        return Typed(_DTYPE_METHODS[mc[1]], False, expr)
+    if mc is not None and mc[1] in DTYPE_METHODS and not expr.args:
+        return Typed(DTYPE_METHODS[mc[1]], False, expr)
     if mc is not None and mc[1] == "to":
         target = next((dtype_of(ctx, a.value) for a in expr.args
                        if a.keyword is None or a.keyword.value == "dtype"), None)
@@ -770,7 +686,7 @@ def _dtype(ctx: FileContext, expr: cst.BaseExpression, table, depth: int) -> Typ
                          False, expr)
         if all(a.keyword is not None and a.keyword.value in ("device", "non_blocking") for a in expr.args):
             return _dtype(ctx, mc[0], table, depth - 1)
-    if mc is not None and mc[1] in _SAME_DTYPE_METHODS:
+    if mc is not None and mc[1] in SAME_DTYPE_METHODS:
         return _dtype(ctx, mc[0], table, depth - 1)
     if ctx.resolves_to(expr.func, {"torch.tensor"}) is not None and expr.args and expr.args[0].keyword is None \
             and isinstance(expr.args[0].value, (cst.Float, cst.Integer, cst.UnaryOperation)):
@@ -781,56 +697,8 @@ def _dtype(ctx: FileContext, expr: cst.BaseExpression, table, depth: int) -> Typ
     spelling = call_spelling(ctx, expr)
     if casts_back(table, spelling):
         source = tensor_input(expr, spelling)
-        return _dtype(ctx, source, table, depth - 1) if source is not None else _UNKNOWN
-    found = _by_policy(table, spelling, expr)
-    if mc is not None and mc[1] in _FULL_REDUCTIONS and not expr.args:
+        return _dtype(ctx, source, table, depth - 1) if source is not None else UNKNOWN
+    found = by_policy(table, spelling, expr)
+    if mc is not None and mc[1] in FULL_REDUCTIONS and not expr.args:
         return found._replace(zero_dim=True) if found.dtype else _dtype(ctx, mc[0], table, depth - 1)._replace(zero_dim=True)
     return found
-
-
-def _by_policy(table, spelling: str | None, node: cst.CSTNode) -> Typed:
-    policies = policies_of(table, spelling)
-    if policies == {"lower_precision_fp"}:
-        return Typed("lowp", False, node)
-    if policies and policies <= FP32_FAMILY:
-        return Typed("float32", False, node)
-    return _UNKNOWN
-
-
-def _promoted(left: Typed, right: Typed) -> Typed:
-    """PyTorch's promotion of two floating operands: a Python number or a 0-dim tensor leaves
-    a tensor with dimensions its dtype; otherwise float32 wins over float16/bfloat16."""
-    if left.dtype == "number" or right.dtype == "number":
-        other = right if left.dtype == "number" else left
-        return other
-    if None in (left.dtype, right.dtype):
-        return _UNKNOWN
-    if left.zero_dim != right.zero_dim:
-        return left if right.zero_dim else right
-    return left if left.dtype == "float32" or right.dtype != "float32" else right
-
-
-def makes_float32_outside_autocast(outline: Outline) -> bool:
-    """The ``may_fire`` side of ``float32_outside_autocast``: the file has a call it accepts."""
-    return any((isinstance(c.func, ast.Attribute) and c.func.attr == "float" and not c.args and not c.keywords)
-               or (not outline.qualified_names(c.func).isdisjoint(FLOAT32_FACTORIES)
-                   and not any(k.arg in ("dtype", None) for k in c.keywords)
-                   and not any(isinstance(a, ast.Starred) for a in c.args))
-               for c in outline.nodes(ast.Call))
-
-
-def float32_outside_autocast(ctx: FileContext, expr: cst.BaseExpression, depth: int = 3) -> bool:
-    """A value that is float32 without autocast: a factory without ``dtype=``, or ``.float()``."""
-    if depth == 0:
-        return False
-    if isinstance(expr, cst.Name):
-        value = assigned_before(ctx, expr)
-        return value is not None and float32_outside_autocast(ctx, value, depth - 1)
-    if not isinstance(expr, cst.Call):
-        return False
-    mc = method_call(expr)
-    if mc is not None and mc[1] == "float" and not expr.args:
-        return True
-    return ctx.resolves_to(expr.func, FLOAT32_FACTORIES) is not None and \
-        not any(a.keyword is not None and a.keyword.value == "dtype" for a in expr.args) and \
-        not has_star_args(expr)

@@ -16,19 +16,17 @@ from ..engine.diagnostics import Fix, Related
 from ..engine.enabling import region_switch
 from ..engine.factories import chain_without_calls, new_method_fix
 from ..engine.outline import BINDING_STATEMENTS, Outline, Scopes
+from ..engine.promotion import FP32_FAMILY, casts_back, policies_of
 from ..engine.rule import PARENTHESIZED, AnyOf, Invalid, Rule, TextTest, Valid, tolerant_of_spacing
 from ..engine.semantics import (
     AUTOCAST,
     DTYPES,
-    FP32_FAMILY,
     autocast_region,
     reaching_region,
     call_spelling,
     calls_enabled_autocast,
-    casts_back,
     dtype_of,
     method_call,
-    policies_of,
     tensor_input,
 )
 from ..engine.text_scan import call_arguments, enclosing_bracket, space_before, word_before

@@ -21,7 +21,8 @@ from ..engine.context import FileContext
 from ..engine.crossfile import enabling_site, located
 from ..engine.outline import Outline, contains
 from ..engine.rule import Invalid, Rule, Valid
-from ..engine.semantics import autocast_calls, call_spelling, calls_autocast, policies_of
+from ..engine.promotion import policies_of
+from ..engine.semantics import autocast_calls, call_spelling, calls_autocast
 from ..policy import PolicyError, committed_tables
 
 _FUNCTION = frozenset({"torch.autograd.Function", "torch.autograd.function.Function"})

@@ -3,244 +3,30 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import libcst as cst
-
-from ..engine.checkpoints import (RESTORE_WORDS, SCALER_CLASSES, SCALER_PARAMS, Scaler, checkpoints, holds, key_text,
-                                  last_name, name_words, named_like_scaler, optimizer_restores,
-                                  restores_from_checkpoint, scaler_creations, scalers, spelled, subexpressions, words)
-from ..engine.context import FileContext
+from ..engine.ast_context import AstContext
+from ..engine.checkpoints import (FUNCTIONS, Scaler, ScalerTest, ancestors, argument_values, body_of, calls_within,
+                                  checkpoints, holds, in_block, in_unit, last_name, named, named_like_scaler,
+                                  optimizer_restores, restores_of, restores_scaler, saves_scaler, scaler_creations,
+                                  scalers, spelled, unit_of)
 from ..engine.crossfile import located
 from ..engine.diagnostics import Related
-from ..engine.outline import Outline, contains
-from ..engine.rule import AnyOf, Invalid, Rule, Valid
-from ..engine.semantics import enclosing_function, named_like_optimizer, statement_of
+from ..engine.outline import contains
+from ..engine.rule import AnyOf, AstRule, Invalid, Valid
 from ..engine.summaries import callee_summary
 
-_CHECKPOINT_WORDS = frozenset({"save", "checkpoint", "ckpt"})
 
-
-def _unit(ctx: FileContext, node: cst.CSTNode) -> cst.CSTNode:
-    """The class a node is in (its methods share their scalers and checkpoints), else the module."""
-    return ctx.enclosing(node, cst.ClassDef) or ctx.module
-
-
-def _self_call(call: cst.Call) -> bool:
+def _self_call(call: ast.Call) -> bool:
     """``self.method(...)``."""
-    return isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name) \
-        and call.func.value.value == "self"
+    return isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) \
+        and call.func.value.id == "self"
 
 
-def _names_scaler(subscript: cst.Subscript) -> bool:
-    """``ckpt["scaler"]``, ``state["grad_scaler_state"]``."""
-    return any(isinstance(e.slice, cst.Index) and "scaler" in (key_text(e.slice.value) or "") for e in subscript.slice)
+def _scaler_test(unit_scalers: list[Scaler]) -> ScalerTest:
+    """A scaler of the unit, the object holding one, or something named like a scaler."""
+    return lambda code, is_named: is_named and named_like_scaler(code) or any(holds(code, s.code) for s in unit_scalers)
 
 
-def _line(ctx: FileContext, node: cst.CSTNode) -> int:
-    return ctx.location(ctx.offsets(node)[0]).row
-
-
-def _may_be_optimizer(expr: ast.expr) -> bool:
-    """Named like an optimizer (``self.opt_g``), or an expression ``named_like_optimizer`` reads
-    from its text (``self.optimizers[0]``)."""
-    if isinstance(expr, ast.Attribute):
-        return named_like_optimizer(expr.attr)
-    return named_like_optimizer(expr.id) if isinstance(expr, ast.Name) else True
-
-
-def _name(func: ast.expr) -> str:
-    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-
-
-def _named_like_scaler(expr: ast.expr) -> bool:
-    return isinstance(expr, (ast.Name, ast.Attribute)) and named_like_scaler(_name(expr))
-
-
-def _plain_string(node: ast.AST | None, word: str) -> bool:
-    """A string literal holding ``word`` (lowercased), written with no prefix, escape or second
-    part: its width in the source is its value's, quotes aside, so libcst's raw text of it
-    (``key_text``) holds the word too."""
-    return isinstance(node, ast.Constant) and isinstance(node.value, str) and word in node.value.lower() \
-        and node.end_lineno == node.lineno and node.end_col_offset - node.col_offset == len(node.value.encode()) + 2
-
-
-def _branches(value: ast.expr) -> list[ast.expr]:
-    """The values an assignment may bind: both sides of ``a if c else b`` and of ``x or y``
-    (``creates_scaler``)."""
-    if isinstance(value, ast.IfExp):
-        return _branches(value.body) + _branches(value.orelse)
-    if isinstance(value, ast.BoolOp):
-        return [b for v in value.values for b in _branches(v)]
-    return [value]
-
-
-# What an attribute that names a GradScaler class ends with (``torch.amp.GradScaler``).
-_CLASS_NAMES = frozenset(q.rpartition(".")[2] for q in SCALER_CLASSES)
-
-
-def _scaler_creations(outline: Outline) -> list[ast.Assign | ast.AnnAssign]:
-    """``scaler_creations``, loosely: assignments of a call of a GradScaler class, or of a name
-    the file assigns anything that names one (``GradScaler = torch.cuda.amp.GradScaler``,
-    ``functools.partial(torch.GradScaler, ...)``)."""
-    imports = [*outline.nodes(ast.Import), *outline.nodes(ast.ImportFrom)]
-    if any(a.name == "*" for i in imports for a in i.names):
-        names = outline.nodes(ast.Name)  # a star import may bind any of them
-    else:  # only a name an import binds stands for a class of another module
-        bound = {a.asname or a.name.split(".")[0] for i in imports for a in i.names}
-        names = [n for n in outline.nodes(ast.Name) if n.id in bound]
-    named = [n for n in [*names, *(a for a in outline.nodes(ast.Attribute) if a.attr in _CLASS_NAMES)]
-             if not outline.qualified_names(n).isdisjoint(SCALER_CLASSES)]
-    if not named:  # neither a GradScaler class called nor an alias of one
-        return []
-    aliases = {t.id for a in outline.nodes(ast.Assign) if any(contains(a.value, n) for n in named)
-               for t in a.targets if isinstance(t, ast.Name)}
-    return [a for a in (*outline.nodes(ast.Assign), *outline.nodes(ast.AnnAssign)) if a.value is not None and any(
-        isinstance(v, ast.Call) and (not outline.qualified_names(v.func).isdisjoint(SCALER_CLASSES)
-                                     or isinstance(v.func, ast.Name) and v.func.id in aliases)
-        for v in _branches(a.value))]
-
-
-def _spells(expr: ast.expr, word: str) -> bool:
-    """Whether ``word`` is in a name, attribute or string of ``expr`` (in its text, as the
-    check reads an annotation, without rendering it)."""
-    return any(isinstance(n, ast.Name) and word in n.id or isinstance(n, ast.Attribute) and word in n.attr
-               or isinstance(n, ast.Constant) and isinstance(n.value, str) and word in n.value
-               for n in ast.walk(expr))
-
-
-def _class_of(outline: Outline, node: ast.AST) -> ast.ClassDef | None:
-    """``_unit`` on the ast: the innermost class around ``node`` (they nest: the one that starts
-    last); None for the module."""
-    return max((c for c in outline.nodes(ast.ClassDef) if contains(c, node)),
-               key=lambda c: (c.lineno, c.col_offset), default=None)
-
-
-def _scaler_units(outline: Outline, creations: list) -> set[ast.ClassDef | None]:
-    """The classes (None: the module) where ``scalers`` may find a GradScaler: created,
-    received (a parameter named like one, or annotated with a GradScaler class), or scaling a
-    backward (``S.scale(loss).backward()``)."""
-    places = [*creations,
-              *(a for a in outline.nodes(ast.arg) if a.arg in SCALER_PARAMS
-                or a.annotation is not None and _spells(a.annotation, "GradScaler")),
-              *(c for c in outline.method_calls("backward") if isinstance(c.func.value, ast.Call)
-                and isinstance(c.func.value.func, ast.Attribute) and c.func.value.func.attr == "scale")]
-    return {_class_of(outline, p) for p in places}
-
-
-def _state_call(call: ast.Call) -> bool:
-    name = _name(call.func).lower()
-    return "state_dict" in name and not name.startswith(("load", "set"))
-
-
-def _may_checkpoint(outline: Outline) -> bool:
-    """What a checkpoint (``checkpoints``) needs: some state read (``x.state_dict()``), and an
-    optimizer's state read (``optimizer.state_dict()``, ``get_optimizer_state_dict(...)``) or
-    a dict key, subscript or keyword naming an optimizer."""
-    states = [c for c in outline.nodes(ast.Call) if _state_call(c)]
-    if not states:
-        return False
-    if any(_name(c.func) == "state_dict" and isinstance(c.func, ast.Attribute) and _may_be_optimizer(c.func.value)
-           or _name(c.func) != "state_dict" and "optim" in _name(c.func).lower() for c in states):
-        return True
-    if any(k.arg and "optim" in k.arg.lower() for c in outline.nodes(ast.Call) for k in c.keywords):
-        return True
-    keys = [*(k for d in outline.nodes(ast.Dict) for k in d.keys), *(s.slice for s in outline.nodes(ast.Subscript))]
-    return any(isinstance(k, ast.Constant) and isinstance(k.value, str) and "optim" in k.value.lower() for k in keys)
-
-
-def _calls_imported(outline: Outline) -> bool:
-    """A call of a name another module binds (``save_checkpoint(...)`` after ``from .utils
-    import save_checkpoint``, ``utils.save(...)``): a checkpoint another module may write."""
-    imported = {a.asname or a.name.split(".")[0] for kind in (ast.Import, ast.ImportFrom)
-                for node in outline.nodes(kind) for a in node.names
-                if (getattr(node, "module", None) or a.name).split(".")[0] != "torch"}  # torch's own run no helper
-    return any(isinstance(c.func, ast.Name) and c.func.id in imported
-               or isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name) and c.func.value.id in imported
-               for c in outline.nodes(ast.Call))
-
-
-def _may_restore_optimizer(outline: Outline) -> bool:
-    """What ``optimizer_restores`` needs: ``optimizer.load_state_dict(...)``, or a call named like
-    loading or setting an optimizer's state dict (``set_optimizer_state_dict(...)``), given
-    arguments."""
-    for call in outline.nodes(ast.Call):
-        name = _name(call.func).lower()
-        if (call.args or call.keywords) and "state_dict" in name and name.startswith(("load", "set")) and (
-                name == "load_state_dict" and isinstance(call.func, ast.Attribute) and _may_be_optimizer(call.func.value)
-                or name != "load_state_dict" and "optim" in name):
-            return True
-    return False
-
-
-def _surely_saving(outline: Outline) -> set[ast.ClassDef | None]:
-    """The classes (None: the module) that ``_saves_scaler`` surely finds saving a scaler's
-    state, by some of its tests: a ``state_dict()`` of something named like a scaler, a dict key
-    or an assigned subscript naming one (``"scaler"``)."""
-    found = [c for c in outline.method_calls("state_dict") if _named_like_scaler(c.func.value)]
-    found += [d for d in outline.nodes(ast.Dict) if any(_plain_string(k, "scaler") for k in d.keys)]
-    found += [a for a in outline.nodes(ast.Assign)
-              if isinstance(a.targets[0], ast.Subscript) and _plain_string(a.targets[0].slice, "scaler")]
-    return {_class_of(outline, n) for n in found}
-
-
-def _surely_restoring(outline: Outline) -> set[ast.ClassDef | None]:
-    """The classes (None: the module) that ``_restores_scaler`` surely finds restoring a
-    scaler's state, by some of its tests: a ``load_state_dict`` of something named like a
-    scaler, a subscript naming one read (``ckpt["scaler"]``)."""
-    found = [c for c in outline.method_calls("load_state_dict") if _named_like_scaler(c.func.value)]
-    found += [s for s in outline.nodes(ast.Subscript) if isinstance(s.ctx, ast.Load) and _plain_string(s.slice, "scaler")]
-    return {_class_of(outline, n) for n in found}
-
-
-def _restore_call(call: ast.Call) -> bool:
-    """``x.load_state_dict(...)``, or a call named like a load or restore (``restores_from_checkpoint``)."""
-    return _name(call.func) == "load_state_dict" and isinstance(call.func, ast.Attribute) \
-        or not words(_name(call.func)).isdisjoint(RESTORE_WORDS)
-
-
-_BLOCKS = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.ExceptHandler, ast.Match,
-           ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-
-
-def _may_replace_restored(outline: Outline, creations: list) -> bool:
-    """What ``_replaced_after_restore`` needs, loosely: a GradScaler created in a function after
-    a restore call in the same block (here: the innermost compound statement around it); or
-    directly in the body of a method of a class with a restore call and another method, its
-    ``__init__``."""
-    creations = [c for c in creations if outline.scopes[id(c)] != 0]  # in a function
-    restores = [c for c in outline.nodes(ast.Call) if _restore_call(c)] if creations else []
-    if not restores:
-        return False
-    blocks = [n for kind in _BLOCKS for n in outline.nodes(kind)]
-    for creation in creations:
-        block = max((b for b in blocks if contains(b, creation)), key=lambda b: (b.lineno, b.col_offset))
-        start = (creation.lineno, creation.col_offset)
-        if any(contains(block, r) and (r.lineno, r.col_offset) < start for r in restores):
-            return True
-        cls = next((c for c in outline.nodes(ast.ClassDef) if block in c.body), None) \
-            if isinstance(block, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
-        if cls is not None and any(contains(cls, r) for r in restores):
-            init = next((m for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
-                         and m.name == "__init__"), None)  # the first, as the check finds it
-            if init is not None and init is not block:
-                return True
-    return False
-
-
-def _may_fire(outline: Outline) -> bool:
-    """Where ``scalers`` may find a GradScaler (``_scaler_units``): a checkpoint
-    (``_may_checkpoint``) while a class or module with a scaler does not surely save one; an
-    optimizer restored (``_may_restore_optimizer``) while one does not surely restore one; or
-    a scaler that may replace a restored one (``_may_replace_restored``)."""
-    creations = _scaler_creations(outline)
-    units = _scaler_units(outline, creations)
-    if not units:
-        return False
-    return ((_may_checkpoint(outline) or _calls_imported(outline)) and bool(units - _surely_saving(outline))
-            or _may_restore_optimizer(outline) and bool(units - _surely_restoring(outline))
-            or _may_replace_restored(outline, creations))
-
-
-class ScalerStateNotCheckpointed(Rule):
+class ScalerStateNotCheckpointed(AstRule):
     """
     ## What it does
     Where a file uses a GradScaler, finds training checkpoints (state that holds an
@@ -315,9 +101,25 @@ class ScalerStateNotCheckpointed(Rule):
     # a scaler, and a checkpoint here or a function of another module that may write one
     fragments = ((AnyOf("scaler", "Scaler", r"\.scale\("),
                   AnyOf("state_dict", "save", "load", "restore", "resume", "import")),)
-    may_fire = staticmethod(_may_fire)
 
     valid = (
+        # No optimizer's state saved; a scaler that is no GradScaler; the scaler's state saved.
+        Valid("""
+import torch
+scaler = torch.amp.GradScaler()
+state = model.state_dict()
+torch.save(model.state_dict(), p)
+"""),
+        Valid("""
+from torch import save
+scaler = LossScaler()
+save(optimizer.state_dict(), p)
+"""),
+        Valid("""
+import torch
+def save(opt, scaler, p):
+    torch.save({'opt': opt.state_dict(), 'scaler': scaler.state_dict()}, p)
+"""),
         Valid("""
 import torch
 from checkpointing import save_checkpoint
@@ -617,57 +419,58 @@ class Trainer:
 """, at=((14, 9, "restored from a checkpoint at line 11"),)),
     )
 
-    def check(self, ctx: FileContext) -> None:
+    def check(self, ctx: AstContext) -> None:
         by_unit: dict[int, list[Scaler]] = {}
         for scaler in scalers(ctx):
-            by_unit.setdefault(id(_unit(ctx, scaler.node)), []).append(scaler)
+            by_unit.setdefault(id(unit_of(ctx, scaler.node)), []).append(scaler)
         if not by_unit:
             return
         self._replaced_after_restore(ctx)
-        restores: dict[int, list[cst.Call]] = {}
+        restores: dict[int, list[ast.Call]] = {}
         for call in optimizer_restores(ctx):
-            restores.setdefault(id(_unit(ctx, call)), []).append(call)
+            restores.setdefault(id(unit_of(ctx, call)), []).append(call)
         reported_units: set[int] = set()
         for node in checkpoints(ctx):
-            unit = _unit(ctx, node)
+            unit = unit_of(ctx, node)
             visible = self._visible(ctx, node, unit, by_unit.get(id(unit), []))
             if not visible or self._saved(ctx, unit, by_unit[id(unit)]):
                 continue
             reported_units.add(id(unit))
             message = (f"checkpoint without the GradScaler's state: `{visible[0].code}` (line "
-                       f"{_line(ctx, visible[0].node)}) is not saved, so a resumed run restarts its loss scale")
+                       f"{visible[0].node.lineno}) is not saved, so a resumed run restarts its loss scale")
             unrestored = next((c for c in restores.get(id(unit), ()) if self._visible(ctx, c, unit, visible)), None)
             if unrestored is not None and not self._restored(ctx, unit, by_unit[id(unit)]):
-                message += f"; the resume at line {_line(ctx, unrestored)} does not restore it either"
+                message += f"; the resume at line {unrestored.lineno} does not restore it either"
             ctx.report(node, message)
         self._written_by_helpers(ctx, by_unit, reported_units)
         for key, calls in restores.items():
-            unit = _unit(ctx, calls[0])
+            unit = unit_of(ctx, calls[0])
             if key in reported_units or key not in by_unit or self._restored(ctx, unit, by_unit[key]):
                 continue
             seen_functions: set[int] = set()
             for call in calls:
-                function = id(enclosing_function(ctx, call))
+                function = id(ctx.enclosing_function(call))
                 visible = self._visible(ctx, call, unit, by_unit[key])
                 if function in seen_functions or not visible:
                     continue
                 seen_functions.add(function)
                 ctx.report(call, f"optimizer state restored without the GradScaler's: `{visible[0].code}` (line "
-                                 f"{_line(ctx, visible[0].node)}) is not restored, so its loss scale restarts; "
+                                 f"{visible[0].node.lineno}) is not restored, so its loss scale restarts; "
                                  f"call `{visible[0].code}.load_state_dict(...)` here")
 
-    def _written_by_helpers(self, ctx: FileContext, by_unit: dict[int, list[Scaler]], reported: set[int]) -> None:
+    def _written_by_helpers(self, ctx: AstContext, by_unit: dict[int, list[Scaler]], reported: set[int]) -> None:
         """Where a scaler is in use, a call of another module's function that writes a checkpoint
         with an optimizer's state and without the scaler's (``summaries``), when nothing passes
         the scaler to it and the project saves no scaler's state anywhere."""
         for key, unit_scalers in by_unit.items():
-            unit = _unit(ctx, unit_scalers[0].node)
+            unit = unit_of(ctx, unit_scalers[0].node)
             if key in reported or self._saved(ctx, unit, unit_scalers):
                 continue
-            for call in self._in_unit(ctx, unit, cst.Call):
+            is_scaler = _scaler_test(unit_scalers)
+            for call in in_unit(ctx, unit, ast.Call):
                 # the scaler, or an object that holds it (`self` too: the helper may save its scaler)
-                if any(self._is_scaler(ctx, a.value, unit_scalers) or (
-                        isinstance(a.value, cst.Name) and a.value.value == "self") for a in call.args):
+                if any(is_scaler(spelled(ctx, v), named(v)) or isinstance(v, ast.Name) and v.id == "self"
+                       for v in argument_values(call)):
                     continue
                 visible = self._visible(ctx, call, unit, unit_scalers)
                 summary = callee_summary(ctx, call) if visible else None
@@ -677,29 +480,29 @@ class Trainer:
                                 if c.optimizer_state and not c.scaler_state and not c.from_caller), None)
                 if written is None or ctx.scaler_states_saved():
                     continue
-                where, related = located(ctx, written.path, written.row, f"`{written.code}`, in `{(summary.name, *written.via)[-1]}`")
+                where, related = located(ctx, written.path, written.row,
+                                         f"`{written.code}`, in `{(summary.name, *written.via)[-1]}`")
                 through = f" through `{'` and `'.join(written.via)}`" if written.via else ""
                 scaler = visible[0]
                 ctx.report(call, f"checkpoint written by `{ctx.code(call.func)}(...)` ({where}{through}) without the "
-                                 f"GradScaler's state: `{scaler.code}` (line {_line(ctx, scaler.node)}) is not passed "
+                                 f"GradScaler's state: `{scaler.code}` (line {scaler.node.lineno}) is not passed "
                                  "to it, so a resumed run restarts its loss scale",
-                           related=(related, Related(ctx.path, _line(ctx, scaler.node), f"`{scaler.code}`")))
+                           related=(related, Related(ctx.path, scaler.node.lineno, f"`{scaler.code}`")))
 
     @staticmethod
-    def _callees(ctx: FileContext, unit: cst.CSTNode) -> dict[int, list[cst.FunctionDef]]:
+    def _callees(ctx: AstContext, unit: ast.ClassDef | ast.Module) -> dict[int, list[ast.FunctionDef]]:
         """For each function of a unit (a method, or a module-level function), those of the same
         unit it calls (``self.save(...)``, ``save(...)``), itself and the functions it defines
         included."""
         cache = ctx.__dict__.setdefault("_amp015_callees", {})
         if id(unit) not in cache:
-            body = unit.body.body if isinstance(unit, cst.ClassDef) else unit.body
-            by_name = {f.name.value: f for f in body if isinstance(f, cst.FunctionDef)}
+            in_class = isinstance(unit, ast.ClassDef)
+            by_name = {f.name: f for f in unit.body if isinstance(f, FUNCTIONS)}
             direct = {}
             for function in by_name.values():
                 direct[id(function)] = [function] + [
-                    by_name[last_name(c.func)] for c in ctx.nodes_within(cst.Call, function)
-                    if (isinstance(c.func, cst.Name) or _self_call(c))
-                    and last_name(c.func) in by_name and _self_call(c) is isinstance(unit, cst.ClassDef)]
+                    by_name[last_name(c.func)] for c in calls_within(ctx, function)
+                    if (_self_call(c) if in_class else isinstance(c.func, ast.Name)) and last_name(c.func) in by_name]
             reach = {}
             for key, first in direct.items():
                 seen, stack = {}, list(first)
@@ -712,13 +515,11 @@ class Trainer:
             cache[id(unit)] = reach
         return cache[id(unit)]
 
-    def _visible(self, ctx: FileContext, node: cst.CSTNode, unit: cst.CSTNode,
-                 unit_scalers: list[Scaler]) -> list[Scaler]:
+    def _visible(self, ctx: AstContext, node: ast.AST, unit: ast.AST, unit_scalers: list[Scaler]) -> list[Scaler]:
         """The scalers that the code at ``node`` runs with, nearest first: those of its function
         or one around it, then the class's (``self.scaler``) and the module's, then the locals of
         functions that call it."""
-        functions = [a for a in ctx.ancestors(node) if isinstance(a, cst.FunctionDef)]
-        around = {id(f) for f in functions}
+        around = {id(a) for a in ancestors(ctx, node) if isinstance(a, FUNCTIONS)}
         callees = self._callees(ctx, unit)
         near, shared, callers = [], [], []
         for scaler in unit_scalers:
@@ -727,117 +528,47 @@ class Trainer:
             elif scaler.function is None or scaler.code.startswith("self."):
                 shared.append(scaler)
             else:
-                top = next((a for a in [scaler.function, *ctx.ancestors(scaler.function)]
-                            if id(a) in callees), None)
-                if top is not None and any(ctx.contains(f, node) for f in callees[id(top)]):
+                top = next((a for a in [scaler.function, *ancestors(ctx, scaler.function)] if id(a) in callees), None)
+                if top is not None and any(contains(f, node) for f in callees[id(top)]):
                     callers.append(scaler)
         return near + shared + callers
 
     @staticmethod
-    def _in_unit(ctx: FileContext, unit: cst.CSTNode, kind: type) -> list:
-        return ctx.nodes_in(kind, cst.ClassDef, None if unit is ctx.module else unit)
-
-    @staticmethod
-    def _is_scaler(ctx: FileContext, expr: cst.BaseExpression, unit_scalers: list[Scaler]) -> bool:
-        """A scaler of the unit, the object holding one, or something named like a scaler."""
-        code = spelled(ctx, expr)
-        return (isinstance(expr, (cst.Name, cst.Attribute)) and named_like_scaler(code)) \
-            or any(holds(code, s.code) for s in unit_scalers)
-
-    def _saved(self, ctx: FileContext, unit: cst.CSTNode, unit_scalers: list[Scaler]) -> bool:
+    def _saved(ctx: AstContext, unit: ast.AST, unit_scalers: list[Scaler]) -> bool:
         cache = ctx.__dict__.setdefault("_amp015_saved", {})
         if id(unit) not in cache:
-            cache[id(unit)] = self._saves_scaler(ctx, unit, unit_scalers)
+            cache[id(unit)] = saves_scaler(ctx, unit, _scaler_test(unit_scalers))
         return cache[id(unit)]
-
-    def _saves_scaler(self, ctx: FileContext, unit: cst.CSTNode, unit_scalers: list[Scaler]) -> bool:
-        for call in self._in_unit(ctx, unit, cst.Call):
-            if last_name(call.func) == "state_dict" and isinstance(call.func, cst.Attribute) \
-                    and self._is_scaler(ctx, call.func.value, unit_scalers):
-                return True
-            if not name_words(call.func).isdisjoint(_CHECKPOINT_WORDS) and not restores_from_checkpoint(call) \
-                    and any(self._is_scaler(ctx, a.value, unit_scalers) for a in call.args):
-                return True
-        for node in self._in_unit(ctx, unit, cst.DictElement):
-            if "scaler" in (key_text(node.key) or ""):
-                return True
-        for node in self._in_unit(ctx, unit, cst.Assign):
-            target = node.targets[0].target
-            if isinstance(target, cst.Subscript) and _names_scaler(target):
-                return True
-        return False
-
-    def _restored(self, ctx: FileContext, unit: cst.CSTNode, unit_scalers: list[Scaler]) -> bool:
-        cache = ctx.__dict__.setdefault("_amp015_restored", {})
-        if id(unit) not in cache:
-            cache[id(unit)] = self._restores_scaler(ctx, unit, unit_scalers)
-        return cache[id(unit)]
-
-    def _restores_scaler(self, ctx: FileContext, unit: cst.CSTNode, unit_scalers: list[Scaler]) -> bool:
-        for call in self._in_unit(ctx, unit, cst.Call):
-            name = last_name(call.func).lower()
-            if name == "load_state_dict" and isinstance(call.func, cst.Attribute) \
-                    and self._is_scaler(ctx, call.func.value, unit_scalers):
-                return True
-            if name in ("get", "pop") and call.args and "scaler" in (key_text(call.args[0].value) or ""):
-                return True
-            if restores_from_checkpoint(call) and self._restores(
-                    ctx, call, lambda e: self._is_scaler(ctx, e, unit_scalers)):
-                return True
-        stores = {id(t.target) for node in self._in_unit(ctx, unit, cst.Assign) for t in node.targets}
-        for node in self._in_unit(ctx, unit, cst.Subscript):
-            if id(node) not in stores and _names_scaler(node):
-                return True
-        return False
 
     @staticmethod
-    def _restores(ctx: FileContext, call: cst.Call, is_scaler) -> bool:
-        """A restore call given the scaler (or its holder), or whose result is assigned to it."""
-        if any(is_scaler(a.value) for a in call.args):
-            return True
-        statement = statement_of(ctx, call)
-        assign = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) else None
-        return isinstance(assign, cst.Assign) and assign.value is call and any(
-            isinstance(n, (cst.Name, cst.Attribute)) and is_scaler(n)
-            for t in assign.targets for n in subexpressions(t.target))
+    def _restored(ctx: AstContext, unit: ast.AST, unit_scalers: list[Scaler]) -> bool:
+        cache = ctx.__dict__.setdefault("_amp015_restored", {})
+        if id(unit) not in cache:
+            cache[id(unit)] = restores_scaler(ctx, unit, _scaler_test(unit_scalers))
+        return cache[id(unit)]
 
-    def _replaced_after_restore(self, ctx: FileContext) -> None:
+    def _replaced_after_restore(self, ctx: AstContext) -> None:
         for creation, code in scaler_creations(ctx):
-            function = enclosing_function(ctx, creation)
+            function = ctx.enclosing_function(creation)
             if function is None:
                 continue
-            statement = statement_of(ctx, creation)
-            block = ctx.parent(statement)
-            earlier = [c for c in self._restores_in(ctx, function, code)
-                       if ctx.order(c) < ctx.order(creation) and ctx.contains(block, c)]
+            earlier = [c for c in restores_of(ctx, function, code)
+                       if ctx.order(c) < ctx.order(creation) and in_block(ctx, creation, c)]
             if earlier:
-                ctx.report(statement, "a new GradScaler replaces the scaler restored at line "
-                                      f"{_line(ctx, earlier[0])}: its loss scale restarts; keep the restored one")
+                ctx.report(creation, "a new GradScaler replaces the scaler restored at line "
+                                      f"{earlier[0].lineno}: its loss scale restarts; keep the restored one")
                 continue
-            method_of = ctx.parent(ctx.parent(function))
-            if not isinstance(method_of, cst.ClassDef) or block is not function.body:
+            method_of = ctx.parent(function)
+            if not isinstance(method_of, ast.ClassDef) or not body_of(ctx, creation, function):
                 continue
-            init = next((m for m in method_of.body.body
-                         if isinstance(m, cst.FunctionDef) and m.name.value == "__init__"), None)
+            init = next((m for m in method_of.body if isinstance(m, FUNCTIONS) and m.name == "__init__"), None)
             # What `__init__` runs, the methods it calls included; a method it calls itself may
             # create the scaler before the restore, so it is left alone.
             setup = self._callees(ctx, method_of).get(id(init), [])
             if any(f is function for f in setup):
                 continue
-            restored = [c for f in setup for c in self._restores_in(ctx, f, code)]
+            restored = [c for f in setup for c in restores_of(ctx, f, code)]
             if restored:
-                ctx.report(statement, f"a new GradScaler replaces `{code}`, which `__init__` restored from a "
-                                      f"checkpoint at line {_line(ctx, restored[0])}: its loss scale restarts; "
+                ctx.report(creation, f"a new GradScaler replaces `{code}`, which `__init__` restored from a "
+                                      f"checkpoint at line {restored[0].lineno}: its loss scale restarts; "
                                       "create the scaler before the checkpoint is loaded")
-
-    def _restores_in(self, ctx: FileContext, function: cst.FunctionDef, code: str) -> list[cst.Call]:
-        """Calls directly in ``function`` that restore the scaler held by ``code``, or the object holding it."""
-        found = []
-        for call in ctx.nodes_in(cst.Call, cst.FunctionDef, function):
-            if last_name(call.func) == "load_state_dict" and isinstance(call.func, cst.Attribute) \
-                    and holds(spelled(ctx, call.func.value), code):
-                found.append(call)
-            elif restores_from_checkpoint(call) and self._restores(ctx, call, lambda e: holds(spelled(ctx, e), code)):
-                found.append(call)
-        return found
-

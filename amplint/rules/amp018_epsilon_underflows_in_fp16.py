@@ -14,18 +14,17 @@ from ..engine.enabling import region_switch
 from ..engine.crossfile import enabling_site, named_loss_place, named_loss_places_on_ast
 from ..engine.outline import Outline, contains
 from ..engine.region_tables import region_dtype, region_table
+from ..engine.promotion import FP32_FAMILY, policies_of
 from ..engine.rule import AnyOf, Invalid, Rule, TextTest, Valid
 from ..engine.semantics import (
     DTYPES,
     assigned_before,
-    FP32_FAMILY,
     reaching_region,
     call_spelling,
     calls_enabled_autocast,
     enclosing_function,
     inferred_dtype,
     method_call,
-    policies_of,
     subtree,
 )
 from ..engine.text_scan import enclosing_bracket, space_before, word_before

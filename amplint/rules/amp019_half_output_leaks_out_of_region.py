@@ -1,29 +1,13 @@
 from __future__ import annotations
 
 import ast
-from functools import lru_cache
 
-import libcst as cst
-
-from ..engine.context import FileContext
-from ..engine.outline import Outline
+from ..engine.ast_context import AstContext
+from ..engine.dtypes import call_spelling, float32_outside_autocast, inferred_dtype, tensor_input
+from ..engine.promotion import casts_back, policies_of
 from ..engine.region_tables import region_table
-from ..engine.rule import AnyOf, Invalid, Rule, Valid
-from ..engine.semantics import (
-    assigned_before,
-    autocast_region,
-    call_spelling,
-    calls,
-    calls_enabled_autocast,
-    casts_back,
-    float32_outside_autocast,
-    inferred_dtype,
-    makes_float32_outside_autocast,
-    policies_of,
-    region_spans,
-    tensor_input,
-)
-from ..policy import committed_tables
+from ..engine.regions import autocast_calls, autocast_region, value_before
+from ..engine.rule import AnyOf, AstRule, Invalid, Valid
 
 # Ops that need all tensor inputs in one dtype when autocast is not there to cast them.
 _EQUAL_DTYPE_OPS = frozenset({"mm", "matmul", "bmm", "addmm", "baddbmm", "addbmm", "mv", "dot",
@@ -36,56 +20,7 @@ def _base(op: str) -> str:
     return op.split("::")[-1].split(".")[0]
 
 
-@lru_cache(maxsize=None)
-def _equal_dtype_callees() -> frozenset[str]:
-    """The last part of every spelling that reaches an equal-dtype op, in any committed table
-    (``linear`` for ``torch.nn.functional.linear``, ``einsum``, ``Linear``...)."""
-    return frozenset(spelling.rsplit(".", 1)[-1] for table in committed_tables()
-                     for spelling in table.spellings_reaching(lambda op: _base(op) in _EQUAL_DTYPE_OPS))
-
-
-def _may_fire(outline: Outline) -> bool:
-    """A float32 value (a factory without dtype, ``.float()``), and an ``@`` or a call that may
-    reach an equal-dtype op (through an import, by the callee's qualified name, or as a method,
-    by its attribute) with another name or call among its positional arguments and a name that
-    a plain assignment earlier in the same function sets, inside a region, to a call, an ``@``
-    or a name (what ``_half_from_region`` may find lower precision): what check() needs to
-    report."""
-    if not (calls_enabled_autocast(outline) and makes_float32_outside_autocast(outline)):
-        return False
-    scopes = outline.scopes
-    # (function, name) -> where each assignment in a region to that name starts.
-    made_in_region: dict[tuple[int, str], list[tuple[int, int]]] = {}
-    spans = [((first.lineno, first.col_offset), (last.end_lineno, last.end_col_offset), scope)
-             for first, last, scope in region_spans(outline)]
-    for a in outline.nodes(ast.Assign):
-        if len(a.targets) != 1 or not isinstance(a.targets[0], ast.Name) or not (
-                isinstance(a.value, (ast.Call, ast.Name))
-                or isinstance(a.value, ast.BinOp) and isinstance(a.value.op, ast.MatMult)):
-            continue
-        at, scope = (a.lineno, a.col_offset), scopes[id(a)]
-        if any(start <= at < end and scope == region_scope for start, end, region_scope in spans):
-            made_in_region.setdefault((scope, a.targets[0].id), []).append(at)
-    if not made_in_region:
-        return False
-
-    def half_and_full(node: ast.AST, args: list[ast.expr]) -> bool:
-        scope = scopes[id(node)]
-        return sum(isinstance(a, (ast.Name, ast.Call)) for a in args) >= 2 and any(
-            isinstance(a, ast.Name)
-            and any(at < (a.lineno, a.col_offset) for at in made_in_region.get((scope, a.id), ())) for a in args)
-
-    if any(isinstance(op.op, ast.MatMult) and half_and_full(op, [op.left, op.right])
-           for op in outline.nodes(ast.BinOp)):
-        return True
-    callees = _equal_dtype_callees()
-    return any(half_and_full(call, call.args) and (
-        (isinstance(call.func, ast.Attribute) and call.func.attr in callees)
-        or any(q.rsplit(".", 1)[-1] in callees for q in outline.qualified_names(call.func)))
-        for call in outline.nodes(ast.Call))
-
-
-class HalfOutputLeaksOutOfRegion(Rule):
+class HalfOutputLeaksOutOfRegion(AstRule):
     """
     ## What it does
     Light dtype inference over the policy tables: a value made inside an autocast region by an
@@ -129,7 +64,6 @@ class HalfOutputLeaksOutOfRegion(Rule):
     uses_policy = True
     # A region, and a float32 value made outside one (a factory or `.float()`).
     fragments = (("autocast", AnyOf(r"\.float\(", "rand", "zeros", "ones", "empty", "full", "linspace", "eye")),)
-    may_fire = staticmethod(_may_fire)
 
     valid = (
         Valid("""
@@ -151,8 +85,33 @@ with torch.autocast("cuda"):
     s = torch.softmax(x, dim=-1)
 out = torch.mm(s, torch.randn(64, 10, device="cuda"))
 """),
+        # No op that needs equal dtypes; no float32 value; a method's receiver is not judged.
+        Valid("""
+import torch
+with torch.autocast("cuda"):
+    h = x.relu()
+    g = x @ w
+    k = x.mm(w)
+out = torch.zeros(3) + h
+out = g @ w2
+out = k.mm(w.float())
+"""),
     )
     invalid = (
+        # `@`, a function imported under another name, a method of a float32 tensor.
+        Invalid("""
+import torch
+from torch import mm as product, zeros
+with torch.autocast("cuda"):
+    h = x @ w
+    g = product(x, w)
+    k = x.mm(w)
+out = h @ torch.zeros(3)
+out = product(g, zeros(3, 3))
+out = torch.ones(3, 3).addmm(k, w.float())
+""", at=((8, 7, '`h` comes out of an autocast region in lower precision'),
+         (9, 7, '`g` comes out of an autocast region in lower precision'),
+         (10, 7, '`k` comes out of an autocast region in lower precision'))),
         Invalid("""
 import torch
 import torch.nn.functional as F
@@ -180,16 +139,19 @@ def head(x, w1, w2):
 """, at=((7, 12, '`out` comes out of an autocast region in lower precision and'),)),
     )
 
-    def check(self, ctx: FileContext) -> None:
+    def check(self, ctx: AstContext) -> None:
+        # a region, which the lower-precision value comes out of
+        if all(ac.enabled is False for ac in autocast_calls(ctx)):
+            return
         candidates = []
-        for call in calls(ctx):
+        for call in sorted(ctx.outline.nodes(ast.Call), key=ctx.order):
             spelling = call_spelling(ctx, call)
             if spelling is not None:
-                candidates.append((call, spelling, [a.value for a in call.args if a.keyword is None]))
-
+                positional = [a.value if isinstance(a, ast.Starred) else a for a in call.args]
+                candidates.append((call, spelling, positional + [k.value for k in call.keywords if k.arg is None]))
         candidates.extend((node, "torch.Tensor.__matmul__", [node.left, node.right])
-                          for node in ctx.nodes(cst.BinaryOperation)
-                          if isinstance(node.operator, cst.MatrixMultiply))
+                          for node in sorted(ctx.outline.nodes(ast.BinOp), key=ctx.order)
+                          if isinstance(node.op, ast.MatMult))
         table = ctx.policy()
         for node, spelling, args in candidates:
             if not any(_base(op) in _EQUAL_DTYPE_OPS for op in table.ops_reached_by(spelling)):
@@ -205,20 +167,20 @@ def head(x, w1, w2):
                                  "region's end")
 
     @staticmethod
-    def _half_from_region(ctx: FileContext, expr: cst.BaseExpression) -> bool:
-        if not isinstance(expr, cst.Name):
+    def _half_from_region(ctx: AstContext, expr: ast.expr) -> bool:
+        if not isinstance(expr, ast.Name):
             return False
-        value = assigned_before(ctx, expr)
+        value = value_before(ctx, expr)
         if value is None:
             return False
         region = autocast_region(ctx, value)
         if region is None:
             return False
         table = region_table(ctx, region[0])
-        if isinstance(value, cst.Call) and table is not None:
+        if isinstance(value, ast.Call) and table is not None:
             # A project's own op, by its Python name (``mypkg.ops.fused_mm``): a table of
             # [tool.amplint] policies knows it; torch's spellings are inferred_dtype's.
-            for name in ctx.qualified_names(value.func):
+            for name in ctx.outline.qualified_names(value.func):
                 if not name.startswith("torch.") and table.ops_reached_by(name):
                     if casts_back(table, name):  # its output has its input's dtype
                         source = tensor_input(value, name)

@@ -43,18 +43,14 @@ class AstContext(CheckedFile):
         start, end = self.offsets(node)
         return self.source[start:end]
 
-    @cached_property
-    def _parents(self) -> dict[int, ast.AST]:
-        return {id(child): node for node in ast.walk(self.outline.tree) for child in ast.iter_child_nodes(node)}
-
     def parent(self, node: ast.AST) -> ast.AST | None:
-        return self._parents.get(id(node))
+        return self.outline.parents.get(id(node))
 
     def enclosing(self, node: ast.AST, kind: type | tuple[type, ...]) -> ast.AST | None:
         """The innermost node of ``kind`` around ``node``; None where there is none."""
-        parent = self._parents.get(id(node))
+        parent = self.outline.parents.get(id(node))
         while parent is not None and not isinstance(parent, kind):
-            parent = self._parents.get(id(parent))
+            parent = self.outline.parents.get(id(parent))
         return parent
 
     def enclosing_function(self, node: ast.AST) -> ast.FunctionDef | ast.AsyncFunctionDef | None:

@@ -161,9 +161,14 @@ def _values_of(ctx: AstContext, expr: ast.expr) -> list[ast.expr]:
         cls = ctx.enclosing(expr, ast.ClassDef)
         if cls is None:
             return []
-        target = ctx.code(expr)
-        return [node.value for node in sorted((n for n in ast.walk(cls) if isinstance(n, ast.Assign)), key=ctx.order)
-                if any(ctx.code(t) == target for t in node.targets)]
+        cache = ctx.__dict__.setdefault("_amp012_assigned", {})  # asked of every `self.x(...)` in a region
+        if id(cls) not in cache:
+            found: dict[str, list[ast.expr]] = {}
+            for node in sorted((n for n in ast.walk(cls) if isinstance(n, ast.Assign)), key=ctx.order):
+                for code in dict.fromkeys(ctx.code(t) for t in node.targets):
+                    found.setdefault(code, []).append(node.value)
+            cache[id(cls)] = found
+        return cache[id(cls)].get(ctx.code(expr), [])
     return []
 
 

@@ -1,6 +1,11 @@
-"""What a custom ``torch.autograd.Function`` does that autocast can break, read from its code,
-and where the project hands it a float32 parameter.
+"""What a custom ``torch.autograd.Function`` does that autocast can break, read from Python's
+``ast`` of its code, and where the project hands it a float32 parameter.
 
+A Function is a class derived from ``torch.autograd.Function`` (``autograd_functions``);
+its ``forward`` and ``backward`` are the last methods of those names in its body, each
+decorated (``custom_fwd``/``custom_bwd``, ``decorated``) or not. Under autocast, a method that
+calls an op autocast casts, uses ``@``, or calls code autocast cannot see into (a kernel
+launch, an extension's function) depends on autocast's state (``needs_autocast_state``).
 Autocast runs a Function's ``forward`` (without ``custom_fwd``) like any other code: an op it
 casts makes the forward's output float16, so the gradient its ``backward`` receives is float16
 too. The backward itself runs later, outside autocast (without ``custom_bwd``): an op there
@@ -15,20 +20,30 @@ Function's ``apply``, directly or through one function of the project that calls
 from __future__ import annotations
 
 import ast
+import builtins
+import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Union
+from typing import Callable, Iterator, Union
 
-import libcst as cst
-
-from .outline import Outline
+from .ast_context import AstContext
+from .dtypes import call_spelling, inferred_dtype
+from .outline import Outline, contains
 from .project_index import mentions_dependency, module_text, modules_mentioning, project_module
 from .promotion import policies_of
-from .semantics import assigned_before, call_spelling, enclosing_function, inferred_dtype, subtree
+from .regions import value_before
 
-if TYPE_CHECKING:
-    from .context import FileContext
-
+FUNCTION = frozenset({"torch.autograd.Function", "torch.autograd.function.Function"})
+CUSTOM = {
+    "forward": frozenset({"torch.amp.custom_fwd", "torch.cuda.amp.custom_fwd",
+                          "torch.amp.autocast_mode.custom_fwd", "torch.cuda.amp.autocast_mode.custom_fwd"}),
+    "backward": frozenset({"torch.amp.custom_bwd", "torch.cuda.amp.custom_bwd",
+                           "torch.amp.autocast_mode.custom_bwd", "torch.cuda.amp.autocast_mode.custom_bwd"}),
+}
+_BUILTINS = frozenset(dir(builtins))
+# Modules whose functions work on Python values or pass tensors through unchanged.
+_TRANSPARENT = frozenset({"torch", "math", "numpy", "operator", "functools", "itertools", "typing",
+                          "warnings", "logging", "collections", "numbers", "einops"})
 # Methods and attributes whose result has the dtype of the tensor they are taken of.
 _KEEPS_DTYPE = frozenset({"t", "transpose", "permute", "view", "view_as", "reshape", "reshape_as", "contiguous",
                           "detach", "clone", "unsqueeze", "squeeze", "flatten", "expand", "expand_as"})
@@ -45,174 +60,295 @@ _FLOAT32 = frozenset({"torch.float32", "torch.float"})
 # may be custom_fwd/custom_bwd under another name (an alias chosen by torch version).
 _PLAIN_DECORATORS = frozenset({"staticmethod", "classmethod", "torch.autograd.function.once_differentiable"})
 ENABLE_GRAD = frozenset({"torch.enable_grad", "torch.autograd.enable_grad", "torch.autograd.grad_mode.enable_grad"})
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_DEF = re.compile(r"(?:async[\s\\]+)?def[\s\\]+")
 
 GRAD = "grad"  # what ``mixed_ops`` calls the gradient the backward receives
 
 Origin = Union[str, int, None]  # GRAD, a forward argument's position (after ctx), or unknown
+Method = Union[ast.FunctionDef, ast.AsyncFunctionDef]
 
 
 # -- the Function's methods ---------------------------------------------------------------
 
 
-def method_of(cls: cst.ClassDef, name: str) -> cst.FunctionDef | None:
-    return next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == name), None)
+def autograd_functions(ctx: AstContext) -> list[ast.ClassDef]:
+    """The file's classes derived from ``torch.autograd.Function``, in source order."""
+    return sorted((cls for cls in ctx.outline.nodes(ast.ClassDef)
+                   if any(ctx.resolves_to(b, FUNCTION) for b in cls.bases)), key=ctx.order)
 
 
-def mentions_autocast(node: cst.CSTNode) -> bool:
+def custom_methods(cls: ast.ClassDef) -> dict[str, Method]:
+    """The class's ``forward`` and ``backward``: the last definition of each name in its body."""
+    return {s.name: s for s in cls.body if isinstance(s, _FUNCTIONS) and s.name in CUSTOM}
+
+
+def decorated(ctx: AstContext, method: Method, role: str) -> bool:
+    """Whether a decorator of ``method`` is ``custom_fwd`` (``role`` forward) or ``custom_bwd``
+    (backward)."""
+    return any(ctx.resolves_to(d.func if isinstance(d, ast.Call) else d, CUSTOM[role]) for d in method.decorator_list)
+
+
+def name_node(ctx: AstContext, function: Method) -> ast.Name:
+    """A node where ``function``'s name is written (``ast`` gives a definition's name no
+    position of its own)."""
+    start = ctx.offset(function.lineno, function.col_offset)
+    begin = _DEF.match(ctx.source, start).end()
+    at = ctx.location(begin)
+    col_offset = len(ctx.source[begin - at.column + 1:begin].encode("utf-8"))  # ast counts bytes
+    node = ast.Name(function.name, ast.Load())
+    node.lineno = node.end_lineno = at.row
+    node.col_offset, node.end_col_offset = col_offset, col_offset + len(function.name.encode("utf-8"))
+    return node
+
+
+def method_of(cls: ast.ClassDef, name: str) -> Method | None:
+    return next((s for s in cls.body if isinstance(s, _FUNCTIONS) and s.name == name), None)
+
+
+def _identifiers(node: ast.AST) -> Iterator[str]:
+    """Every name the code spells: read, bound, defined, imported, an attribute, a keyword."""
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name):
+            yield n.id
+        elif isinstance(n, ast.Attribute):
+            yield n.attr
+        elif isinstance(n, (*_FUNCTIONS, ast.ClassDef)):
+            yield n.name
+        elif isinstance(n, (ast.arg, ast.keyword)):
+            yield n.arg or ""
+        elif isinstance(n, ast.alias):
+            yield n.name
+            yield n.asname or ""
+        elif isinstance(n, ast.ImportFrom):
+            yield n.module or ""
+        elif isinstance(n, (ast.Global, ast.Nonlocal)):
+            yield from n.names
+        elif isinstance(n, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)):
+            yield n.name or ""
+        elif isinstance(n, ast.MatchClass):
+            yield from n.kwd_attrs
+        elif isinstance(n, ast.MatchMapping):
+            yield n.rest or ""
+
+
+def mentions_autocast(node: ast.AST) -> bool:
     """Whether the code reads or sets the autocast state itself (``torch.is_autocast_enabled()``,
-    ``with torch.autocast(...)``, an accelerator's ``autocast()``), as checkpointing does."""
-    return any(isinstance(n, cst.Name) and "autocast" in n.value or
-               isinstance(n, cst.Attribute) and "autocast" in n.attr.value for n in subtree(node))
+    ``with torch.autocast(...)``, an accelerator's ``autocast()``), as checkpointing does: a
+    name it spells has ``autocast`` in it."""
+    return any("autocast" in name for name in _identifiers(node))
 
 
-def stored_arguments(function: cst.FunctionDef | None, holder: str) -> set[str]:
+def may_be_aliased_custom(ctx: AstContext, method: Method) -> bool:
+    """A decorator that may be custom_fwd/custom_bwd under an alias amplint cannot follow."""
+    for decorator in method.decorator_list:
+        func = decorator.func if isinstance(decorator, ast.Call) else decorator
+        names = ctx.outline.qualified_names(func)
+        plain = isinstance(func, ast.Name) and func.id in _PLAIN_DECORATORS
+        if not plain and not (names & _PLAIN_DECORATORS) and not any(n.startswith("torch.") for n in names):
+            return True
+    return False
+
+
+def module_level_names(ctx: AstContext) -> set[str]:
+    """Names bound by assignments, functions and classes at the top of the file (where an
+    extension a Function calls may be loaded: ``ext = load(...)``)."""
+    names = set()
+    for statement in ctx.outline.tree.body:
+        if isinstance(statement, (*_FUNCTIONS, ast.ClassDef)):
+            names.add(statement.name)
+        elif isinstance(statement, (ast.Assign, ast.AnnAssign)):
+            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+    return names
+
+
+def _opaque(ctx: AstContext, call: ast.Call, module_names: set[str]) -> bool:
+    """A call autocast cannot see into: a kernel launch (``kernel[grid](...)``), a function
+    imported from outside torch and the standard library (an extension's ``ext.op(...)``), or
+    one the file defines or binds at its top (``ext = load(...)``; ``ext.op(...)``)."""
+    func = call.func
+    if isinstance(func, ast.Subscript):
+        return True
+    names = ctx.outline.qualified_names(func)
+    if names:
+        return not any(n.split(".")[0] in _TRANSPARENT for n in names)
+    root = func
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    if not isinstance(root, ast.Name):
+        return False
+    if isinstance(func, ast.Name):
+        return func.id not in _BUILTINS
+    return root.id in module_names  # a method of a local value (a tensor, ctx) is not
+
+
+def needs_autocast_state(ctx: AstContext, method: Method, module_names: set[str]) -> bool:
+    """Whether the method's dtypes depend on autocast: it calls an op autocast casts (the
+    policy table has it), uses ``@``, or calls code autocast cannot see into (``_opaque``;
+    ``module_names``: ``module_level_names``)."""
+    table = ctx.policy()
+    nodes = list(ast.walk(method))
+    return any(isinstance(call, ast.Call) and (policies_of(table, call_spelling(ctx, call)) - {None}
+                                               or _opaque(ctx, call, module_names)) for call in nodes) \
+        or any(isinstance(op, ast.BinOp) and isinstance(op.op, ast.MatMult) for op in nodes)
+
+
+# -- what a backward recomputes -------------------------------------------------------------
+
+
+def _body_nodes(function: Method) -> Iterator[ast.AST]:
+    """The nodes of the function's body (not its decorators, parameters or annotations)."""
+    for statement in function.body:
+        yield from ast.walk(statement)
+
+
+def stored_arguments(function: Method | None, holder: str) -> set[str]:
     """Attributes ``function`` sets on ``holder`` straight from one of its parameters
     (``ctx.fn = fn`` in a forward, ``self.block = block`` in an ``__init__``): values the
     caller handed in, such as modules and functions."""
     if function is None:
         return set()
-    params = {p.name.value for p in function.params.params} | \
-        ({function.params.star_arg.name.value} if isinstance(function.params.star_arg, cst.Param) else set())
+    params = {a.arg for a in function.args.args} | ({function.args.vararg.arg} if function.args.vararg else set())
     found = set()
-    for node in subtree(function.body):
-        if isinstance(node, cst.Assign) and isinstance(node.value, cst.Name) and node.value.value in params:
-            for target in node.targets:
-                t = target.target
-                if isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == holder:
-                    found.add(t.attr.value)
+    for node in _body_nodes(function):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id in params:
+            found.update(t.attr for t in node.targets if isinstance(t, ast.Attribute)
+                         and isinstance(t.value, ast.Name) and t.value.id == holder)
     return found
 
 
-def _root(expr: cst.BaseExpression) -> cst.BaseExpression:
-    while isinstance(expr, (cst.Attribute, cst.Subscript)):
+def _root(expr: ast.expr) -> ast.expr:
+    while isinstance(expr, (ast.Attribute, ast.Subscript)):
         expr = expr.value
     return expr
 
 
-def _first_attribute(expr: cst.BaseExpression) -> str | None:
+def _first_attribute(expr: ast.expr) -> str | None:
     """``a`` for ``ctx.a``, ``ctx.a.b``, ``ctx.a[i].b``: the attribute right after the root."""
-    while isinstance(expr, (cst.Attribute, cst.Subscript)):
-        if isinstance(expr.value, cst.Name):
-            return expr.attr.value if isinstance(expr, cst.Attribute) else None
+    while isinstance(expr, (ast.Attribute, ast.Subscript)):
+        if isinstance(expr.value, ast.Name):
+            return expr.attr if isinstance(expr, ast.Attribute) else None
         expr = expr.value
     return None
 
 
-def _given_callable(ctx: FileContext, call: cst.Call, holder: str, given: set[str]) -> bool:
+def _given_callable(ctx: AstContext, call: ast.Call, holder: str, given: set[str]) -> bool:
     """Whether ``call`` runs something the caller handed in: ``holder.a(...)``/``holder.a.b(...)``
     with ``a`` stored from a parameter, or a local bound to such a value (``m = copy(ctx.mod)``;
     ``m.layer(x)``), not the result of calling it."""
-    if ctx.qualified_names(call.func):
+    if ctx.outline.qualified_names(call.func):
         return False
     root = _root(call.func)
-    if not isinstance(root, cst.Name):
+    if not isinstance(root, ast.Name):
         return False
-    if root.value == holder:
+    if root.id == holder:
         return _first_attribute(call.func) in given
-    value = assigned_before(ctx, root)
+    value = value_before(ctx, root)
     if value is None:
         return False
-    called = {id(n.func) for n in subtree(value) if isinstance(n, cst.Call)}
-    return any(isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name) and n.value.value == holder
-               and n.attr.value in given and id(n) not in called for n in subtree(value))
+    nodes = list(ast.walk(value))
+    called = {id(n.func) for n in nodes if isinstance(n, ast.Call)}
+    return any(isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == holder
+               and n.attr in given and id(n) not in called for n in nodes)
 
 
-def _recomputed(ctx: FileContext, body: cst.FunctionDef, holder: str, given: set[str]) -> cst.Call | None:
+def _recomputed(ctx: AstContext, body: Method, holder: str, given: set[str]) -> ast.Call | None:
     """The first call of a given callable inside a ``with torch.enable_grad():`` of ``body``:
     the backward re-running part of the forward to differentiate it."""
-    for node in ctx.nodes(cst.With):
-        if ctx.contains(body, node) and any(isinstance(item.item, cst.Call) and
-                                              ctx.resolves_to(item.item.func, ENABLE_GRAD) for item in node.items):
-            for call in ctx.nodes(cst.Call):
-                if ctx.contains(node.body, call) and _given_callable(ctx, call, holder, given):
-                    return call
+    withs = [w for kind in (ast.With, ast.AsyncWith) for w in ctx.outline.nodes(kind) if contains(body, w)]
+    for node in sorted(withs, key=ctx.order):
+        if any(isinstance(item.context_expr, ast.Call) and ctx.resolves_to(item.context_expr.func, ENABLE_GRAD)
+               for item in node.items):
+            calls = [c for s in node.body for c in ast.walk(s) if isinstance(c, ast.Call)]
+            found = next((c for c in sorted(calls, key=ctx.order) if _given_callable(ctx, c, holder, given)), None)
+            if found is not None:
+                return found
     return None
 
 
-def recomputation(ctx: FileContext, cls: cst.ClassDef, backward: cst.FunctionDef) -> cst.Call | None:
+def recomputation(ctx: AstContext, cls: ast.ClassDef, backward: Method) -> ast.Call | None:
     """A call in ``backward``, or in a function of this file it calls, that recomputes a
     module or function the Function was given, outside any autocast the code sets itself."""
     forward = method_of(cls, "forward")
-    if forward is None or not forward.params.params or not backward.params.params or mentions_autocast(cls):
+    if forward is None or not forward.args.args or not backward.args.args or mentions_autocast(cls):
         return None
-    holder = backward.params.params[0].name.value
-    given = stored_arguments(forward, forward.params.params[0].name.value)
+    holder = backward.args.args[0].arg
+    given = stored_arguments(forward, forward.args.args[0].arg)
     found = _recomputed(ctx, backward, holder, given)
     if found is not None:
         return found
     # One level into this file's helpers that backward calls by name (``block.backward_pass(...)``).
-    names = {c.func.value if isinstance(c.func, cst.Name) else c.func.attr.value
-             for c in ctx.nodes(cst.Call) if ctx.contains(backward, c) and isinstance(c.func, (cst.Name, cst.Attribute))}
-    for helper in ctx.nodes(cst.FunctionDef):
-        if helper.name.value not in names or ctx.contains(cls, helper) or not helper.params.params \
-                or mentions_autocast(helper):
+    names = {c.func.id if isinstance(c.func, ast.Name) else c.func.attr for c in ast.walk(backward)
+             if isinstance(c, ast.Call) and isinstance(c.func, (ast.Name, ast.Attribute))}
+    helpers = [f for kind in _FUNCTIONS for f in ctx.outline.nodes(kind) if f.name in names]
+    for helper in sorted(helpers, key=ctx.order):
+        if contains(cls, helper) or not helper.args.args or mentions_autocast(helper):
             continue
-        owner = next((a for a in ctx.ancestors(helper) if isinstance(a, cst.ClassDef)), None)
-        if owner is None or ctx.parent(ctx.parent(helper)) is not owner:
+        owner = ctx.parent(helper)
+        if not isinstance(owner, ast.ClassDef):
             continue  # only methods: what they were given is what their __init__ stored on self
-        holder = helper.params.params[0].name.value
-        methods = {s.name.value for s in owner.body.body if isinstance(s, cst.FunctionDef)}
+        holder = helper.args.args[0].arg
+        methods = {s.name for s in owner.body if isinstance(s, _FUNCTIONS)}
         found = _recomputed(ctx, helper, holder, stored_arguments(method_of(owner, "__init__"), holder) - methods)
         if found is not None:
             return found
     return None
 
 
-def module_level_names(ctx: FileContext) -> set[str]:
-    """Names bound by assignments, functions and classes at the top of the file (where an
-    extension a Function calls may be loaded: ``ext = load(...)``)."""
-    names = set()
-    for statement in ctx.module.body:
-        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
-            names.add(statement.name.value)
-        elif isinstance(statement, cst.SimpleStatementLine):
-            for small in statement.body:
-                targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else \
-                    [small.target] if isinstance(small, cst.AnnAssign) else []
-                names.update(t.value for t in targets if isinstance(t, cst.Name))
-    return names
-
-
-def may_be_aliased_custom(ctx: FileContext, method: cst.FunctionDef) -> bool:
-    """A decorator that may be custom_fwd/custom_bwd under an alias amplint cannot follow."""
-    for decorator in method.decorators:
-        func = decorator.decorator.func if isinstance(decorator.decorator, cst.Call) else decorator.decorator
-        names = ctx.qualified_names(func)
-        plain = isinstance(func, cst.Name) and func.value in _PLAIN_DECORATORS
-        if not plain and not (names & _PLAIN_DECORATORS) and not any(n.startswith("torch.") for n in names):
-            return True
-    return False
-
-
 # -- what the backward does with what the forward saved -------------------------------------------------------------
 
 
-def _bound_names(target: cst.CSTNode) -> list[cst.Name]:
-    if isinstance(target, cst.Name):
+def _bound_names(target: ast.expr) -> list[ast.Name]:
+    if isinstance(target, ast.Name):
         return [target]
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return [n for e in target.elements for n in _bound_names(e.value)]
-    if isinstance(target, cst.StarredElement):
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [n for e in target.elts for n in _bound_names(e)]
+    if isinstance(target, ast.Starred):
         return _bound_names(target.value)
     return []
 
 
-def _last_binding(ctx: FileContext, function: cst.FunctionDef, name: cst.Name) -> cst.CSTNode | None:
+def _binding_of(node: ast.AST) -> tuple[list[str], tuple, ast.AST | None] | None:
+    """The names ``node`` binds, where it stands in source order (``AstContext.order``), and
+    the node a read inside of which is not bound by it (None: none is); None for a node that
+    binds none of the kinds ``_last_binding`` counts."""
+    if isinstance(node, ast.Assign):
+        targets = node.targets
+    elif isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor, ast.NamedExpr)):
+        targets = [node.target]
+    elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+        at = node.optional_vars
+        return [n.id for n in _bound_names(at)], (at.lineno, at.col_offset, -at.end_lineno, -at.end_col_offset), None
+    elif isinstance(node, ast.ExceptHandler) and node.name and node.type is not None:
+        at = node.type  # the `as name` just after the type
+        return [node.name], (at.end_lineno, at.end_col_offset, -at.end_lineno, -at.end_col_offset), None
+    elif isinstance(node, ast.alias) and node.asname:
+        return [node.asname], (node.lineno, node.col_offset, -node.end_lineno, -node.end_col_offset), None
+    else:
+        return None
+    return [n.id for t in targets for n in _bound_names(t)], \
+        (node.lineno, node.col_offset, -node.end_lineno, -node.end_col_offset), node
+
+
+def _last_binding(ctx: AstContext, function: Method, name: ast.Name) -> ast.AST | None:
     """The statement of ``function`` that last binds ``name`` before it is read there (an
     assignment, a loop, a ``with ... as``); None where only the parameter does."""
-    last = None
-    for node in subtree(function.body):
-        targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else \
-            [node.target] if isinstance(node, (cst.AnnAssign, cst.AugAssign, cst.For, cst.NamedExpr)) else \
-            [node.name] if isinstance(node, cst.AsName) else []
-        if any(n.value == name.value for t in targets for n in _bound_names(t)) \
-                and ctx.order(node) < ctx.order(name) and not ctx.contains(node, name):
-            last = node if last is None or ctx.order(node) > ctx.order(last) else last
+    last, last_at = None, None
+    read_at = ctx.order(name)
+    for node in _body_nodes(function):
+        bound = _binding_of(node)
+        if bound is None:
+            continue
+        names, at, span = bound
+        if name.id in names and at < read_at and (span is None or not contains(span, name)) \
+                and (last is None or at > last_at):
+            last, last_at = node, at
     return last
 
 
-def _carried(ctx: FileContext, function: cst.FunctionDef, expr: cst.BaseExpression,
-             leaf: Callable[[cst.BaseExpression], Origin] | None = None, depth: int = 6) -> Origin:
+def _carried(ctx: AstContext, function: Method, expr: ast.expr,
+             leaf: Callable[[ast.expr], Origin] | None = None, depth: int = 6) -> Origin:
     """What ``expr`` carries with its dtype unchanged: ``leaf``'s answer for it, else that of
     the value a name was assigned, or of the tensor a view or transpose is taken of. Without a
     ``leaf``: a parameter of ``function`` that nothing rebinds, as its position after the
@@ -222,107 +358,110 @@ def _carried(ctx: FileContext, function: cst.FunctionDef, expr: cst.BaseExpressi
     found = leaf(expr) if leaf is not None else None
     if found is not None:
         return found
-    if isinstance(expr, cst.Name):
-        value = assigned_before(ctx, expr)
+    if isinstance(expr, ast.Name):
+        value = value_before(ctx, expr)
         if value is not None:
             return _carried(ctx, function, value, leaf, depth - 1)
-        params = [p.name.value for p in function.params.params]
-        if leaf is None and expr.value in params[1:] and _last_binding(ctx, function, expr) is None:
-            return params.index(expr.value) - 1
+        params = [a.arg for a in function.args.args]
+        if leaf is None and expr.id in params[1:] and _last_binding(ctx, function, expr) is None:
+            return params.index(expr.id) - 1
         return None
-    if isinstance(expr, cst.Attribute) and expr.attr.value in _KEEPS_DTYPE_ATTRIBUTES:
+    if isinstance(expr, ast.Attribute) and expr.attr in _KEEPS_DTYPE_ATTRIBUTES:
         return _carried(ctx, function, expr.value, leaf, depth - 1)
-    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _KEEPS_DTYPE:
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _KEEPS_DTYPE:
         return _carried(ctx, function, expr.func.value, leaf, depth - 1)
     return None
 
 
-def _saved_positions(ctx: FileContext, forward: cst.FunctionDef) -> list[Origin] | None:
+def _on_holder(expr: ast.expr, holder: str) -> bool:
+    """``holder.<attribute>``."""
+    return isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == holder
+
+
+def _saved_positions(ctx: AstContext, forward: Method) -> list[Origin] | None:
     """The forward argument each tensor of ``ctx.save_for_backward(...)`` carries (None: not
     one of them); None without exactly one such call."""
-    holder = forward.params.params[0].name.value
-    saves = [c for c in ctx.nodes_within(cst.Call, forward) if isinstance(c.func, cst.Attribute)
-             and c.func.attr.value == "save_for_backward" and isinstance(c.func.value, cst.Name)
-             and c.func.value.value == holder]
-    if len(saves) != 1 or any(a.star or a.keyword for a in saves[0].args):
+    holder = forward.args.args[0].arg
+    saves = [c for c in ast.walk(forward) if isinstance(c, ast.Call) and _on_holder(c.func, holder)
+             and c.func.attr == "save_for_backward"]
+    if len(saves) != 1 or saves[0].keywords or any(isinstance(a, ast.Starred) for a in saves[0].args):
         return None
-    return [_carried(ctx, forward, a.value) for a in saves[0].args]
+    return [_carried(ctx, forward, a) for a in saves[0].args]
 
 
-def _stored_positions(ctx: FileContext, forward: cst.FunctionDef) -> dict[str, Origin]:
+def _stored_positions(ctx: AstContext, forward: Method) -> dict[str, Origin]:
     """The forward argument each attribute set once on ``ctx`` carries (``ctx.weight = weight``)."""
-    holder = forward.params.params[0].name.value
+    holder = forward.args.args[0].arg
     found: dict[str, Origin] = {}
     seen: set[str] = set()
-    for node in ctx.nodes_within(cst.Assign, forward):
-        for target in node.targets:
-            t = target.target
-            if isinstance(t, cst.Attribute) and isinstance(t.value, cst.Name) and t.value.value == holder:
-                name = t.attr.value
-                found[name] = None if name in seen else _carried(ctx, forward, node.value)
-                seen.add(name)
+    for node in ast.walk(forward):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if _on_holder(target, holder):
+                    found[target.attr] = None if target.attr in seen else _carried(ctx, forward, node.value)
+                    seen.add(target.attr)
     return found
 
 
-def lower_precision_output(ctx: FileContext, forward: cst.FunctionDef, table) -> cst.BaseExpression | None:
+def lower_precision_output(ctx: AstContext, forward: Method, table) -> ast.expr | None:
     """What the forward returns, where every ``return`` gives one tensor made by an op autocast
-    runs in float16 (``semantics.inferred_dtype``): the gradient the backward receives is then
+    runs in float16 (``dtypes.inferred_dtype``): the gradient the backward receives is then
     float16 too. None otherwise (a tuple, a value of unknown dtype)."""
-    returned = [r.value for r in ctx.nodes_within(cst.Return, forward) if enclosing_function(ctx, r) is forward]
-    if not returned or any(v is None or isinstance(v, cst.Tuple) or inferred_dtype(ctx, v, table) != "lowp"
+    returned = [r.value for r in sorted((r for r in ast.walk(forward) if isinstance(r, ast.Return)), key=ctx.order)
+                if ctx.enclosing_function(r) is forward]
+    if not returned or any(v is None or isinstance(v, ast.Tuple) or inferred_dtype(ctx, v, table) != "lowp"
                            for v in returned):
         return None
     return returned[0]
 
 
-def _operands(ctx: FileContext, node: cst.CSTNode) -> list[cst.BaseExpression]:
-    if isinstance(node, cst.BinaryOperation):
+def _operands(ctx: AstContext, node: ast.BinOp | ast.Call) -> list[ast.expr]:
+    if isinstance(node, ast.BinOp):
         return [node.left, node.right]
-    receiver = [node.func.value] if isinstance(node.func, cst.Attribute) and \
+    receiver = [node.func.value] if isinstance(node.func, ast.Attribute) and \
         (call_spelling(ctx, node) or "").startswith("torch.Tensor.") else []
-    return receiver + [a.value for a in node.args if not a.star]
+    return receiver + [a for a in node.args if not isinstance(a, ast.Starred)] + \
+        [k.value for k in node.keywords if k.arg is not None]
 
 
-def mixed_ops(ctx: FileContext, table, forward: cst.FunctionDef, backward: cst.FunctionDef
-              ) -> list[tuple[cst.CSTNode, int]]:
+def mixed_ops(ctx: AstContext, table, forward: Method, backward: Method) -> list[tuple[ast.expr, int]]:
     """The ops of ``backward`` that autocast runs in lower precision (so that, outside it, they
     need one dtype) with the incoming gradient as one operand and, as another, a tensor the
     forward saved straight from one of its arguments (``ctx.save_for_backward(x, weight)``,
     ``ctx.weight = weight``), each with that argument's position (after ``ctx``). A value
     that a cast (``.to(grad.dtype)``, ``.float()``) or any op other than a view passes through
     carries neither. For a forward with one output, whose backward takes one gradient."""
-    params = backward.params.params
-    if len(params) != 2 or isinstance(backward.params.star_arg, cst.Param) or not forward.params.params:
+    params = backward.args.args
+    if len(params) != 2 or backward.args.vararg is not None or not forward.args.args:
         return []
-    holder, grad = params[0].name.value, params[1].name.value
+    holder, grad = params[0].arg, params[1].arg
     saved = _saved_positions(ctx, forward) or []
     stored = _stored_positions(ctx, forward)
 
-    def leaf(expr: cst.BaseExpression) -> Origin:
-        if isinstance(expr, cst.Name):
-            if expr.value == grad:
-                return GRAD if _last_binding(ctx, backward, expr) is None else None
+    def leaf(expr: ast.expr) -> Origin:
+        if isinstance(expr, ast.Name):
             binding = _last_binding(ctx, backward, expr)
-            if isinstance(binding, cst.Assign) and _reads_saved(binding.value, holder):
+            if expr.id == grad:
+                return GRAD if binding is None else None
+            if isinstance(binding, ast.Assign) and _reads_saved(binding.value, holder):
                 for target in binding.targets:
-                    names = target.target.elements if isinstance(target.target, (cst.Tuple, cst.List)) else ()
+                    names = target.elts if isinstance(target, (ast.Tuple, ast.List)) else ()
                     for i, element in enumerate(names):
-                        if isinstance(element.value, cst.Name) and element.value.value == expr.value \
-                                and not any(isinstance(e, cst.StarredElement) for e in names):
+                        if isinstance(element, ast.Name) and element.id == expr.id \
+                                and not any(isinstance(e, ast.Starred) for e in names):
                             return saved[i] if i < len(saved) else None
-        if isinstance(expr, cst.Subscript) and _reads_saved(expr.value, holder) and len(expr.slice) == 1 \
-                and isinstance(expr.slice[0].slice, cst.Index) and isinstance(expr.slice[0].slice.value, cst.Integer):
-            i = int(expr.slice[0].slice.value.value)
+        if isinstance(expr, ast.Subscript) and _reads_saved(expr.value, holder) \
+                and isinstance(expr.slice, ast.Constant) and type(expr.slice.value) is int:
+            i = expr.slice.value
             return saved[i] if i < len(saved) else None
-        if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == holder:
-            return stored.get(expr.attr.value)
+        if _on_holder(expr, holder):
+            return stored.get(expr.attr)
         return None
 
     found = []
-    for node in ctx.nodes_within(cst.BinaryOperation, backward) + ctx.nodes_within(cst.Call, backward):
-        if isinstance(node, cst.BinaryOperation) and not isinstance(node.operator, cst.MatrixMultiply):
-            continue
-        if isinstance(node, cst.Call) and policies_of(table, call_spelling(ctx, node)) != {"lower_precision_fp"}:
+    for node in ast.walk(backward):
+        if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult) or isinstance(node, ast.Call)
+                and policies_of(table, call_spelling(ctx, node)) == {"lower_precision_fp"}):
             continue
         origins = [_carried(ctx, backward, operand, leaf) for operand in _operands(ctx, node)]
         position = next((o for o in origins if isinstance(o, int)), None)
@@ -331,9 +470,8 @@ def mixed_ops(ctx: FileContext, table, forward: cst.FunctionDef, backward: cst.F
     return sorted(found, key=lambda f: ctx.order(f[0]))
 
 
-def _reads_saved(expr: cst.BaseExpression, holder: str) -> bool:
-    return isinstance(expr, cst.Attribute) and expr.attr.value in _SAVED and isinstance(expr.value, cst.Name) \
-        and expr.value.value == holder
+def _reads_saved(expr: ast.expr, holder: str) -> bool:
+    return _on_holder(expr, holder) and expr.attr in _SAVED
 
 
 # -- where the project applies it ------------------------------------------------------------
@@ -359,7 +497,7 @@ def _shown(node: ast.AST) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _modules_mentioning(ctx: FileContext, root: Path, word: str) -> list[tuple[Path, Outline]]:
+def _modules_mentioning(ctx: AstContext, root: Path, word: str) -> list[tuple[Path, Outline]]:
     """The project's modules whose text has ``word``, parsed (this file as it is checked); the
     file's findings then depend on which modules these are and on their texts."""
     here = Path(ctx.path).resolve()
@@ -515,7 +653,7 @@ def _helper_of(outline: Outline, call: ast.Call, argument: ast.expr) -> tuple[as
     return None
 
 
-def parameter_passes(ctx: FileContext, cls: cst.ClassDef, positions: set[int]) -> list[tuple[int, Pass]]:
+def parameter_passes(ctx: AstContext, cls: ast.ClassDef, positions: set[int]) -> list[tuple[int, Pass]]:
     """Where the project passes a module's float32 parameter as the argument at one of
     ``positions`` of the Function ``cls`` (defined in this module outside any function or
     class, also under ``if HAVE_EXT:``): in a call of its ``apply``
@@ -524,11 +662,11 @@ def parameter_passes(ctx: FileContext, cls: cst.ClassDef, positions: set[int]) -
     on to ``apply`` (``def fused_linear(x, weight): return _FusedLinearFn.apply(x, weight)``).
     With each, the position."""
     root = ctx.project_root()
-    if root is None or ctx.enclosing(cls, (cst.FunctionDef, cst.ClassDef)) is not None:
+    if root is None or ctx.enclosing(cls, (*_FUNCTIONS, ast.ClassDef)) is not None:
         return []
-    here, name = Path(ctx.path).resolve(), cls.name.value
+    here, name = Path(ctx.path).resolve(), cls.name
     found: list[tuple[int, Pass]] = []
-    forward = [p.name.value for p in method_of(cls, "forward").params.params[1:]]
+    forward = [a.arg for a in method_of(cls, "forward").args.args[1:]]
     # (helper's module, its name, {the Function's position: the helper's position and name},
     # where it hands them to apply: its call, or the assignment of a name to apply)
     helpers: list[tuple[Path, str, dict[int, tuple[int, str]], ast.AST]] = []

@@ -26,19 +26,25 @@ if TYPE_CHECKING:
 STEP_HOOKS = frozenset({"training_step", "validation_step", "test_step", "predict_step"})
 
 
-def loss_place(ctx: FileContext, node: cst.CSTNode) -> str | None:
-    """Where a loss is computed, if ``node`` is in one: a module's ``forward`` or step hook, a
-    function or method named like a loss (``compute_loss``, ``balance_bce_loss``), or any method
-    of a class named like one (``GAILLoss``). How the code there is reached is not followed."""
-    function = enclosing_function(ctx, node)
-    if function is None:
+def loss_place(ctx, node: cst.CSTNode | ast.AST) -> str | None:
+    """Where a loss is computed, if ``node`` (of either tree) is in one: a module's ``forward``
+    or step hook, a function or method named like a loss (``compute_loss``,
+    ``balance_bce_loss``), or any method of a class named like one (``GAILLoss``). How the code
+    there is reached is not followed."""
+    if isinstance(node, ast.AST):
+        function = ctx.enclosing_function(node)
+        cls = ctx.enclosing(function, ast.ClassDef) if function is not None else None
+        name, cls_name = (function.name if function else None), (cls.name if cls else None)
+    else:
+        function = enclosing_function(ctx, node)
+        cls = next((a for a in ctx.ancestors(function) if isinstance(a, cst.ClassDef)), None) if function else None
+        name, cls_name = (function.name.value if function else None), (cls.name.value if cls else None)
+    if name is None:
         return None
-    cls = next((a for a in ctx.ancestors(function) if isinstance(a, cst.ClassDef)), None)
-    name = function.name.value
-    if "loss" in name.lower() or (cls is not None and (name == "forward" or name in STEP_HOOKS)):
-        return f"`{cls.name.value + '.' if cls is not None else ''}{name}`"
-    if cls is not None and "loss" in cls.name.value.lower():
-        return f"`{cls.name.value}.{name}`"
+    if "loss" in name.lower() or (cls_name is not None and (name == "forward" or name in STEP_HOOKS)):
+        return f"`{cls_name + '.' if cls_name is not None else ''}{name}`"
+    if cls_name is not None and "loss" in cls_name.lower():
+        return f"`{cls_name}.{name}`"
     return None
 
 

@@ -153,7 +153,8 @@ class Prefilter:
         ``candidates``: what ``matching`` found in this text already."""
         if candidates is None:
             candidates = self.matching(text, project)
-        if all(rule.may_fire is None for rule in candidates):
+        # the outline, with the project's facts, for the tests and for the rules that read it
+        if all(rule.may_fire is None and not issubclass(rule, AstRule) for rule in candidates):
             return candidates, None
         outline = Outline.parse(text)
         if outline is not None:
@@ -268,11 +269,15 @@ def _run_rules(path: str, source: str, rules: Sequence[type[Rule]],
     on_ast = [rule for rule in rules if issubclass(rule, AstRule)]
     on_libcst = [rule for rule in rules if not issubclass(rule, AstRule)]
     if on_ast:
-        outline = outline or Outline.parse(source)
+        hints = None
+        if outline is None:  # no prefilter read it: parsed here, with what it may ask of the project
+            outline = Outline.parse(source)
+            if outline is not None:
+                outline.project = hints = ProjectHints(path)
         if outline is not None:
             ast_ctx = AstContext(path, source, outline, policy_loader, preview)
             out += _each_rule(path, on_ast, ast_ctx)
-            dependencies |= ast_ctx.dependencies
+            dependencies |= ast_ctx.dependencies | (hints.read if hints is not None else set())
             if not on_libcst:
                 return out, dependencies
     # libcst's parse: for the rules that read its tree, and to say why Python could not parse it

@@ -4,37 +4,32 @@ import ast
 from functools import lru_cache
 from pathlib import Path
 
-import libcst as cst
-
-from ..engine.context import FileContext
+from ..engine.ast_context import AstContext
 from ..engine.crossfile import loss_place
 from ..engine.diagnostics import Fix, Related
-from ..engine.outline import Outline
 from ..engine.reach import used
 from ..engine.region_tables import region_table
-from ..engine.rule import AnyOf, Invalid, Rule, Valid
-from ..engine.semantics import (
-    REGION_BOUNDS,
-    autocast_of_with_item,
-    autocast_region,
-    calls,
-    method_call,
-)
-from ..policy import PolicyError, committed_tables
+from ..engine.regions import autocast_of_with_item, autocast_region
+from ..engine.rule import AnyOf, AstRule, Invalid, Valid
+from ..policy import PolicyError, PolicyTable, committed_tables, user_tables
 
 _SIGMOID = frozenset({"torch.sigmoid", "torch.nn.functional.sigmoid", "torch.special.expit"})
 _WITH_LOGITS = {"binary_cross_entropy": "binary_cross_entropy_with_logits",
                 "BCELoss": "BCEWithLogitsLoss"}
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+# What bounds a region: the nodes ``regions.autocast_region`` stops at.
+_REGION_BOUNDS = (ast.With, ast.AsyncWith, *_FUNCTIONS, ast.Lambda)
 
 
-def _constructions(ctx: FileContext) -> dict[str, set[str]]:
-    """``name = torch.nn.SomeLoss(...)`` anywhere: what each target was built from."""
+def _constructions(ctx: AstContext, banned: frozenset[str]) -> dict[str, set[str]]:
+    """``name = torch.nn.SomeLoss(...)`` anywhere: for each target built from a spelling in
+    ``banned``, those spellings."""
     built: dict[str, set[str]] = {}
-    for node in ctx.nodes(cst.Assign):
-        if isinstance(node.value, cst.Call):
-            names = {n for n in ctx.qualified_names(node.value.func) if n.startswith("torch.")}
-            for target in node.targets:
-                built.setdefault(ctx.code(target.target), set()).update(names)
+    for node in ctx.outline.nodes(ast.Assign):
+        if isinstance(node.value, ast.Call):
+            names = {n for n in ctx.outline.qualified_names(node.value.func) if n.startswith("torch.")} & banned
+            for target in node.targets if names else ():
+                built.setdefault(ctx.code(target), set()).update(names)
     return built
 
 
@@ -42,15 +37,15 @@ def _is_module_class(spelling: str) -> bool:
     return spelling.rsplit(".", 1)[-1][:1].isupper()
 
 
-def _sigmoid_input(ctx: FileContext, expr: cst.BaseExpression) -> cst.BaseExpression | None:
+def _sigmoid_input(ctx: AstContext, expr: ast.expr) -> ast.expr | None:
     """``z`` for ``torch.sigmoid(z)``, ``F.sigmoid(z)`` or ``z.sigmoid()``."""
-    if not isinstance(expr, cst.Call):
+    if not isinstance(expr, ast.Call):
         return None
-    if ctx.resolves_to(expr.func, _SIGMOID) and len(expr.args) == 1 and expr.args[0].keyword is None:
-        return expr.args[0].value
-    mc = method_call(expr)
-    if mc is not None and mc[1] == "sigmoid" and not expr.args:
-        return mc[0]
+    if ctx.resolves_to(expr.func, _SIGMOID) and len(expr.args) == 1 and not expr.keywords \
+            and not isinstance(expr.args[0], ast.Starred):
+        return expr.args[0]
+    if isinstance(expr.func, ast.Attribute) and expr.func.attr == "sigmoid" and not expr.args and not expr.keywords:
+        return expr.func.value
     return None
 
 
@@ -60,47 +55,58 @@ def _banned_anywhere() -> frozenset[str]:
     return frozenset(spelling for table in committed_tables() for spelling in table.spellings_with("banned"))
 
 
-def _disabled_region(ctx: FileContext, node: cst.CSTNode) -> bool:
+def _banned_here(ctx: AstContext) -> frozenset[str]:
+    """The spellings that any table this file is judged with may ban: those some committed
+    table bans, and those a project's own tables (``[tool.amplint] policies``) ban, which
+    are merged over the committed ones."""
+    folder = getattr(ctx.policy_loader, "policies", None)
+    if folder is None:
+        return _banned_anywhere()
+    return _banned_anywhere().union(*(PolicyTable(table).spellings_with("banned")
+                                      for _, table in user_tables(folder).values()))
+
+
+def _disabled_region(ctx: AstContext, node: ast.AST) -> bool:
     """Inside ``with autocast(enabled=False)``: what the region around it runs is out of autocast."""
-    ancestor = ctx.enclosing(node, REGION_BOUNDS)
+    ancestor = ctx.enclosing(node, _REGION_BOUNDS)
     while ancestor is not None:
-        if isinstance(ancestor, cst.With):
+        if isinstance(ancestor, (ast.With, ast.AsyncWith)):
             if any((ac := autocast_of_with_item(ctx, item)) is not None and ac.enabled is False
                    for item in ancestor.items):
                 return True
         else:  # a function or lambda
             return False
-        ancestor = ctx.enclosing(ancestor, REGION_BOUNDS)
+        ancestor = ctx.enclosing(ancestor, _REGION_BOUNDS)
     return False
 
 
-def _loss_place(ctx: FileContext, call: cst.Call) -> str | None:
-    """Where a loss is computed, if ``call`` is in one (``crossfile.loss_place``)."""
-    return loss_place(ctx, call)
-
-
-def _used(ctx: FileContext, node: cst.CSTNode) -> bool:
+def _used(ctx: AstContext, node: ast.AST) -> bool:
     """Whether the project uses the class or function at the top of this file that ``node`` is
     in (``reach.used``): code nothing uses never runs under another file's autocast."""
     root = ctx.project_root()
-    outer = [a for a in ctx.ancestors(node) if isinstance(a, (cst.ClassDef, cst.FunctionDef))]
-    if root is None or not outer:
+    outermost = None
+    ancestor = ctx.parent(node)
+    while ancestor is not None:
+        if isinstance(ancestor, (ast.ClassDef, *_FUNCTIONS)):
+            outermost = ancestor
+        ancestor = ctx.parent(ancestor)
+    if root is None or outermost is None:
         return True
     read: set = set()
-    answer = used(root, Path(ctx.path), outer[-1].name.value, read)
+    answer = used(root, Path(ctx.path), outermost.name, read)
     ctx.dependencies.update(read)
     return answer
 
 
-def _class_handed_over(ctx: FileContext, call: cst.Call, banned: frozenset[str]):
+def _class_handed_over(ctx: AstContext, call: ast.Call, banned: frozenset[str]):
     """``(reference, spelling)`` for a banned loss class handed to a call uncalled, for that
     call to build it (``BaseLoss(nn.BCELoss, *args, **kwargs)``, ``partial(nn.BCELoss, ...)``);
     not a test of a type (``isinstance(m, nn.BCELoss)``)."""
-    if isinstance(call.func, cst.Name) and call.func.value in ("isinstance", "issubclass", "type"):
+    if isinstance(call.func, ast.Name) and call.func.id in ("isinstance", "issubclass", "type"):
         return None
-    for arg in call.args:
-        value = arg.value
-        if arg.star or not isinstance(value, (cst.Name, cst.Attribute)):
+    # in source order: no plain positional argument follows a keyword
+    for value in (*call.args, *(k.value for k in call.keywords if k.arg is not None)):
+        if not isinstance(value, (ast.Name, ast.Attribute)):
             continue
         spelling = ctx.resolves_to(value, banned)
         if spelling is not None and _is_module_class(spelling):
@@ -108,7 +114,7 @@ def _class_handed_over(ctx: FileContext, call: cst.Call, banned: frozenset[str])
     return None
 
 
-def _enabling_site(ctx: FileContext, project, call: cst.Call, spelling_of):
+def _enabling_site(ctx: AstContext, project, call: ast.Call, spelling_of):
     """(table, spelling, where, related) for the first autocast call of the project whose device's
     table bans what ``call`` reaches; a device that is not a literal is judged with the
     configured device's table."""
@@ -129,16 +135,7 @@ def _enabling_site(ctx: FileContext, project, call: cst.Call, spelling_of):
     return None
 
 
-def _may_fire(outline: Outline) -> bool:
-    """A spelling some committed table bans, called, built or handed to a builder here: for a
-    region here or elsewhere in the project (a project's own tables are not known here: with
-    them, the prefilter does not ask)."""
-    banned = _banned_anywhere()
-    return bool(outline.calls_to(banned)) or any(
-        not outline.qualified_names(a).isdisjoint(banned) for c in outline.nodes(ast.Call) for a in c.args)
-
-
-class OpUnsafeUnderAutocast(Rule):
+class OpUnsafeUnderAutocast(AstRule):
     """
     ## What it does
     Inside an enabled autocast region, finds calls that reach an op the policy tables mark
@@ -212,7 +209,6 @@ class OpUnsafeUnderAutocast(Rule):
     # The banned ops' spellings in every committed table (a test keeps this true); and, for
     # a project's own tables ([tool.amplint] policies), the autocast call of a region.
     fragments = (AnyOf("binary_cross_entropy", "BCELoss"), "autocast")
-    may_fire = staticmethod(_may_fire)
 
     valid = (
         Valid("""
@@ -274,37 +270,70 @@ class Trainer:
             probs = torch.sigmoid(self.model(x))
             return self.criterion(probs, y)
 """, at=((12, 20, '`torch.nn.BCELoss` reaches `aten'),)),
+        # The fix edits the call's text: its other lines, comments and indentation stay.
+        Invalid("""
+import torch
+import torch.nn.functional as F
+class MaskLoss:
+    def forward(self, logits, y):
+        with torch.autocast("cuda"):
+            return F.binary_cross_entropy(
+                torch.sigmoid(logits),  # probabilities
+                y,
+                reduction="none")
+""", fixed="""
+import torch
+import torch.nn.functional as F
+class MaskLoss:
+    def forward(self, logits, y):
+        with torch.autocast("cuda"):
+            return F.binary_cross_entropy_with_logits(
+                logits,  # probabilities
+                y,
+                reduction="none")
+""", at=((7, 20, '`torch.nn.functional.binary_cross_entropy` reaches `aten'),)),
     )
 
-    def check(self, ctx: FileContext) -> None:
-        constructions: dict[str, set[str]] | None = None
+    def check(self, ctx: AstContext) -> None:
+        banned_anywhere = _banned_anywhere()
+        banned = _banned_here(ctx)
+        constructions = _constructions(ctx, banned)
+        qualified_names = ctx.outline.qualified_names
+
+        def may_reach(call: ast.Call) -> bool:
+            """Whether ``call`` may run a spelling in ``banned`` (``spelling_of``) or be handed
+            a banned class (``_class_handed_over``)."""
+            func = call.func
+            return not qualified_names(func).isdisjoint(banned) \
+                or (isinstance(func, ast.Call) and not qualified_names(func.func).isdisjoint(banned)) \
+                or (bool(constructions) and ctx.code(func) in constructions) \
+                or any(not qualified_names(value).isdisjoint(banned_anywhere)
+                       for value in (*call.args, *(k.value for k in call.keywords)))
+
         project = None  # the project's autocast calls, read at the first loss outside a region
 
-        def spelling_of(call: cst.Call, banned: frozenset[str]) -> str | None:
-            nonlocal constructions
-            direct = isinstance(call.func, (cst.Name, cst.Attribute))
+        def spelling_of(call: ast.Call, banned: frozenset[str]) -> str | None:
+            direct = isinstance(call.func, (ast.Name, ast.Attribute))
             spelling = ctx.resolves_to(call.func, banned) if direct else None
             if spelling is not None and _is_module_class(spelling):
                 return None  # building the loss module runs nothing; calling it does
-            if spelling is None and isinstance(call.func, cst.Call):  # nn.BCELoss()(...)
+            if spelling is None and isinstance(call.func, ast.Call):  # nn.BCELoss()(...)
                 spelling = ctx.resolves_to(call.func.func, banned)
             if spelling is None:
-                if constructions is None:
-                    constructions = _constructions(ctx)
                 spelling = next(iter(constructions.get(ctx.code(call.func), set()) & banned), None)
             return spelling
 
-        for call in calls(ctx):
+        for call in sorted(filter(may_reach, ctx.outline.nodes(ast.Call)), key=ctx.order):
             region = autocast_region(ctx, call)
             if region is None:
-                if _disabled_region(ctx, call) or (place := _loss_place(ctx, call)) is None:
+                if _disabled_region(ctx, call) or (place := loss_place(ctx, call)) is None:
                     continue
-                handed = _class_handed_over(ctx, call, _banned_anywhere()) \
-                    if spelling_of(call, _banned_anywhere()) is None else None
+                handed = _class_handed_over(ctx, call, banned_anywhere) \
+                    if spelling_of(call, banned_anywhere) is None else None
                 if handed is not None:
                     self._report_handed_over(ctx, call, handed, place)
                     continue
-                if spelling_of(call, _banned_anywhere()) is None:
+                if spelling_of(call, banned_anywhere) is None:
                     continue
                 if project is None:
                     project = ctx.project() or ()
@@ -332,7 +361,7 @@ class Trainer:
             ctx.report(call, f"`{spelling}` reaches `{ops[0]}`, which autocast refuses on "
                              f"{table.device} (it raises): {advice}", self._fix(ctx, call))
 
-    def _report_handed_over(self, ctx: FileContext, call: cst.Call, handed, place: str) -> None:
+    def _report_handed_over(self, ctx: AstContext, call: ast.Call, handed, place: str) -> None:
         """A banned loss class handed to ``call``, which builds it, where a loss is computed in
         a project whose other code enables autocast on a device that bans it."""
         reference, spelling = handed
@@ -358,16 +387,19 @@ class Trainer:
                                   "`autocast(enabled=False)`", related=(related,))
             return
 
-    def _fix(self, ctx: FileContext, call: cst.Call) -> Fix | None:
-        func = call.func.func if isinstance(call.func, cst.Call) else call.func
-        if not isinstance(func, cst.Attribute) or func.attr.value not in _WITH_LOGITS or not call.args:
+    @staticmethod
+    def _fix(ctx: AstContext, call: ast.Call) -> Fix | None:
+        """The call's text with the `_with_logits` name and the sigmoid's input for its first
+        argument; the rest of its text as it is."""
+        func = call.func.func if isinstance(call.func, ast.Call) else call.func
+        if not isinstance(func, ast.Attribute) or func.attr not in _WITH_LOGITS or not call.args:
             return None
         first = call.args[0]
-        inner = _sigmoid_input(ctx, first.value) if first.keyword is None else None
+        inner = _sigmoid_input(ctx, first)
         if inner is None:
             return None
-        new_func = func.with_changes(attr=cst.Name(_WITH_LOGITS[func.attr.value]))
-        new_callee = call.func.with_changes(func=new_func) if isinstance(call.func, cst.Call) else new_func
-        new = call.with_changes(func=new_callee, args=[first.with_changes(value=inner), *call.args[1:]])
-        return Fix(f"Use `{_WITH_LOGITS[func.attr.value]}` on the logits",
-                   (ctx.replace(call, ctx.module.code_for_node(new)),))
+        name = _WITH_LOGITS[func.attr]
+        (start, end), func_end, (first_start, first_end) = ctx.offsets(call), ctx.offsets(func)[1], ctx.offsets(first)
+        text = (ctx.source[start:func_end - len(func.attr)] + name + ctx.source[func_end:first_start]
+                + ctx.code(inner) + ctx.source[first_end:end])
+        return Fix(f"Use `{name}` on the logits", (ctx.replace(call, text),))

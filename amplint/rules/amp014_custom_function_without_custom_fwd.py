@@ -1,196 +1,28 @@
 from __future__ import annotations
 
 import ast
-import builtins
-from functools import lru_cache
-from typing import Callable
 
-import libcst as cst
-
+from ..engine.ast_context import AstContext
 from ..engine.autograd_functions import (
-    ENABLE_GRAD,
+    autograd_functions,
+    custom_methods,
+    decorated,
     lower_precision_output,
     may_be_aliased_custom,
     mentions_autocast,
     mixed_ops,
     module_level_names,
+    name_node,
+    needs_autocast_state,
     parameter_passes,
     recomputation,
 )
-from ..engine.context import FileContext
 from ..engine.crossfile import enabling_site, located
-from ..engine.outline import Outline, contains
-from ..engine.rule import Invalid, Rule, Valid
-from ..engine.promotion import policies_of
-from ..engine.semantics import autocast_calls, call_spelling, calls_autocast
-from ..policy import PolicyError, committed_tables
+from ..engine.regions import autocast_calls
+from ..engine.rule import AstRule, Invalid, Valid
+from ..policy import PolicyError
 
-_FUNCTION = frozenset({"torch.autograd.Function", "torch.autograd.function.Function"})
-_CUSTOM = {
-    "forward": frozenset({"torch.amp.custom_fwd", "torch.cuda.amp.custom_fwd",
-                          "torch.amp.autocast_mode.custom_fwd", "torch.cuda.amp.autocast_mode.custom_fwd"}),
-    "backward": frozenset({"torch.amp.custom_bwd", "torch.cuda.amp.custom_bwd",
-                           "torch.amp.autocast_mode.custom_bwd", "torch.cuda.amp.autocast_mode.custom_bwd"}),
-}
 _DECORATOR = {"forward": "custom_fwd", "backward": "custom_bwd"}
-_BUILTINS = frozenset(dir(builtins))
-# Modules whose functions work on Python values or pass tensors through unchanged.
-_TRANSPARENT = frozenset({"torch", "math", "numpy", "operator", "functools", "itertools", "typing",
-                          "warnings", "logging", "collections", "numbers", "einops"})
-
-
-def _opaque(ctx: FileContext, call: cst.Call, module_names: set[str]) -> bool:
-    """A call autocast cannot see into: a kernel launch (``kernel[grid](...)``), a function
-    imported from outside torch and the standard library (an extension's ``ext.op(...)``), or
-    one the file defines or binds at its top (``ext = load(...)``; ``ext.op(...)``)."""
-    func = call.func
-    if isinstance(func, cst.Subscript):
-        return True
-    names = ctx.qualified_names(func)
-    if names:
-        return not any(n.split(".")[0] in _TRANSPARENT for n in names)
-    root = func
-    while isinstance(root, cst.Attribute):
-        root = root.value
-    if not isinstance(root, cst.Name):
-        return False
-    if isinstance(func, cst.Name):
-        return func.value not in _BUILTINS
-    return root.value in module_names  # a method of a local value (a tensor, ctx) is not
-
-
-def _needs_autocast_state(ctx: FileContext, method: cst.FunctionDef, module_names: set[str]) -> bool:
-    """Whether the method's dtypes depend on autocast: it calls an op autocast casts (the
-    policy table has it), uses ``@``, or calls code autocast cannot see into."""
-    table = ctx.policy()
-    for call in ctx.nodes(cst.Call):
-        if ctx.contains(method, call) and (policies_of(table, call_spelling(ctx, call)) - {None}
-                                            or _opaque(ctx, call, module_names)):
-            return True
-    return any(isinstance(op.operator, cst.MatrixMultiply) and ctx.contains(method, op)
-               for op in ctx.nodes(cst.BinaryOperation))
-
-
-def _decorated(method: ast.FunctionDef, role: str, names: Callable[[ast.expr], frozenset[str]]) -> bool:
-    """Whether a decorator of ``method`` is ``custom_fwd``/``custom_bwd`` (``role``: forward or
-    backward) by ``names`` (``Outline.qualified_names``: may be; ``surely_qualified_names``:
-    check() surely finds it)."""
-    return any(not names(d.func if isinstance(d, ast.Call) else d).isdisjoint(_CUSTOM[role])
-               for d in method.decorator_list)
-
-
-@lru_cache(maxsize=None)
-def _policy_callees() -> frozenset[str]:
-    """The last part of every spelling that reaches an op with an autocast policy, in any
-    committed table."""
-    return frozenset(spelling.rsplit(".", 1)[-1] for table in committed_tables()
-                     for spelling in table.spellings_reaching(lambda op: table.policy(op) is not None))
-
-
-def _top_level_names(outline: Outline) -> set[str]:
-    """``_module_level_names`` on the ast."""
-    names = set()
-    for statement in outline.tree.body:
-        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(statement.name)
-        elif isinstance(statement, (ast.Assign, ast.AnnAssign)):
-            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
-            names.update(t.id for t in targets if isinstance(t, ast.Name))
-    return names
-
-
-def _may_need_autocast_state(outline: Outline, method: ast.FunctionDef, module_names: set[str]) -> bool:
-    """``_needs_autocast_state`` on the ast, loosely: an ``@``, or a call spelled like one that
-    reaches an op with a policy (by its attribute or the last part of a qualified name), or one
-    ``_opaque`` may find autocast cannot see into: a kernel launch, a call of a name that is
-    not a builtin, of an import from outside the transparent modules, or of an attribute of a
-    name the file binds at its top."""
-    policy = _policy_callees()
-    for node in ast.walk(method):
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
-            return True
-        if not isinstance(node, ast.Call):
-            continue
-        func = node.func
-        names = outline.qualified_names(func)
-        if isinstance(func, ast.Subscript) or any(n.split(".")[0] not in _TRANSPARENT for n in names) \
-                or any(n.rsplit(".", 1)[-1] in policy for n in names):
-            return True
-        if isinstance(func, ast.Name):
-            if func.id not in _BUILTINS:
-                return True
-        elif isinstance(func, ast.Attribute):
-            root = func
-            while isinstance(root, ast.Attribute):
-                root = root.value
-            if func.attr in policy or isinstance(root, ast.Name) and root.id in module_names:
-                return True
-    return False
-
-
-def _may_mix_dtypes(backward: ast.FunctionDef) -> bool:
-    """``autograd_functions.mixed_ops`` on the ast, loosely: an ``@``, or a call spelled like one
-    that reaches an op with a policy."""
-    policy = _policy_callees()
-    return any(isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult) or isinstance(node, ast.Call)
-               and getattr(node.func, "attr", getattr(node.func, "id", None)) in policy for node in ast.walk(backward))
-
-
-def _may_fire(outline: Outline) -> bool:
-    """A class of the file derived from ``torch.autograd.Function`` where one of check()'s
-    findings may be: a ``backward`` that may have ``custom_bwd`` and a ``forward`` that surely
-    lacks ``custom_fwd`` (``Outline.surely_qualified_names``); a ``backward`` that may lack
-    ``custom_bwd`` and a ``forward``, in a class that does not name autocast, with a ``with
-    torch.enable_grad()`` in that backward or in a method of another class (a recomputation);
-    or, in a file that calls autocast, a ``forward`` with ``custom_fwd`` and a ``backward`` that
-    may lack ``custom_bwd``, or, in a class that does not name autocast, methods that may all
-    lack their decorator, one of which may need autocast's state (``_may_need_autocast_state``);
-    or, in a project that enables autocast, such methods with an op in the backward that may
-    need one dtype (``_may_mix_dtypes``)."""
-    uses_autocast = None
-    module_names = None
-    recomputing = None
-    maybe, surely = outline.qualified_names, outline.surely_qualified_names
-    for cls in outline.nodes(ast.ClassDef):
-        if all(outline.qualified_names(b).isdisjoint(_FUNCTION) for b in cls.bases):
-            continue
-        # The last definition of each name, as check() reads them.
-        methods = {s.name: s for s in cls.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
-                   and s.name in _CUSTOM}
-        forward, backward = methods.get("forward"), methods.get("backward")
-        if forward is None and backward is None:
-            continue
-        if forward is not None and backward is not None and _decorated(backward, "backward", maybe) \
-                and not _decorated(forward, "forward", surely):
-            return True
-        bare_backward = backward is not None and not _decorated(backward, "backward", surely)
-        names_autocast = any("autocast" in (n.id if isinstance(n, ast.Name) else n.attr)
-                             for kind in (ast.Name, ast.Attribute) for n in outline.nodes(kind) if contains(cls, n))
-        if uses_autocast is None:
-            uses_autocast = calls_autocast(outline)
-        if uses_autocast:
-            if bare_backward and forward is not None and _decorated(forward, "forward", maybe):
-                return True
-            if not names_autocast and not any(_decorated(m, role, surely) for role, m in methods.items()):
-                if module_names is None:
-                    module_names = _top_level_names(outline)
-                if any(_may_need_autocast_state(outline, m, module_names) for m in methods.values()):
-                    return True
-        if not bare_backward or forward is None or names_autocast:
-            continue
-        if not _decorated(forward, "forward", surely) and _may_mix_dtypes(backward) \
-                and outline.project is not None and outline.project.autocast:
-            return True
-        if recomputing is None:
-            recomputing = [w for kind in (ast.With, ast.AsyncWith) for w in outline.nodes(kind) if any(
-                isinstance(item.context_expr, ast.Call)
-                and not outline.qualified_names(item.context_expr.func).isdisjoint(ENABLE_GRAD) for item in w.items)]
-            methods_elsewhere = [m for other in outline.nodes(ast.ClassDef) for m in other.body
-                                 if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))] if recomputing else []
-        if any(contains(backward, w) or any(contains(m, w) and not contains(cls, m) for m in methods_elsewhere)
-               for w in recomputing):
-            return True
-    return False
 
 
 _LAYERS = """
@@ -214,7 +46,7 @@ loss.backward()
 """
 
 
-class CustomFunctionWithoutCustomFwd(Rule):
+class CustomFunctionWithoutCustomFwd(AstRule):
     """
     ## What it does
     Finds `torch.autograd.Function` subclasses that autocast can break:
@@ -304,7 +136,6 @@ class CustomFunctionWithoutCustomFwd(Rule):
     # Every region comes from an autocast call; a lone custom_bwd is a bug anywhere, and so is a
     # backward that recomputes (under enable_grad) without custom_bwd; a backward that mixes
     # dtypes is one where another file of the project enables autocast.
-    may_fire = staticmethod(_may_fire)
 
     valid = (
         Valid("""
@@ -566,50 +397,47 @@ class ScaledMatmul(torch.autograd.Function):
                 project=(("layers.py", _LAYERS), ("train.py", _TRAIN))),
     )
 
-    def check(self, ctx: FileContext) -> None:
+    def check(self, ctx: AstContext) -> None:
+        functions = autograd_functions(ctx)
+        if not functions:
+            return
         uses_autocast = bool(autocast_calls(ctx))
         module_names = None
-        for cls in ctx.nodes(cst.ClassDef):
-            if not any(ctx.resolves_to(b.value, _FUNCTION) for b in cls.bases):
-                continue
-            methods = {stmt.name.value: stmt for stmt in cls.body.body
-                       if isinstance(stmt, cst.FunctionDef) and stmt.name.value in _CUSTOM}
-            decorated = {name: any(ctx.resolves_to(d.decorator.func if isinstance(d.decorator, cst.Call)
-                                                   else d.decorator, _CUSTOM[name]) for d in method.decorators)
-                         for name, method in methods.items()}
-            where = cls.name.value
+        for cls in functions:
+            methods = custom_methods(cls)
+            decorations = {name: decorated(ctx, method, name) for name, method in methods.items()}
+            where = cls.name
             recompute = None
-            if decorated.get("backward") is False and not may_be_aliased_custom(ctx, methods["backward"]):
+            if decorations.get("backward") is False and not may_be_aliased_custom(ctx, methods["backward"]):
                 recompute = recomputation(ctx, cls, methods["backward"])
             if recompute is not None:
-                line = ctx.location(ctx.offsets(methods["backward"].name)[0]).row
                 ctx.report(recompute, f"`{ctx.code(recompute.func)}` re-runs a module or function the caller passed "
-                           f"in, for `{where}.backward` (line {line}), which has no `@torch.amp.custom_bwd`: this "
-                           "recomputation runs outside the autocast the forward ran in, so float16 "
-                           "activations meet float32 weights; decorate `forward` with `custom_fwd` and "
-                           "`backward` with `custom_bwd(device_type=...)`")
-            elif decorated.get("backward") and decorated.get("forward") is False:
-                ctx.report(methods["forward"].name, f"`{where}.forward` has no `@torch.amp.custom_fwd"
+                           f"in, for `{where}.backward` (line {methods['backward'].lineno}), which has no "
+                           "`@torch.amp.custom_bwd`: this recomputation runs outside the autocast the forward ran "
+                           "in, so float16 activations meet float32 weights; decorate `forward` with `custom_fwd` "
+                           "and `backward` with `custom_bwd(device_type=...)`")
+            elif decorations.get("backward") and decorations.get("forward") is False:
+                ctx.report(name_node(ctx, methods["forward"]), f"`{where}.forward` has no `@torch.amp.custom_fwd"
                            "(device_type=...)`, which its backward's `custom_bwd` needs: the backward "
                            "raises AttributeError (`_fwd_used_autocast`)")
-            elif decorated.get("forward") and decorated.get("backward") is False and uses_autocast:
-                ctx.report(methods["backward"].name, f"`{where}.backward` has no `@torch.amp.custom_bwd"
+            elif decorations.get("forward") and decorations.get("backward") is False and uses_autocast:
+                ctx.report(name_node(ctx, methods["backward"]), f"`{where}.backward` has no `@torch.amp.custom_bwd"
                            "(device_type=...)`: it does not run in the autocast state its forward ran "
                            "in, so its dtypes may not match the saved tensors")
-            elif decorated and not any(decorated.values()) and uses_autocast and not mentions_autocast(cls):
+            elif decorations and not any(decorations.values()) and uses_autocast and not mentions_autocast(cls):
                 if module_names is None:
                     module_names = module_level_names(ctx)
-                if any(_needs_autocast_state(ctx, m, module_names) for m in methods.values()):
+                if any(needs_autocast_state(ctx, m, module_names) for m in methods.values()):
                     for name, method in methods.items():
-                        ctx.report(method.name, f"`{where}.{name}` has no `@torch.amp.{_DECORATOR[name]}"
+                        ctx.report(name_node(ctx, method), f"`{where}.{name}` has no `@torch.amp.{_DECORATOR[name]}"
                                    "(device_type=...)`: autocast does not know its dtypes")
-            elif len(decorated) == 2 and not any(decorated.values()) and not uses_autocast \
+            elif len(decorations) == 2 and not any(decorations.values()) and not uses_autocast \
                     and not mentions_autocast(cls) and not any(may_be_aliased_custom(ctx, m) for m in methods.values()):
                 self._check_backward_dtypes(ctx, cls, methods["forward"], methods["backward"])
 
     @staticmethod
-    def _check_backward_dtypes(ctx: FileContext, cls: cst.ClassDef, forward: cst.FunctionDef,
-                               backward: cst.FunctionDef) -> None:
+    def _check_backward_dtypes(ctx: AstContext, cls: ast.ClassDef, forward: ast.FunctionDef,
+                               backward: ast.FunctionDef) -> None:
         """A Function this file defines and another runs under the project's autocast: its
         backward multiplies the float16 gradient with a float32 parameter the forward saved."""
         enabling = enabling_site(ctx)
@@ -627,7 +455,7 @@ class ScaledMatmul(torch.autograd.Function):
                                      if at == position), (None, None, None))
         if passed is None:
             return
-        name, device = cls.name.value, site.device or "cuda"
+        name, device = cls.name, site.device or "cuda"
         half = "bfloat16" if site.dtype == "bfloat16" else "float16" if site.may_be_float16() else "half-precision"
         call, call_related = located(ctx, passed.path, passed.row, f"`{passed.code}` passes a float32 parameter")
         related = [site_related, call_related]
@@ -637,7 +465,7 @@ class ScaledMatmul(torch.autograd.Function):
             applied, applied_related = located(ctx, path, row, f"`{helper}` hands it to `{name}.apply`")
             through = f" through `{helper}` (`{code}`, {applied})"
             related.append(applied_related)
-        param = forward.params.params[position + 1].name.value
+        param = forward.args.args[position + 1].arg
         ctx.report(op, f"`{ctx.code(op)}` in `{name}.backward` multiplies the incoming gradient by the forward's "
                        f"`{param}`, which `{passed.method}` passes{through} as {passed.parameter} (`{passed.code}`, "
                        f"{call}): under this project's autocast ({where}) the forward's `{ctx.code(output)}` gives "

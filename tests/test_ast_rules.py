@@ -109,3 +109,23 @@ def test_no_backward_is_moved_where_the_text_would_change():
         result = _lint(source, ["AMP001"], fix=True)
         assert result.source == source and result.fixes_applied == 0
         assert [d.code for d in result.diagnostics] == ["AMP001"]
+
+
+def test_a_rule_on_the_ast_run_alone_sees_the_projects_star_imports(tmp_path, monkeypatch):
+    # No selected rule has a prefilter test of its own: the outline the rule reads still
+    # resolves `from .common import *` through the project.
+    from projects import findings, write_files
+
+    root = write_files(tmp_path, {
+        "pyproject.toml": "[project]\nname = 'pkg'\n",
+        "pkg/__init__.py": "",
+        "pkg/common.py": "import torch\nfrom torch import nn\n",
+        "pkg/train.py": """\
+            from .common import *
+
+            def evaluate(model, x):
+                with torch.autocast("cpu", dtype=torch.float64):
+                    return model(x)
+            """,
+    })
+    assert [(path, row) for path, row, *_ in findings(root, "AMP011", monkeypatch)] == [("pkg/train.py", 4)]

@@ -1,10 +1,15 @@
 """Version gates evaluated for the torch version in use (the committed tables: torch 2.13), on
-real parses."""
+real parses: Python's ast, and libcst's tree of the same text (a libcst rule asks about its
+own `if`)."""
+
+import ast
 
 import libcst as cst
 import pytest
 
+from amplint.engine.ast_context import AstContext
 from amplint.engine.context import FileContext
+from amplint.engine.outline import Outline
 from amplint.engine.version_gates import gate_value, version_fallback
 from amplint.policy import loader
 
@@ -13,13 +18,18 @@ def _context(source: str, torch_version: str | None = None) -> FileContext:
     return FileContext("t.py", source, cst.parse_module(source), loader("cuda", torch_version))
 
 
-def _last_if(ctx: FileContext) -> cst.If:
-    return ctx.nodes(cst.If)[-1]
+def _ast_context(source: str, torch_version: str | None = None) -> AstContext:
+    return AstContext("t.py", source, Outline.parse(source), loader("cuda", torch_version))
 
 
 def _gate(source: str, torch_version: str | None = None) -> bool | None:
+    """The last `if`'s condition, asked of both trees: they must agree."""
     ctx = _context(source, torch_version)
-    return gate_value(ctx, _last_if(ctx).test)
+    on_libcst = gate_value(ctx, ctx.nodes(cst.If)[-1].test)
+    ast_ctx = _ast_context(source, torch_version)
+    last = max((n for n in ast.walk(ast_ctx.outline.tree) if isinstance(n, ast.If)), key=ast_ctx.order)
+    assert gate_value(ast_ctx, last.test) is on_libcst
+    return on_libcst
 
 
 @pytest.mark.parametrize("source,expected", [
@@ -80,14 +90,9 @@ def test_a_flag_set_in_both_branches_of_a_gate_takes_the_live_one():
 
 def _fallback_lines(source: str) -> list[int]:
     """The lines (1-based) of the simple statements that are version-gated fallbacks."""
-    ctx = _context(source)
-    lines = source.split("\n")
-    found = []
-    for statement in ctx.nodes(cst.SimpleStatementLine):
-        if version_fallback(ctx, statement) is not None:
-            code = ctx.module.code_for_node(statement).strip()
-            found.append(next(i for i, line in enumerate(lines, 1) if line.strip() == code))
-    return found
+    ctx = _ast_context(source)
+    return sorted(s.lineno for s in ast.walk(ctx.outline.tree)
+                  if isinstance(s, ast.stmt) and not hasattr(s, "body") and version_fallback(ctx, s) is not None)
 
 
 def test_else_and_elif_branches_of_a_version_gate_are_fallbacks():
@@ -105,8 +110,9 @@ if not TORCH_GE_2_4:
 scaler2 = torch.amp.GradScaler("cuda") if TORCH_GE_2_4 else torch.cuda.amp.GradScaler()
 """
     assert _fallback_lines(source) == [9, 11]
-    ctx = _context(source)
-    old = [n for n in ctx.nodes(cst.Attribute) if ctx.module.code_for_node(n) == "torch.cuda.amp.GradScaler"]
+    ctx = _ast_context(source)
+    old = sorted((n for n in ast.walk(ctx.outline.tree)
+                  if isinstance(n, ast.Attribute) and ctx.code(n) == "torch.cuda.amp.GradScaler"), key=ctx.order)
     assert [version_fallback(ctx, n) is not None for n in old] == [True, True]
 
 
@@ -138,3 +144,21 @@ def test_the_configured_torch_version_decides():
     source = "import torch\nif torch.__version__ >= '2.4':\n    pass\n"
     assert _gate(source, "2.13") is True
     assert _gate(source, None) is True  # the newest table
+
+
+def test_the_parts_of_a_libcst_condition_are_found_in_the_ast():
+    """flow.py asks about each part `not`, `and` and `or` join, as libcst nests them: `a and b
+    and c` is `(a and b) and c`, where the ast has one BoolOp of three; a parenthesized one
+    is its own."""
+    source = ("import torch\nOLD = torch.__version__ < '2.0'\nNEW = torch.__version__ >= '2.4'\n"
+              "if True:\n    pass\nelif OLD and use_amp and NEW or not (NEW and OLD):\n    pass\n")
+    ctx = _context(source)
+    test = ctx.nodes(cst.If)[1].test  # ((OLD and use_amp) and NEW) or not (NEW and OLD)
+    assert gate_value(ctx, test) is True
+    assert gate_value(ctx, test.left) is False
+    assert gate_value(ctx, test.left.left) is False  # OLD and use_amp: the ast's first two of three
+    assert gate_value(ctx, test.left.left.right) is None  # use_amp
+    assert gate_value(ctx, test.left.right) is True
+    assert gate_value(ctx, test.right) is True
+    assert gate_value(ctx, test.right.expression) is False
+    assert gate_value(ctx, test.right.expression.right) is False

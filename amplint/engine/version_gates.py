@@ -1,5 +1,5 @@
 """Conditions on the torch version, evaluated for the torch version in use, and the code that
-only older torch runs (version-gated fallbacks). Pure libcst; no torch.
+only older torch runs (version-gated fallbacks). Read from Python's ``ast``; no torch.
 
 The torch version in use is the configured ``torch-version`` (default: the newest table in
 policies/). When ``torch-version`` is not configured and the project declares a lower torch
@@ -15,21 +15,37 @@ of assignments, ``if`` and ``return``. Such names and helpers may live in anothe
 project and be imported (``from .compat import TORCH_GE_2_4``, ``utils.torch_at_least("2.4")``,
 re-exported by a package's ``__init__``): they are evaluated in their own module, and the
 file's findings then depend on its text. Anything else is unknown, and so is a condition that
-depends on it.
+depends on it. Names resolve through imports with Python's scoping (``ast_names``).
+
+A rule that reads libcst's tree asks about its ``if``'s condition (``flow.py``): the ``if`` is
+found in the ``ast`` by its rank among the ``if`` statements of both trees, the same text.
 """
 
 from __future__ import annotations
 
+import ast
 import re
-from typing import Iterator
+from functools import cached_property
+from pathlib import Path
+from typing import Callable, Iterator
 
 import libcst as cst
 
 from ..policy import PolicyError
-from .context import FileContext
-from .crossfile import imported_as
+from .ast_names import AstImportResolver, dotted, file_resolver
+from .checked_file import CheckedFile
+from .outline import Outline, contains
+from .project_index import (
+    Dependency,
+    module_dependency,
+    module_text,
+    project_module,
+    project_root,
+    star_dependency,
+    star_imports,
+)
+from .source import split_lines
 from .torch_requirement import TorchRequirement
-from .names import dotted
 
 # When each AMP name appeared in torch (none of them is gone by the newest table).
 _INTRODUCED = {
@@ -39,6 +55,20 @@ _INTRODUCED = {
     "torch.cpu.amp": "1.10", "torch.cpu.amp.autocast": "1.10",
     "torch.amp.GradScaler": "2.3", "torch.GradScaler": "2.3", "torch.cpu.amp.GradScaler": "2.3",
     "torch.amp.custom_fwd": "2.4", "torch.amp.custom_bwd": "2.4",
+}
+# The per-device API torch 2.4 deprecated: qualified name -> (its name in torch.amp, device).
+DEPRECATED_AMP = {f"torch.{device}.amp.{module}{name}": (name, device) for device in ("cuda", "cpu")
+                  for name, module in (("autocast", ""), ("autocast", "autocast_mode."), ("GradScaler", ""),
+                                       ("GradScaler", "grad_scaler."), ("custom_fwd", ""),
+                                       ("custom_fwd", "autocast_mode."), ("custom_bwd", ""),
+                                       ("custom_bwd", "autocast_mode."))}
+DEPRECATED_SINCE = "2.4"
+# Their positional parameters, which their torch.amp equivalents take after the device.
+OLD_PARAMETERS = {
+    "autocast": ("enabled", "dtype", "cache_enabled"),
+    "GradScaler": ("init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled"),
+    "custom_fwd": ("fwd",),
+    "custom_bwd": ("bwd",),
 }
 # The device-generic API that replaced torch.cuda.amp / torch.cpu.amp: code that uses it and
 # falls back when it is missing is a fallback for older torch.
@@ -57,6 +87,9 @@ _DISTRIBUTION_VERSION = frozenset({"importlib.metadata.version", "importlib_meta
 _STR_METHODS = frozenset({"split", "rsplit", "partition", "rpartition", "strip", "lstrip", "rstrip",
                           "startswith", "endswith", "replace", "lower"})
 _DEPTH = 12  # nested names and helper calls followed before giving up
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+_NESTED_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.ListComp, ast.SetComp,
+                  ast.DictComp, ast.GeneratorExp)
 
 
 class _Unknown(Exception):
@@ -165,7 +198,109 @@ class _Api:
         self.name = name
 
 
-def torch_version(ctx: FileContext) -> str | None:
+class ModuleCode:
+    """One module as the gates read it: its ``ast`` (an ``Outline``: its nodes by type and
+    each node's parent), what its names stand for, and what was worked out of it (``facts``,
+    by kind)."""
+
+    def __init__(self, path: str, source: str, outline: Outline, root: Path | None,
+                 imports: Callable[[], AstImportResolver] | None = None):
+        self.path, self.source, self.outline, self.root = path, source, outline, root
+        self._make_imports = imports
+        self.read: set[Dependency] = set()  # what of the project its names were resolved from
+        self.facts: dict = {}
+
+    @cached_property
+    def imports(self) -> AstImportResolver:
+        if self._make_imports is not None:
+            return self._make_imports()
+
+        def star() -> dict[str, frozenset[str]]:
+            path = Path(self.path).resolve()
+            self.read.add(star_dependency(self.root, path))
+            return star_imports(self.root, path)
+
+        return AstImportResolver(self.outline, star if self.root is not None else None)
+
+    def parent(self, node: ast.AST) -> ast.AST | None:
+        return self.outline.parents.get(id(node))
+
+    def nodes(self, *kinds: type) -> list:
+        """The nodes of these types, in no particular order."""
+        return [n for kind in kinds for n in self.outline.nodes(kind)]
+
+    def in_order(self, kind: type) -> list:
+        """The nodes of one type (with a position), in source order."""
+        found = self.facts.get(("in order", kind))
+        if found is None:
+            found = self.facts["in order", kind] = sorted(
+                self.outline.nodes(kind), key=lambda n: (n.lineno, n.col_offset, -n.end_lineno, -n.end_col_offset))
+        return found
+
+    def ancestors(self, node: ast.AST) -> Iterator[ast.AST]:
+        current = self.parent(node)
+        while current is not None:
+            yield current
+            current = self.parent(current)
+
+    def qualified_names(self, expr: ast.AST) -> set[str]:
+        return self.imports.qualified_names(expr)
+
+    def on_own_line(self, statement: ast.stmt) -> bool:
+        """Whether ``statement`` starts its line (an indented block's), not a suite on its
+        header's line (``if x: return y``), which leaves a helper unknown."""
+        line = self._lines[statement.lineno - 1].encode("utf-8")
+        return not line[:statement.col_offset].strip()
+
+    @cached_property
+    def _lines(self) -> list[str]:
+        return split_lines(self.source)
+
+
+def checked_code(ctx: CheckedFile) -> ModuleCode | None:
+    """The checked file as the gates read it, from the ``ast`` its check parsed (a rule that
+    reads libcst's tree may have none yet: then parsed here); None where Python cannot parse
+    it."""
+    if "_gates_code" not in ctx.__dict__:
+        outline = ctx.outline or Outline.parse(ctx.source)
+        code = None
+        if outline is not None:
+            code = ModuleCode(ctx.path, ctx.source, outline, ctx.project_root(), lambda: file_resolver(ctx, outline))
+        ctx.__dict__["_gates_code"] = code
+    return ctx.__dict__["_gates_code"]
+
+
+# The project's modules the gates read (names and helpers imported from them), by path and
+# text: a module that many files import is parsed once.
+_PROJECT_MODULES: dict[tuple[str, str], ModuleCode | None] = {}
+_KEPT_MODULES = 64
+
+
+def _project_module(checked: CheckedFile, code: ModuleCode, module: str | None, level: int) -> ModuleCode | None:
+    """The module of ``code``'s project that ``from <level dots><module> import ...`` reads
+    there; None for another library's module, ``code`` itself, or one that does not parse.
+    The checked file's findings then depend on that module's text."""
+    root = code.root
+    if root is None:
+        return None
+    path = project_module(root, Path(code.path), module, level)
+    if path is None or path.resolve() == Path(code.path).resolve():
+        return None
+    checked.dependencies.add(module_dependency(root, path))
+    text = module_text(path)
+    if text is None:
+        return None
+    key = (str(path.resolve()), text)
+    if key not in _PROJECT_MODULES:
+        if len(_PROJECT_MODULES) >= _KEPT_MODULES:
+            _PROJECT_MODULES.pop(next(iter(_PROJECT_MODULES)))
+        outline = Outline.parse(text)
+        _PROJECT_MODULES[key] = None if outline is None else ModuleCode(
+            str(path), text, outline, project_root(path) if path.is_file() else None)
+    return _PROJECT_MODULES[key]
+
+
+def torch_version(ctx: CheckedFile) -> str | None:
     """The torch version in use (e.g. ``"2.13.0"``), from the configured policy tables."""
     try:
         return ctx.policy().torch_version
@@ -173,27 +308,85 @@ def torch_version(ctx: FileContext) -> str | None:
         return None
 
 
-def _declared_floor(ctx: FileContext, newest: str) -> TorchRequirement | None:
+def _declared_floor(ctx: CheckedFile, newest: str) -> TorchRequirement | None:
     """The project's declared torch requirement when its floor lies below ``newest``."""
     required = ctx.torch_requirement()
     return required if required is not None and Version(required.floor) < Version(newest) else None
 
 
-def gate_value(ctx: FileContext, test: cst.BaseExpression) -> bool | None:
-    """What ``test`` (an ``if``'s condition) is under the torch version in use, and under the
-    project's declared floor below it; None when those differ, or it does not depend only on
-    the torch version (and constants)."""
+def gate_value(ctx: CheckedFile, test: ast.expr | cst.BaseExpression) -> bool | None:
+    """What ``test`` (an ``if``'s condition, or a part of one that ``not``/``and``/``or``
+    join; in either tree) is under the torch version in use, and under the project's declared
+    floor below it; None when those differ, or it does not depend only on the torch version
+    (and constants)."""
     version = torch_version(ctx)
-    value = None if version is None else _Evaluator(ctx, version).gate(test, 0)
+    code = checked_code(ctx) if version is not None else None
+    if code is None:
+        return None
+    if isinstance(test, cst.CSTNode):
+        test = _ast_test(ctx, code, test)
+        if test is None:
+            return None
+    value = _Evaluator(ctx, code, version).gate(test, 0)
     if value is None:
         return None
     required = _declared_floor(ctx, version)
-    if required is not None and _Evaluator(ctx, required.floor).gate(test, 0) is not value:
+    if required is not None and _Evaluator(ctx, code, required.floor).gate(test, 0) is not value:
         return None  # both branches run on some torch the project supports
     return value
 
 
-def missing_on_supported_torch(ctx: FileContext, name: str) -> str | None:
+class _Operands:
+    """The first ``count`` operands of a ``BoolOp`` joined by its operator: libcst nests
+    ``a and b and c`` as ``(a and b) and c``, where Python's ``ast`` has one ``BoolOp``."""
+
+    def __init__(self, node: ast.BoolOp, count: int):
+        self.node, self.count = node, count
+
+
+def _ast_test(ctx, code: ModuleCode, test: cst.BaseExpression) -> ast.expr | _Operands | None:
+    """The ``ast`` of libcst's ``test``: the ``if`` whose condition holds it, by its rank among
+    both trees' ``if`` statements in source order, then the same steps down through ``not``,
+    ``and`` and ``or``. None where the trees do not count the same ``if`` statements."""
+    steps, node = [], test
+    while True:
+        parent = ctx.parent(node)
+        if isinstance(parent, cst.If) and parent.test is node:
+            break
+        if isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not):
+            steps.append("not")
+        elif isinstance(parent, cst.BooleanOperation):
+            steps.append("left" if parent.left is node else "right")
+        else:
+            return None
+        node = parent
+    ranks = ctx.__dict__.get("_gates_if_ranks")
+    if ranks is None:
+        ranks = ctx.__dict__["_gates_if_ranks"] = {id(n): i for i, n in enumerate(ctx.nodes(cst.If))}
+    ordered = code.in_order(ast.If)
+    rank = ranks.get(id(parent))
+    if rank is None or len(ordered) != len(ranks):
+        return None
+    found: ast.expr | _Operands = ordered[rank].test
+    for step in reversed(steps):
+        if step == "not":
+            if not (isinstance(found, ast.UnaryOp) and isinstance(found.op, ast.Not)):
+                return None
+            found = found.operand
+            continue
+        if isinstance(found, ast.BoolOp):
+            found = _Operands(found, len(found.values))
+        if not isinstance(found, _Operands):
+            return None
+        values, count = found.node.values, found.count
+        if step == "right":
+            found = values[count - 1]
+        else:
+            found = values[0] if count == 2 else _Operands(found.node, count - 1)
+    return found.node if isinstance(found, _Operands) and found.count == len(found.node.values) else found
+
+
+def missing_on_supported_torch(ctx: CheckedFile, name: str) -> str | None:
     """Why some torch the code must run on lacks ``name`` (``torch.amp.GradScaler``): the
     project declares a floor below the version that added it (``"the project declares
     `torch>=2.1` (pyproject.toml)"``), or the configured ``torch-version`` is older. None
@@ -214,21 +407,46 @@ def introduced_in(name: str) -> str | None:
     return _INTRODUCED.get(name)
 
 
-def version_fallback(ctx: FileContext, node: cst.CSTNode) -> cst.CSTNode | None:
-    """The gate that keeps ``node`` from running on the torch version in use, or None: an
-    ``if``/``elif``/conditional expression whose condition, so evaluated, leads elsewhere, or a
-    ``try`` that uses the device-generic AMP API and whose ``except`` around ``node`` catches
-    what its absence raises (AttributeError, ImportError, ModuleNotFoundError, TypeError)."""
+def version_fallback(ctx: CheckedFile, node: ast.AST) -> ast.AST | None:
+    """The gate that keeps ``node`` (of the file's ``ast``) from running on the torch version
+    in use, or None: an ``if``/``elif``/conditional expression whose condition, so evaluated,
+    leads elsewhere, or a ``try`` that uses the device-generic AMP API and whose ``except``
+    around ``node`` catches what its absence raises (AttributeError, ImportError,
+    ModuleNotFoundError, TypeError)."""
     version = torch_version(ctx)
-    return None if version is None else _Evaluator(ctx, version).fallback(node, 0)
+    code = checked_code(ctx) if version is not None else None
+    return None if code is None else _Evaluator(ctx, code, version).fallback(node, 0)
 
 
-def _catches_missing_api(handler: cst.ExceptHandler) -> bool:
+def replacement_call(deprecated: str) -> str:
+    """How the torch.amp replacement of a deprecated name (``DEPRECATED_AMP``) is called:
+    ``torch.amp.autocast("cuda", ...)``."""
+    new_name, device = DEPRECATED_AMP[deprecated]
+    device_arg = f'device_type="{device}"' if new_name.startswith("custom") else f'"{device}"'
+    return f"torch.amp.{new_name}({device_arg}, ...)"
+
+
+def missing_replacement(ctx: CheckedFile, deprecated: str) -> str | None:
+    """Why the torch.amp replacement of a deprecated name cannot simply be used — some torch
+    the project supports lacks it — and what to do instead; None when it can."""
+    new_name, _ = DEPRECATED_AMP[deprecated]
+    replacement = f"torch.amp.{new_name}"
+    why = missing_on_supported_torch(ctx, replacement)
+    if why is None:
+        return None
+    since = introduced_in(replacement)
+    return (f"`{replacement}` needs torch {since} and {why}: keep this for older torch behind a gate "
+            f"(`if hasattr(torch.amp, \"{new_name}\")`, or `try: from torch.amp import {new_name}` / "
+            f"`except ImportError`), or raise the torch requirement to >={since} and use "
+            f"`{replacement_call(deprecated)}`")
+
+
+def _catches_missing_api(handler: ast.ExceptHandler) -> bool:
     if handler.type is None:
         return True
-    kinds = handler.type.elements if isinstance(handler.type, cst.Tuple) else [cst.Element(handler.type)]
-    for element in kinds:
-        parts = dotted(element.value)
+    kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    for kind in kinds:
+        parts = dotted(kind.value if isinstance(kind, ast.Starred) else kind)
         if parts is not None and parts[-1] in _MISSING_API_ERRORS:
             return True
     return False
@@ -240,25 +458,23 @@ def is_successor(name: str) -> bool:
     return name in _SUCCESSORS or name.startswith(_SUCCESSOR_PREFIXES)
 
 
-def _uses_successor(ctx: FileContext, block: cst.CSTNode) -> bool:
-    return any(ctx.contains(block, node) for node in _successor_uses(ctx))
+def _uses_successor(code: ModuleCode, block: list[ast.stmt]) -> bool:
+    return any(contains(statement, node) for node in _successor_uses(code) for statement in block)
 
 
-def _successor_uses(ctx: FileContext) -> list[cst.CSTNode]:
-    """The imports and references of the device-generic AMP API in the file."""
-    found = ctx.__dict__.get("_amp_successor_uses")
+def _successor_uses(code: ModuleCode) -> list[ast.AST]:
+    """The imports and references of the device-generic AMP API in the module."""
+    found = code.facts.get("successor uses")
     if found is None:
         found = []
-        for stmt in ctx.nodes(cst.ImportFrom):
-            if not stmt.relative and stmt.module is not None and not isinstance(stmt.names, cst.ImportStar):
-                module = ".".join(dotted(stmt.module) or ())
-                if any(is_successor(f"{module}.{alias.evaluated_name}") for alias in stmt.names):
+        for stmt in code.nodes(ast.ImportFrom):
+            if not stmt.level and stmt.module is not None and stmt.names[0].name != "*":
+                if any(is_successor(f"{stmt.module}.{alias.name}") for alias in stmt.names):
                     found.append(stmt)
-        found += [stmt for stmt in ctx.nodes(cst.Import)
-                  if any(is_successor(alias.evaluated_name) for alias in stmt.names)]
-        found += [node for kind in (cst.Name, cst.Attribute) for node in ctx.nodes(kind)
-                  if any(is_successor(q) for q in ctx.qualified_names(node))]
-        ctx.__dict__["_amp_successor_uses"] = found
+        found += [stmt for stmt in code.nodes(ast.Import) if any(is_successor(alias.name) for alias in stmt.names)]
+        found += [node for node in code.nodes(ast.Name, ast.Attribute)
+                  if any(is_successor(q) for q in code.qualified_names(node))]
+        code.facts["successor uses"] = found
     return found
 
 
@@ -276,17 +492,19 @@ def _introduced(name: str, version: str) -> bool | None:
 
 
 class _Evaluator:
-    def __init__(self, ctx: FileContext, version: str):
-        self.ctx = ctx
+    def __init__(self, checked: CheckedFile, code: ModuleCode, version: str):
+        self.checked = checked  # the file whose findings depend on what is read
+        self.code = code
         self.version = version if version.count(".") >= 2 else version + ".0"
         # module-level names: (value, whether it depends on torch), or None: unknown
         self._names: dict[str, tuple | None] = {}
         self._torch = False  # whether the expression evaluated so far depends on torch
 
-    def gate(self, test: cst.BaseExpression, depth: int) -> bool | None:
-        cache = self.ctx.__dict__.setdefault("_version_gates", {}).setdefault(self.version, {})
-        hit = cache.get(id(test))
-        if hit is not None and hit[0] is test:
+    def gate(self, test: ast.expr | _Operands, depth: int) -> bool | None:
+        cache = self.code.facts.setdefault(("gates", self.version), {})
+        key = (id(test.node), test.count) if isinstance(test, _Operands) else id(test)
+        hit = cache.get(key)
+        if hit is not None and hit[0] is (test.node if isinstance(test, _Operands) else test):
             return hit[1]
         outer, self._torch = self._torch, False
         try:
@@ -297,110 +515,114 @@ class _Evaluator:
             value = None  # a constant, not a gate on the torch version
         self._torch = outer or self._torch
         if depth == 0:  # deeper answers may be cut short by the depth limit
-            cache[id(test)] = (test, value)
+            cache[key] = (test.node if isinstance(test, _Operands) else test, value)
         return value
 
-    def fallback(self, node: cst.CSTNode, depth: int) -> cst.CSTNode | None:
+    def fallback(self, node: ast.AST, depth: int) -> ast.AST | None:
         child = node
-        for ancestor in self.ctx.ancestors(node):
-            if isinstance(ancestor, (cst.If, cst.IfExp)):
+        for ancestor in self.code.ancestors(node):
+            if isinstance(ancestor, ast.IfExp):
                 if child is ancestor.body and self.gate(ancestor.test, depth) is False:
                     return ancestor
                 if child is ancestor.orelse and self.gate(ancestor.test, depth) is True:
                     return ancestor
-            elif isinstance(ancestor, cst.Try) and isinstance(child, cst.ExceptHandler):
-                if _catches_missing_api(child) and _uses_successor(self.ctx, ancestor.body):
+            elif isinstance(ancestor, ast.If) and child is not ancestor.test:
+                if any(s is child for s in ancestor.body):
+                    if self.gate(ancestor.test, depth) is False:
+                        return ancestor
+                elif self.gate(ancestor.test, depth) is True:
+                    return ancestor
+            elif isinstance(ancestor, ast.Try) and isinstance(child, ast.ExceptHandler):
+                if _catches_missing_api(child) and _uses_successor(self.code, ancestor.body):
                     return ancestor
             child = ancestor
         return None
 
-    def value(self, expr: cst.BaseExpression, env: dict, depth: int):
+    def value(self, expr: ast.expr | _Operands, env: dict, depth: int):
         if depth > _DEPTH:
             raise _Unknown(expr)
-        method = getattr(self, f"_{type(expr).__name__}", None)
+        method = self._operands if type(expr) is _Operands else getattr(self, f"_{type(expr).__name__}", None)
         if method is None:
             raise _Unknown(expr)
         return method(expr, env, depth + 1)
 
     # -- literals ------------------------------------------------------------------------
 
-    def _Integer(self, expr, env, depth):
-        return expr.evaluated_value
+    def _Constant(self, expr, env, depth):
+        value = expr.value
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        raise _Unknown(expr)  # bytes, complex, Ellipsis
 
-    def _Float(self, expr, env, depth):
-        return expr.evaluated_value
-
-    def _SimpleString(self, expr, env, depth):
-        value = expr.evaluated_value
-        if not isinstance(value, str):
-            raise _Unknown(expr)
-        return value
-
-    def _ConcatenatedString(self, expr, env, depth):
-        return self.value(expr.left, env, depth) + self.value(expr.right, env, depth)
-
-    def _FormattedString(self, expr, env, depth):
+    def _JoinedStr(self, expr, env, depth):
         text = []
-        for part in expr.parts:
-            if isinstance(part, cst.FormattedStringText):
+        for part in expr.values:
+            if isinstance(part, ast.Constant):
                 text.append(part.value)
-            elif part.conversion is None and part.format_spec is None:
-                text.append(str(self.value(part.expression, env, depth)))
+            elif part.conversion == -1 and part.format_spec is None:
+                text.append(str(self.value(part.value, env, depth)))
             else:
                 raise _Unknown(part)
         return "".join(text)
 
     def _Tuple(self, expr, env, depth):
-        return tuple(self._elements(expr.elements, env, depth))
+        return tuple(self._elements(expr.elts, env, depth))
 
     def _List(self, expr, env, depth):
-        return list(self._elements(expr.elements, env, depth))
+        return list(self._elements(expr.elts, env, depth))
 
     def _elements(self, elements, env, depth):
         for element in elements:
-            if isinstance(element, cst.StarredElement):
+            if isinstance(element, ast.Starred):
                 yield from self.value(element.value, env, depth)
             else:
-                yield self.value(element.value, env, depth)
+                yield self.value(element, env, depth)
 
     # -- operators -----------------------------------------------------------------------
 
-    def _UnaryOperation(self, expr, env, depth):
-        if isinstance(expr.operator, cst.Not):
+    def _UnaryOp(self, expr, env, depth):
+        if isinstance(expr.op, ast.Not):
             # `not` of something unknown is unknown
-            return not _truth(self.value(expr.expression, env, depth))
-        if isinstance(expr.operator, cst.Minus):
-            return -self.value(expr.expression, env, depth)
+            return not _truth(self.value(expr.operand, env, depth))
+        if isinstance(expr.op, ast.USub):
+            return -self.value(expr.operand, env, depth)
         raise _Unknown(expr)
 
-    def _BooleanOperation(self, expr, env, depth):
-        # Three-valued: `unknown and False` is False, `unknown or True` is True.
+    def _BoolOp(self, expr, env, depth):
+        return self._operands(_Operands(expr, len(expr.values)), env, depth)
+
+    def _operands(self, prefix, env, depth):
+        """Its operands joined left to right, ``(a and b) and c``, each join three-valued:
+        `unknown and False` is False, `unknown or True` is True."""
+        operands, count = prefix.node.values, prefix.count
+        conjunction = isinstance(prefix.node.op, ast.And)
+        left_operand = operands[0] if count == 2 else _Operands(prefix.node, count - 1)
         try:
-            left = self.value(expr.left, env, depth)
+            left = self.value(left_operand, env, depth)
             decided = _truth(left)
         except _EVAL_ERRORS:
-            right = _truth(self.value(expr.right, env, depth))
-            if isinstance(expr.operator, cst.And) and not right:
+            right = _truth(self.value(operands[count - 1], env, depth))
+            if conjunction and not right:
                 return False
-            if isinstance(expr.operator, cst.Or) and right:
+            if not conjunction and right:
                 return True
             raise
-        if isinstance(expr.operator, cst.And):
-            return self.value(expr.right, env, depth) if decided else left
-        return left if decided else self.value(expr.right, env, depth)
+        if conjunction:
+            return self.value(operands[count - 1], env, depth) if decided else left
+        return left if decided else self.value(operands[count - 1], env, depth)
 
-    def _Comparison(self, expr, env, depth):
+    def _Compare(self, expr, env, depth):
         left = self.value(expr.left, env, depth)
-        for target in expr.comparisons:
-            right = self.value(target.comparator, env, depth)
-            if not _compare(target.operator, left, right):
+        for operator, comparator in zip(expr.ops, expr.comparators):
+            right = self.value(comparator, env, depth)
+            if not _compare(operator, left, right):
                 return False
             left = right
         return True
 
-    def _BinaryOperation(self, expr, env, depth):
+    def _BinOp(self, expr, env, depth):
         left, right = self.value(expr.left, env, depth), self.value(expr.right, env, depth)
-        if isinstance(expr.operator, cst.Add):  # `(2, 4) + extra`, `prefix + "2.4"`
+        if isinstance(expr.op, ast.Add):  # `(2, 4) + extra`, `prefix + "2.4"`
             return left + right
         raise _Unknown(expr)
 
@@ -410,30 +632,26 @@ class _Evaluator:
 
     def _Subscript(self, expr, env, depth):
         value = self.value(expr.value, env, depth)
-        if len(expr.slice) != 1:
-            raise _Unknown(expr)
-        index = expr.slice[0].slice
-        if isinstance(index, cst.Index):
-            return value[self.value(index.value, env, depth)]
-        bounds = [None if part is None else self.value(part, env, depth)
-                  for part in (index.lower, index.upper, index.step)]
-        return value[slice(*bounds)]
+        index = expr.slice
+        if isinstance(index, ast.Slice):
+            bounds = [None if part is None else self.value(part, env, depth)
+                      for part in (index.lower, index.upper, index.step)]
+            return value[slice(*bounds)]
+        return value[self.value(index, env, depth)]
 
     # -- names, attributes and calls -------------------------------------------------------
 
     def _Name(self, expr, env, depth):
-        if expr.value in env:
-            return env[expr.value]
-        if expr.value in ("True", "False", "None"):
-            return {"True": True, "False": False, "None": None}[expr.value]
+        if expr.id in env:
+            return env[expr.id]
         imported = self._imported(expr)
         if imported is not None:
             return imported
         if self._local_to_function(expr):
             raise _Unknown(expr)
-        if expr.value in _BUILTIN_VALUES and expr.value not in _module_bindings(self.ctx):
-            return _BUILTIN_VALUES[expr.value]
-        return self._module_name(expr.value, depth)
+        if expr.id in _BUILTIN_VALUES and expr.id not in _module_bindings(self.code):
+            return _BUILTIN_VALUES[expr.id]
+        return self._module_name(expr.id, depth)
 
     def _Attribute(self, expr, env, depth):
         imported = self._imported(expr)
@@ -443,10 +661,10 @@ class _Evaluator:
         if elsewhere is not None:
             other, name = elsewhere
             return self._asking(other, lambda: other._module_name(name, depth))
-        if dotted(expr) is not None and self.ctx.qualified_names(expr):
+        if dotted(expr) is not None and self.code.qualified_names(expr):
             raise _Unknown(expr)  # some other imported thing
         value = self.value(expr.value, env, depth)
-        name = expr.attr.value
+        name = expr.attr
         if isinstance(value, Version) and name in ("release", "major", "minor", "micro", "base_version"):
             return getattr(value, name)
         if isinstance(value, _Api):
@@ -455,7 +673,7 @@ class _Evaluator:
 
     def _imported(self, expr):
         """The value of an imported name (``torch.__version__``, ``torch.amp``), or None."""
-        for name in self.ctx.qualified_names(expr):
+        for name in self.code.qualified_names(expr):
             if name in _TORCH_VERSION:
                 self._torch = True
                 return TorchVersionString(self.version)
@@ -474,36 +692,36 @@ class _Evaluator:
         return _Api(qualified)
 
     def _Call(self, expr, env, depth):
-        if any(arg.star for arg in expr.args):
+        if any(isinstance(a, ast.Starred) for a in expr.args) or any(k.arg is None for k in expr.keywords):
             raise _Unknown(expr)
-        names = self.ctx.qualified_names(expr.func)
-        positional = [self.value(a.value, env, depth) for a in expr.args if a.keyword is None]
-        keywords = {a.keyword.value: self.value(a.value, env, depth) for a in expr.args if a.keyword is not None}
+        names = self.code.qualified_names(expr.func)
+        positional = [self.value(a, env, depth) for a in expr.args]
+        keywords = {k.arg: self.value(k.value, env, depth) for k in expr.keywords}
         if names & _VERSION_TYPES and len(positional) == 1 and not keywords:
             return Version(str(positional[0]))
         if names & _DISTRIBUTION_VERSION and positional == ["torch"]:
             self._torch = True
             return self.version
-        if isinstance(expr.func, cst.Name) and expr.func.value in env:
+        if isinstance(expr.func, ast.Name) and expr.func.id in env:
             raise _Unknown(expr)
         elsewhere = self._imported_from_project(expr.func)
         if elsewhere is not None:  # a helper of another module: `utils.torch_at_least("2.4")`
             other, name = elsewhere
             return self._asking(other, lambda: other._helper(name, positional, keywords, depth))
-        if isinstance(expr.func, cst.Name) and not names:
+        if isinstance(expr.func, ast.Name) and not names:
             builtin = self._builtin(expr, positional, keywords)
             if builtin is not _NOT_BUILTIN:
                 return builtin
-            return self._helper(expr.func.value, positional, keywords, depth)
-        if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _STR_METHODS and not keywords:
+            return self._helper(expr.func.id, positional, keywords, depth)
+        if isinstance(expr.func, ast.Attribute) and expr.func.attr in _STR_METHODS and not keywords:
             owner = self.value(expr.func.value, env, depth)
             if isinstance(owner, str):
-                return getattr(str(owner), expr.func.attr.value)(*positional)
+                return getattr(str(owner), expr.func.attr)(*positional)
         raise _Unknown(expr)
 
     def _builtin(self, expr, positional, keywords):
-        name = expr.func.value
-        if name in _module_bindings(self.ctx):
+        name = expr.func.id
+        if name in _module_bindings(self.code):
             return _NOT_BUILTIN  # the module's own function of that name
         if name in ("hasattr", "getattr") and isinstance(positional[0], _Api) and not keywords:
             try:
@@ -530,11 +748,13 @@ class _Evaluator:
         return self._comprehension(expr, env, depth)
 
     def _comprehension(self, expr, env, depth):
-        loop = expr.for_in
-        if loop.inner_for_in is not None or loop.ifs or not isinstance(loop.target, cst.Name) or loop.asynchronous:
+        if len(expr.generators) != 1:
+            raise _Unknown(expr)
+        loop = expr.generators[0]
+        if loop.ifs or not isinstance(loop.target, ast.Name) or loop.is_async:
             raise _Unknown(expr)
         items = self.value(loop.iter, env, depth)
-        return [self.value(expr.elt, {**env, loop.target.value: item}, depth) for item in items]
+        return [self.value(expr.elt, {**env, loop.target.id: item}, depth) for item in items]
 
     # -- module-level names and helper functions ---------------------------------------------
 
@@ -558,53 +778,51 @@ class _Evaluator:
 
     def _assigned_value(self, name: str, depth: int):
         values = []
-        bindings = _module_bindings(self.ctx).get(name, ())
+        bindings = _module_bindings(self.code).get(name, ())
         for binding in bindings:
             if self.fallback(binding, depth) is not None:
                 self._torch = True  # which binding runs depends on torch
                 continue
             if self._in_handler_of_binding_try(binding, bindings):
                 continue  # runs only when the `try` that binds the name failed
-            if isinstance(binding, cst.ImportAlias) and isinstance(self.ctx.parent(binding), cst.ImportFrom):
-                values.append(self._imported_value(self.ctx.parent(binding), binding, depth))
+            if isinstance(binding, ast.alias) and isinstance(self.code.parent(binding), ast.ImportFrom):
+                values.append(self._imported_value(self.code.parent(binding), binding, depth))
                 continue
-            if not isinstance(binding, (cst.Assign, cst.AnnAssign)):
+            if not isinstance(binding, (ast.Assign, ast.AnnAssign)):
                 raise _Unknown(name)
             values.append(self.value(binding.value, {}, depth))
         if not values or any(v != values[0] or type(v) is not type(values[0]) for v in values):
             raise _Unknown(name)
         return values[0]
 
-    def _in_handler_of_binding_try(self, binding: cst.CSTNode, bindings) -> bool:
+    def _in_handler_of_binding_try(self, binding: ast.AST, bindings) -> bool:
         """Whether ``binding`` sits in an ``except`` of a ``try`` whose body binds the same
         name: what the name holds when the body ran (``_torch_version = Version(torch.__version__)``
         beside ``except Exception: _torch_version = Version("0.0.0")``)."""
         child = binding
-        for ancestor in self.ctx.ancestors(binding):
-            if isinstance(ancestor, cst.Try) and isinstance(child, cst.ExceptHandler):
-                return any(other is not binding and self.ctx.contains(ancestor.body, other) for other in bindings)
+        for ancestor in self.code.ancestors(binding):
+            if isinstance(ancestor, ast.Try) and isinstance(child, ast.ExceptHandler):
+                return any(other is not binding and contains(statement, other)
+                           for other in bindings for statement in ancestor.body)
             child = ancestor
         return False
 
-    def _imported_value(self, statement: cst.ImportFrom, alias: cst.ImportAlias, depth: int):
+    def _imported_value(self, statement: ast.ImportFrom, alias: ast.alias, depth: int):
         """A name imported from another module of the project: its value there."""
-        if isinstance(statement.names, cst.ImportStar):
-            raise _Unknown(alias)
-        module = ".".join(dotted(statement.module) or ()) if statement.module is not None else None
-        other = self.ctx.project_module(module, len(statement.relative))
+        other = _project_module(self.checked, self.code, statement.module, statement.level)
         if other is None:
             raise _Unknown(alias)
-        evaluator = _Evaluator(other, self.version)
-        return self._asking(evaluator, lambda: evaluator._module_name(alias.evaluated_name, depth))
+        evaluator = _Evaluator(self.checked, other, self.version)
+        return self._asking(evaluator, lambda: evaluator._module_name(alias.name, depth))
 
-    def _imported_from_project(self, expr: cst.BaseExpression) -> "tuple[_Evaluator, str] | None":
+    def _imported_from_project(self, expr: ast.expr) -> "tuple[_Evaluator, str] | None":
         """The module of the project ``expr`` (``torch_at_least``, ``utils.TORCH_GE``) is
         imported from, as an evaluator of that module, and its name there; None for anything
         else."""
-        for module, level, name in imported_as(self.ctx, expr):
-            other = self.ctx.project_module(module, level)
+        for module, level, name in _imported_as(self.code, expr):
+            other = _project_module(self.checked, self.code, module, level)
             if other is not None:
-                return _Evaluator(other, self.version), name
+                return _Evaluator(self.checked, other, self.version), name
         return None
 
     def _asking(self, other: "_Evaluator", question):
@@ -614,72 +832,67 @@ class _Evaluator:
             return question()
         finally:
             self._torch = self._torch or other._torch
+            self.checked.dependencies |= other.code.read
 
-    def _local_to_function(self, name: cst.Name) -> bool:
-        for ancestor in self.ctx.ancestors(name):
-            if isinstance(ancestor, (cst.FunctionDef, cst.Lambda)) \
-                    and name.value in _function_locals(self.ctx, ancestor):
-                return True
-        return False
+    def _local_to_function(self, name: ast.Name) -> bool:
+        return any(isinstance(ancestor, _FUNCTIONS) and name.id in _function_locals(self.code, ancestor)
+                   for ancestor in self.code.ancestors(name))
 
     def _helper(self, name: str, positional: list, keywords: dict, depth: int):
         """Call a module-level function of assignments, ``if`` and ``return`` with the values
         of its arguments."""
-        bindings = _module_bindings(self.ctx).get(name, [])
-        if len(bindings) != 1 or not isinstance(bindings[0], cst.FunctionDef):
+        bindings = _module_bindings(self.code).get(name, [])
+        if len(bindings) != 1 or not isinstance(bindings[0], (ast.FunctionDef, ast.AsyncFunctionDef)):
             raise _Unknown(name)
         function = bindings[0]
-        params = function.params
-        if params.star_arg is not cst.MaybeSentinel.DEFAULT or params.star_kwarg is not None \
-                or params.posonly_params or params.kwonly_params:
+        params = function.args
+        if params.vararg is not None or params.kwarg is not None or params.posonlyargs or params.kwonlyargs:
             raise _Unknown(name)
-        if len(positional) > len(params.params):
+        if len(positional) > len(params.args):
             raise _Unknown(name)
+        defaults = [None] * (len(params.args) - len(params.defaults)) + list(params.defaults)
         local = {}
-        for i, param in enumerate(params.params):
-            key = param.name.value
+        for i, (param, default) in enumerate(zip(params.args, defaults)):
+            key = param.arg
             if i < len(positional):
                 local[key] = positional[i]
             elif key in keywords:
                 local[key] = keywords.pop(key)
-            elif param.default is not None:
-                local[key] = self.value(param.default, {}, depth)
+            elif default is not None:
+                local[key] = self.value(default, {}, depth)
             else:
                 raise _Unknown(name)
         if keywords:
             raise _Unknown(name)
-        if not isinstance(function.body, cst.IndentedBlock):
-            raise _Unknown(name)
-        returned = self._run(function.body.body, local, depth)
+        if not self.code.on_own_line(function.body[0]):
+            raise _Unknown(name)  # `def f(): return x`: read as libcst would, not as a block
+        returned = self._run(function.body, local, depth)
         if returned is _FELL_THROUGH:
             return None
         return returned
 
-    def _run(self, statements, local: dict, depth: int):
+    def _run(self, statements: list[ast.stmt], local: dict, depth: int):
         for statement in statements:
-            if isinstance(statement, cst.If):
-                branch = statement.body.body if _truth(self.value(statement.test, local, depth)) else (
-                    [statement.orelse] if isinstance(statement.orelse, cst.If)
-                    else statement.orelse.body.body if statement.orelse is not None else [])
+            if isinstance(statement, ast.If):
+                branch = statement.body if _truth(self.value(statement.test, local, depth)) else statement.orelse
+                if branch and not self.code.on_own_line(branch[0]):  # an `elif` starts its line
+                    raise _Unknown(statement)  # `if x: return y` on one line
                 returned = self._run(branch, local, depth)
                 if returned is not _FELL_THROUGH:
                     return returned
                 continue
-            if not isinstance(statement, cst.SimpleStatementLine):
+            if isinstance(statement, ast.Return):
+                return None if statement.value is None else self.value(statement.value, local, depth)
+            if isinstance(statement, ast.Assign) and len(statement.targets) == 1 \
+                    and isinstance(statement.targets[0], ast.Name):
+                local[statement.targets[0].id] = self.value(statement.value, local, depth)
+            elif isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant) \
+                    and isinstance(statement.value.value, (str, bytes)):
+                continue  # a docstring
+            elif isinstance(statement, ast.Global):
+                continue  # an assignment after it would be local here: taken as one
+            elif not isinstance(statement, ast.Pass):
                 raise _Unknown(statement)
-            for small in statement.body:
-                if isinstance(small, cst.Return):
-                    return None if small.value is None else self.value(small.value, local, depth)
-                if isinstance(small, cst.Assign) and len(small.targets) == 1 \
-                        and isinstance(small.targets[0].target, cst.Name):
-                    local[small.targets[0].target.value] = self.value(small.value, local, depth)
-                elif isinstance(small, cst.Expr) and isinstance(small.value, (cst.SimpleString,
-                                                                              cst.ConcatenatedString)):
-                    continue  # a docstring
-                elif isinstance(small, cst.Global):
-                    continue  # an assignment after it would be local here: taken as one
-                elif not isinstance(small, cst.Pass):
-                    raise _Unknown(small)
         return _FELL_THROUGH
 
 
@@ -690,113 +903,139 @@ _FELL_THROUGH = object()
 
 
 def _compare(operator, left, right) -> bool:
-    if isinstance(operator, cst.Is):
+    if isinstance(operator, ast.Is):
         if right is None or left is None:
             return left is right
         raise _Unknown(operator)
-    if isinstance(operator, cst.IsNot):
+    if isinstance(operator, ast.IsNot):
         if right is None or left is None:
             return left is not right
         raise _Unknown(operator)
     if isinstance(left, _Api) or isinstance(right, _Api):
         raise _Unknown(operator)
-    if isinstance(operator, cst.Equal):
+    if isinstance(operator, ast.Eq):
         return left == right
-    if isinstance(operator, cst.NotEqual):
+    if isinstance(operator, ast.NotEq):
         return left != right
-    if isinstance(operator, cst.LessThan):
+    if isinstance(operator, ast.Lt):
         return left < right
-    if isinstance(operator, cst.LessThanEqual):
+    if isinstance(operator, ast.LtE):
         return left <= right
-    if isinstance(operator, cst.GreaterThan):
+    if isinstance(operator, ast.Gt):
         return left > right
-    if isinstance(operator, cst.GreaterThanEqual):
+    if isinstance(operator, ast.GtE):
         return left >= right
-    if isinstance(operator, cst.In):
+    if isinstance(operator, ast.In):
         return left in right
-    if isinstance(operator, cst.NotIn):
+    if isinstance(operator, ast.NotIn):
         return left not in right
     raise _Unknown(operator)
 
 
-_NESTED_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp,
-                  cst.GeneratorExp)
-
-
-def _bindings(ctx: FileContext) -> Iterator[tuple[cst.CSTNode, set[str]]]:
-    """Every statement or node that binds names, with the names: assignments (the ``Assign``),
-    augmented and annotated ones, loops, ``as`` names, imports, defs and classes."""
-    for target in ctx.nodes(cst.AssignTarget):
-        yield ctx.parent(target), _target_names(target.target)
-    for kind in (cst.AugAssign, cst.For, cst.CompFor, cst.NamedExpr):
-        for node in ctx.nodes(kind):
-            yield node, _target_names(node.target)
-    for node in ctx.nodes(cst.AnnAssign):
-        if node.value is not None:
-            yield node, _target_names(node.target)
-    for node in ctx.nodes(cst.AsName):
-        if not isinstance(ctx.parent(node), cst.ImportAlias):
-            yield node, _target_names(node.name)
-    for node in ctx.nodes(cst.ImportAlias):
-        yield node, {node.evaluated_alias or node.evaluated_name.split(".")[0]}
-    for kind in (cst.FunctionDef, cst.ClassDef):
-        for node in ctx.nodes(kind):
-            yield node, {node.name.value}
-
-
-def _module_bindings(ctx: FileContext) -> dict[str, list[cst.CSTNode]]:
-    """What binds each module-level name: the bindings outside functions, classes and
-    comprehensions, and every function that declares the name ``global`` and binds it."""
-    found = ctx.__dict__.get("_module_bindings")
-    if found is None:
-        found = {}
-        bound_in: dict[int, set[str]] = {}  # by function: the names bound in its body
-        for node, names in _bindings(ctx):
-            if not any(isinstance(a, _NESTED_SCOPES) for a in ctx.ancestors(node)):
-                for name in names:
-                    found.setdefault(name, []).append(node)
-            function = next((a for a in ctx.ancestors(node) if isinstance(a, cst.FunctionDef)), None)
-            if function is not None:
-                bound_in.setdefault(id(function), set()).update(names)
-        for declaration in ctx.nodes(cst.Global):
-            function = next((a for a in ctx.ancestors(declaration) if isinstance(a, cst.FunctionDef)), None)
-            for item in declaration.names if function is not None else ():
-                if item.name.value in bound_in.get(id(function), ()):
-                    found.setdefault(item.name.value, []).append(function)
-        ctx.__dict__["_module_bindings"] = found
+def _imported_as(code: ModuleCode, func: ast.expr) -> list[tuple[str | None, int, str]]:
+    """Where ``func`` may be imported from, as (module, level of its relative import, name):
+    by the module's absolute imports, else by its relative ones (``from .utils import
+    helper``: ``helper``; ``from . import utils``: ``utils.helper``); as
+    ``crossfile.imported_as`` reads libcst's tree."""
+    found = [(q.rpartition(".")[0], 0, q.rpartition(".")[2]) for q in sorted(code.qualified_names(func))
+             if "." in q]
+    parts = dotted(func)
+    if found or parts is None or len(parts) > 2:
+        return found
+    for stmt in code.in_order(ast.ImportFrom):
+        if not stmt.level or stmt.names[0].name == "*":
+            continue
+        for alias in stmt.names:
+            local = alias.asname or alias.name
+            if parts == [local]:
+                found.append((stmt.module, stmt.level, alias.name))
+            elif len(parts) == 2 and parts[0] == local:
+                found.append((f"{stmt.module}.{alias.name}" if stmt.module else alias.name, stmt.level, parts[1]))
     return found
 
 
-def _target_names(target: cst.CSTNode) -> set[str]:
-    if isinstance(target, cst.Name):
-        return {target.value}
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return set().union(*(_target_names(e.value) for e in target.elements))
-    if isinstance(target, cst.StarredElement):
+def _bindings(code: ModuleCode) -> Iterator[tuple[ast.AST, set[str]]]:
+    """Every statement or node that binds names, with the names: assignments (the ``Assign``,
+    once for each target), augmented and annotated ones, loops, ``as`` names (the ``with``
+    item, the ``except`` handler), imports, defs and classes."""
+    for node in code.nodes(ast.Assign):
+        for target in node.targets:
+            yield node, _target_names(target)
+    for node in code.nodes(ast.AugAssign, ast.For, ast.AsyncFor, ast.NamedExpr):
+        yield node, _target_names(node.target)
+    for node in code.nodes(ast.comprehension):  # which has no position: its target stands for it
+        yield node.target, _target_names(node.target)
+    for node in code.nodes(ast.AnnAssign):
+        if node.value is not None:
+            yield node, _target_names(node.target)
+    for node in code.nodes(ast.withitem):  # likewise
+        if node.optional_vars is not None:
+            yield node.optional_vars, _target_names(node.optional_vars)
+    for node in code.nodes(ast.ExceptHandler):
+        if node.name:
+            yield node, {node.name}
+    for node in code.nodes(ast.alias):
+        if node.name != "*":
+            yield node, {node.asname or node.name.split(".")[0]}
+    for node in code.nodes(ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
+        yield node, {node.name}
+
+
+def _module_bindings(code: ModuleCode) -> dict[str, list[ast.AST]]:
+    """What binds each module-level name: the bindings outside functions, classes and
+    comprehensions, and every function that declares the name ``global`` and binds it."""
+    found = code.facts.get("module bindings")
+    if found is None:
+        found = {}
+        bound_in: dict[int, set[str]] = {}  # by function: the names bound in its body
+        for node, names in _bindings(code):
+            if not any(isinstance(a, _NESTED_SCOPES) for a in code.ancestors(node)):
+                for name in names:
+                    found.setdefault(name, []).append(node)
+            function = next((a for a in code.ancestors(node) if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef))),
+                            None)
+            if function is not None:
+                bound_in.setdefault(id(function), set()).update(names)
+        for declaration in code.nodes(ast.Global):
+            function = next((a for a in code.ancestors(declaration)
+                             if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+            for name in declaration.names if function is not None else ():
+                if name in bound_in.get(id(function), ()):
+                    found.setdefault(name, []).append(function)
+        code.facts["module bindings"] = found
+    return found
+
+
+def _target_names(target: ast.AST) -> set[str]:
+    if isinstance(target, ast.Name):
+        return {target.id}
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return set().union(*(_target_names(e) for e in target.elts))
+    if isinstance(target, ast.Starred):
         return _target_names(target.value)
     return set()
 
 
-def _function_locals(ctx: FileContext, function: cst.FunctionDef | cst.Lambda) -> frozenset[str]:
+def _function_locals(code: ModuleCode, function: ast.AST) -> frozenset[str]:
     """The names that may be local to ``function``: its parameters and what its body binds
     (nested scopes included, to err on the side of unknown), less those declared ``global``."""
-    by_function = ctx.__dict__.get("_function_locals")
+    by_function = code.facts.get("function locals")
     if by_function is None:
         bound: dict[int, set[str]] = {}
         declared: dict[int, set[str]] = {}
-        for node, names in _bindings(ctx):
-            for ancestor in ctx.ancestors(node):
-                if isinstance(ancestor, (cst.FunctionDef, cst.Lambda)):
+        for node, names in _bindings(code):
+            for ancestor in code.ancestors(node):
+                if isinstance(ancestor, _FUNCTIONS):
                     bound.setdefault(id(ancestor), set()).update(names)
-        for param in ctx.nodes(cst.Param):
-            for ancestor in ctx.ancestors(param):
-                if isinstance(ancestor, (cst.FunctionDef, cst.Lambda)):
-                    bound.setdefault(id(ancestor), set()).add(param.name.value)
-        for declaration in ctx.nodes(cst.Global):
-            for ancestor in ctx.ancestors(declaration):
-                if isinstance(ancestor, cst.FunctionDef):
-                    declared.setdefault(id(ancestor), set()).update(n.name.value for n in declaration.names)
+        for param in code.nodes(ast.arg):
+            for ancestor in code.ancestors(param):
+                if isinstance(ancestor, _FUNCTIONS):
+                    bound.setdefault(id(ancestor), set()).add(param.arg)
+        for declaration in code.nodes(ast.Global):
+            for ancestor in code.ancestors(declaration):
+                if isinstance(ancestor, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    declared.setdefault(id(ancestor), set()).update(declaration.names)
                     break
-        by_function = ctx.__dict__["_function_locals"] = {
+        by_function = code.facts["function locals"] = {
             key: frozenset(names - declared.get(key, set())) for key, names in bound.items()}
     return by_function.get(id(function), frozenset())

@@ -1,139 +1,77 @@
 from __future__ import annotations
 
-import libcst as cst
+import ast
 
-from ..engine.context import FileContext
+from ..engine.ast_context import AstContext
+from ..engine.ast_names import (AstImportResolver, dotted, file_resolver, in_annotation, single_imports,
+                                type_check_classes)
 from ..engine.diagnostics import Edit, Fix
-from ..engine.rule import Invalid, Rule, Valid
-from ..engine.semantics import bind, has_star_args, subtree
-from ..engine.version_gates import introduced_in, is_successor, missing_on_supported_torch, version_fallback
+from ..engine.regions import has_star_args
+from ..engine.rule import AstRule, Invalid, Valid
+from ..engine.text_parts import call_text, name_span
+from ..engine.version_gates import (
+    DEPRECATED_AMP,
+    DEPRECATED_SINCE,
+    OLD_PARAMETERS,
+    is_successor,
+    missing_replacement,
+    replacement_call,
+    version_fallback,
+)
 
-# qualified name -> (name in torch.amp, device)
-_DEPRECATED = {}
-for _device in ("cuda", "cpu"):
-    for _name, _modules in (("autocast", ("", "autocast_mode.")), ("GradScaler", ("", "grad_scaler.")),
-                            ("custom_fwd", ("", "autocast_mode.")), ("custom_bwd", ("", "autocast_mode."))):
-        for _module in _modules:
-            _DEPRECATED[f"torch.{_device}.amp.{_module}{_name}"] = (_name, _device)
-_NEW_API = {"autocast", "GradScaler", "custom_fwd", "custom_bwd"}
-_DEPRECATED_SINCE = "2.4"  # the torch release that deprecated them
-
-# Old positional parameters, mapped to keywords of the torch.amp equivalent.
-_OLD_PARAMS = {
-    "autocast": ("enabled", "dtype", "cache_enabled"),
-    "GradScaler": ("init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled"),
-    "custom_fwd": ("fwd",),
-    "custom_bwd": ("bwd",),
-}
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
-def _root(node: cst.BaseExpression) -> cst.Name | None:
-    while isinstance(node, cst.Attribute):
+def _root(node: ast.expr) -> ast.Name | None:
+    while isinstance(node, ast.Attribute):
         node = node.value
-    return node if isinstance(node, cst.Name) else None
+    return node if isinstance(node, ast.Name) else None
 
 
-def _dotted(node: cst.BaseExpression) -> str | None:
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        inner = _dotted(node.value)
-        return f"{inner}.{node.attr.value}" if inner else None
-    return None
+def _scope(ctx: AstContext, node: ast.AST) -> ast.AST:
+    return ctx.enclosing(node, _SCOPES) or ctx.outline.tree
 
 
-def _is_attr_name(ctx: FileContext, node: cst.CSTNode) -> bool:
-    """`autocast` in `x.autocast` does not refer to a name `autocast`."""
-    parent = ctx.parent(node)
-    return isinstance(parent, cst.Attribute) and parent.attr is node
-
-
-def _shown(target: str) -> str:
-    new_name, device = _DEPRECATED[target]
-    device_arg = f'device_type="{device}"' if new_name.startswith("custom") else f'"{device}"'
-    return f"torch.amp.{new_name}({device_arg}, ...)"
-
-
-def _unavailable(ctx: FileContext, target: str) -> str | None:
-    """Why the replacement of ``target`` cannot simply be used — some torch the project supports
-    lacks it — and what to do instead; None when it can."""
-    new_name, _ = _DEPRECATED[target]
-    replacement = f"torch.amp.{new_name}"
-    why = missing_on_supported_torch(ctx, replacement)
-    if why is None:
-        return None
-    since = introduced_in(replacement)
-    return (f"`{replacement}` needs torch {since} and {why}: keep this for older torch behind a gate "
-            f"(`if hasattr(torch.amp, \"{new_name}\")`, or `try: from torch.amp import {new_name}` / "
-            f"`except ImportError`), or raise the torch requirement to >={since} and use `{_shown(target)}`")
-
-
-_SCOPES = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
-
-
-def _scope(ctx: FileContext, node: cst.CSTNode) -> cst.CSTNode:
-    return next((a for a in ctx.ancestors(node) if isinstance(a, _SCOPES)), ctx.module)
-
-
-def _name_imports(ctx: FileContext) -> dict[int, tuple[cst.ImportFrom, dict[str, str]]]:
-    """`from torch.cuda.amp import autocast as ac`-like statements: id -> (statement, the
-    deprecated names it binds, local name -> qualified name)."""
+def _name_imports(ctx: AstContext) -> dict[int, tuple[ast.ImportFrom, dict[str, str]]]:
+    """`from torch.cuda.amp import autocast as ac`-like statements, in source order: id ->
+    (statement, the deprecated names it binds, local name -> qualified name)."""
     found = {}
-    for stmt in ctx.nodes(cst.ImportFrom):
-        if stmt.relative or stmt.module is None or isinstance(stmt.names, cst.ImportStar):
+    for stmt in sorted(ctx.outline.nodes(ast.ImportFrom), key=ctx.order):
+        if stmt.level or stmt.module is None or stmt.names[0].name == "*":
             continue
-        module = _dotted(stmt.module)
-        targets = {alias.evaluated_alias or alias.evaluated_name: f"{module}.{alias.evaluated_name}"
-                   for alias in stmt.names if f"{module}.{alias.evaluated_name}" in _DEPRECATED}
+        targets = {alias.asname or alias.name: f"{stmt.module}.{alias.name}"
+                   for alias in stmt.names if f"{stmt.module}.{alias.name}" in DEPRECATED_AMP}
         if targets:
             found[id(stmt)] = (stmt, targets)
     return found
 
 
-def _importing_statement(ctx: FileContext, ref: cst.Name, target: str, name_imports) -> cst.ImportFrom | None:
+def _importing_statement(ctx: AstContext, ref: ast.Name, target: str, name_imports) -> ast.ImportFrom | None:
     """The `from ... import` of a deprecated name that ``ref`` uses: of those binding its name,
     the one in the innermost scope around it."""
-    candidates = [stmt for stmt, targets in name_imports.values() if targets.get(ref.value) == target]
-    if candidates:
-        for scope in [a for a in ctx.ancestors(ref) if isinstance(a, _SCOPES)] + [ctx.module]:
-            for stmt in candidates:
-                if _scope(ctx, stmt) is scope:
-                    return stmt
+    candidates = [stmt for stmt, targets in name_imports.values() if targets.get(ref.id) == target]
+    scope = ctx.enclosing(ref, _SCOPES) if candidates else None
+    while candidates:
+        found = next((stmt for stmt in candidates if _scope(ctx, stmt) is (scope or ctx.outline.tree)), None)
+        if found is not None or scope is None:
+            return found
+        scope = ctx.enclosing(scope, _SCOPES)
     return None
 
 
-def _type_check(ctx: FileContext, ref: cst.CSTNode) -> cst.BaseExpression | None:
-    """The classes of the `isinstance`/`issubclass` call or `except` clause that ``ref`` is one
-    of (in a tuple, a concatenation of tuples or a conditional expression), or None."""
-    node = ref
-    for parent in ctx.ancestors(ref):
-        if isinstance(parent, cst.Arg):
-            call = ctx.parent(parent)
-            if isinstance(call, cst.Call) and isinstance(call.func, cst.Name) \
-                    and call.func.value in ("isinstance", "issubclass") \
-                    and len(call.args) == 2 and call.args[1] is parent:
-                return parent.value
-            return None
-        if isinstance(parent, cst.ExceptHandler):
-            return node if parent.type is node else None
-        if not isinstance(parent, (cst.Tuple, cst.Element, cst.BinaryOperation, cst.IfExp)):
-            return None
-        node = parent
-    return None
-
-
-def _compat_reference(ctx: FileContext, ref: cst.CSTNode) -> bool:
+def _compat_reference(ctx: AstContext, imports: AstImportResolver, ref: ast.expr) -> bool:
     """A reference that calls nothing and accepts the torch.amp API as well: an annotation, or
     a type check whose classes also include a torch.amp one (the old classes subclass them)."""
-    if any(isinstance(a, cst.Annotation) for a in ctx.ancestors(ref)):
+    if in_annotation(ctx.parent, ref):
         return True
-    classes = _type_check(ctx, ref)
+    classes = type_check_classes(ctx.parent, ref)
     return classes is not None and any(
-        is_successor(q) for n in subtree(classes) if isinstance(n, (cst.Name, cst.Attribute))
-        for q in ctx.qualified_names(n))
+        is_successor(q) for n in ast.walk(classes) if isinstance(n, (ast.Name, ast.Attribute))
+        for q in imports.qualified_names(n))
 
 
-class DeprecatedAmpApi(Rule):
+class DeprecatedAmpApi(AstRule):
     """
     ## What it does
     Finds the deprecated per-device AMP API — `torch.cuda.amp.autocast`,
@@ -222,16 +160,15 @@ class DeprecatedAmpApi(Rule):
     summary = "Deprecated torch.cuda.amp / torch.cpu.amp API"
     fixable = True
     fragments = (r"(?:cuda|cpu)\.amp\b", r"from\s+torch\.(?:cuda|cpu)\s+import[^\n]*\bamp\b")
-    # A use, not a mention in a comment or a docstring (nor an unused import).
-    may_fire = staticmethod(lambda outline: outline.refers_to(_DEPRECATED.keys()))
 
     valid = (
-        Valid("""
+        # A mention in a docstring or a comment is no use.
+        Valid('''"""Unlike torch.cuda.amp.autocast, this works on any device."""
 import torch
-scaler = torch.amp.GradScaler("cuda")
+scaler = torch.amp.GradScaler("cuda")  # was torch.cuda.amp.GradScaler()
 with torch.amp.autocast("cuda", dtype=torch.float16):
     out = model(x)
-"""),
+'''),
         Valid("""
 from torch.amp import autocast, custom_fwd
 class F(torch.autograd.Function):
@@ -488,58 +425,59 @@ def make(args, kwargs):
 """, at=((4, 12, '`torch.cuda.amp.GradScaler` is deprecated (torch.cuda.amp.Gr'),)),
     )
 
-    def check(self, ctx: FileContext) -> None:
+    def check(self, ctx: AstContext) -> None:
+        outline = ctx.outline
+        star = any(isinstance(s, ast.ImportFrom) and s.names[0].name == "*" for s in outline.tree.body)
+        if not star and not outline.refers_to(DEPRECATED_AMP.keys()):
+            return  # a mention in a comment or a docstring, an unused import
         required = ctx.torch_requirement(without_floor=True)
-        if required is not None and not required.admits_from(_DEPRECATED_SINCE):
+        if required is not None and not required.admits_from(DEPRECATED_SINCE):
             return  # every torch the project admits predates the deprecation
-        imports = ctx.nodes(cst.Import) + ctx.nodes(cst.ImportFrom)
-        in_imports = {id(n) for imp in imports for n in subtree(imp)}
-        # References outside import statements; only those that start with a name an import
-        # binds to torch.cuda.amp, torch.cpu.amp or a module above them can mean them.
-        leading = ctx.names_leading_to(_DEPRECATED.keys())
-        references = [n for n in ctx.nodes(cst.Attribute) + ctx.nodes(cst.Name)
-                      if (root := _root(n)) is not None and root.value in leading
-                      and id(n) not in in_imports and not _is_attr_name(ctx, n)]
+        imports = file_resolver(ctx, outline)
+        # Only references that start with a name an import binds to torch.cuda.amp,
+        # torch.cpu.amp or a module above them can mean them.
+        leading = imports.names_leading_to(DEPRECATED_AMP.keys())
+        references = [n for kind in (ast.Attribute, ast.Name) for n in sorted(
+            [n for n in outline.nodes(kind) if getattr(_root(n), "id", None) in leading], key=ctx.order)]
         name_imports = _name_imports(ctx)  # reported at the import, with their uses
         uses, by_import = [], {}
         for ref in references:
             parent = ctx.parent(ref)
-            if isinstance(parent, cst.Attribute) and parent.value is ref:
+            if isinstance(parent, ast.Attribute) and parent.value is ref:
                 continue  # a prefix of a longer reference
-            target = ctx.resolves_to(ref, _DEPRECATED.keys())
+            target = next((q for q in imports.qualified_names(ref) if q in DEPRECATED_AMP), None)
             if target is None:
                 continue
-            stmt = _importing_statement(ctx, ref, target, name_imports) if isinstance(ref, cst.Name) else None
+            stmt = _importing_statement(ctx, ref, target, name_imports) if isinstance(ref, ast.Name) else None
             if stmt is not None:
                 by_import.setdefault(id(stmt), []).append(ref)
-            elif version_fallback(ctx, ref) is None and not _compat_reference(ctx, ref):
+            elif version_fallback(ctx, ref) is None and not _compat_reference(ctx, imports, ref):
                 uses.append((ref, target))
-        bindings = self._import_bindings(imports)
-        planned = [(ref, target, self._plan(ctx, ref, target, bindings)) for ref, target in uses]
+        bindings = single_imports(outline.nodes(ast.Import) + outline.nodes(ast.ImportFrom))
+        planned = [(ref, target, self._plan(ctx, imports, ref, target, bindings)) for ref, target in uses]
 
         # An import rewrite is only possible if every use of the names it binds is fixable.
         broken: set[int] = set()
         for ref, target, plan in planned:
-            root = _root(ref)
-            binding = bindings.get(root.value) if root is not None else None
-            if binding is not None and (plan is None or plan[1] is None):
+            binding = bindings.get(_root(ref).id)
+            if binding is not None and plan is None:
                 broken.add(id(binding[0]))
         # So is one whose names are also used for something else (in a fallback, say).
         deprecated_refs = {id(r) for r, _, _ in planned}
         for ref in references:
             root = _root(ref)
-            if root is None or root.value not in bindings or id(ref) in deprecated_refs:
+            if root.id not in bindings or id(ref) in deprecated_refs:
                 continue
             parent = ctx.parent(ref)
-            if not (isinstance(parent, cst.Attribute) and parent.value is ref):
-                broken.add(id(bindings[root.value][0]))
+            if not (isinstance(parent, ast.Attribute) and parent.value is ref):
+                broken.add(id(bindings[root.id][0]))
 
         for ref, target, plan in planned:
-            new_name, device = _DEPRECATED[target]
-            unavailable = _unavailable(ctx, target)
-            message = f"`{_dotted(ref) or ctx.code(ref)}` is deprecated ({target})"
-            message += f": use `{_shown(target)}`" if unavailable is None else f", but {unavailable}"
-            if _type_check(ctx, ref) is not None:
+            new_name, device = DEPRECATED_AMP[target]
+            unavailable = missing_replacement(ctx, target)
+            message = f"`{'.'.join(dotted(ref))}` is deprecated ({target})"
+            message += f": use `{replacement_call(target)}`" if unavailable is None else f", but {unavailable}"
+            if type_check_classes(ctx.parent, ref) is not None:
                 message += f"; a type check on it alone rejects a `torch.amp.{new_name}`"
             fix = None
             if plan is not None:
@@ -550,31 +488,30 @@ def make(args, kwargs):
                     if import_edit is not None:
                         edits.append(import_edit[1])
                         group = f"{self.code}-import-{import_edit[1].start}"
-                    fix = Fix(f"Use `{_shown(target)}`", tuple(edits), "safe", group)
+                    fix = Fix(f"Use `{replacement_call(target)}`", tuple(edits), "safe", group)
             ctx.report(ref, message, fix)
 
         for stmt, targets in name_imports.values():
             if version_fallback(ctx, stmt) is None:
-                self._check_import(ctx, stmt, targets, by_import.get(id(stmt), []), bindings)
+                self._check_import(ctx, imports, stmt, targets, by_import.get(id(stmt), []), bindings)
 
-    def _check_import(self, ctx: FileContext, stmt: cst.ImportFrom, targets: dict[str, str],
-                      refs: list[cst.Name], bindings) -> None:
+    def _check_import(self, ctx: AstContext, imports: AstImportResolver, stmt: ast.ImportFrom,
+                      targets: dict[str, str], refs: list[ast.Name], bindings) -> None:
         """One finding for `from torch.cuda.amp import ...`, naming its uses' lines; its fix
         rewrites the import and every use together. Importing calls nothing: not reported when
         its names are unused, or used only in version-gated fallbacks or in type checks that
         also accept the torch.amp class."""
         live = [r for r in refs if version_fallback(ctx, r) is None]
-        findings = [r for r in live if not _compat_reference(ctx, r)]
+        findings = [r for r in live if not _compat_reference(ctx, imports, r)]
         if not findings:
             return
         names = ", ".join(dict.fromkeys(targets.values()))
-        lines = sorted({ctx.location(ctx.offsets(r)[0]).row for r in findings})
+        lines = sorted({r.lineno for r in findings})
         used = f"used at line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))}"
-        shown = ", ".join(f"`{_shown(t)}`" for t in dict.fromkeys(targets.values()))
-        imported = ", ".join(a.evaluated_name + (f" as {a.evaluated_alias}" if a.evaluated_alias else "")
-                             for a in stmt.names)
-        unavailable = next(filter(None, (_unavailable(ctx, t) for t in dict.fromkeys(targets.values()))), None)
-        message = f"`from {_dotted(stmt.module)} import {imported}` imports the deprecated {names} ({used})"
+        shown = ", ".join(f"`{replacement_call(t)}`" for t in dict.fromkeys(targets.values()))
+        imported = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in stmt.names)
+        unavailable = next(filter(None, (missing_replacement(ctx, t) for t in dict.fromkeys(targets.values()))), None)
+        message = f"`from {stmt.module} import {imported}` imports the deprecated {names} ({used})"
         message += f": import from `torch.amp` and pass the device: {shown}" if unavailable is None \
             else f", but {unavailable}"
         fix = None
@@ -584,9 +521,9 @@ def make(args, kwargs):
         if import_edit is not None and not dropped and bound_once:
             edits = [import_edit]
             for ref in refs:
-                if _compat_reference(ctx, ref):
+                if _compat_reference(ctx, imports, ref):
                     continue  # now names the torch.amp class, which the old one subclasses
-                plan = self._plan_use(ctx, ref, ctx.code(ref), targets[ref.value])
+                plan = self._plan_use(ctx, ref, ctx.code(ref), targets[ref.id])
                 if plan is None:
                     break
                 edits.append(ctx.replace(*plan))
@@ -594,103 +531,69 @@ def make(args, kwargs):
                 fix = Fix("Import from `torch.amp` and pass the device", tuple(edits), "safe")
         ctx.report(stmt, message, fix)
 
-    @staticmethod
-    def _import_bindings(imports) -> dict[str, tuple[cst.CSTNode, cst.ImportAlias]]:
-        """Local names bound by imports of torch.cuda.amp / torch.cpu.amp things; a name bound
-        twice is left out (which binding a use sees is not clear)."""
-        found: dict[str, tuple] = {}
-        seen: set[str] = set()
-        for stmt in imports:
-            if isinstance(stmt.names, cst.ImportStar):
-                continue
-            for alias in stmt.names:
-                local = alias.evaluated_alias or alias.evaluated_name.split(".")[0]
-                if local in seen:
-                    found.pop(local, None)
-                    continue
-                seen.add(local)
-                found[local] = (stmt, alias)
-        return found
-
-    def _plan(self, ctx: FileContext, ref, target, bindings):
+    def _plan(self, ctx: AstContext, imports: AstImportResolver, ref: ast.expr, target: str, bindings):
         """(node to replace, its replacement, (import stmt, import edit) or None), or None."""
-        new_name, device = _DEPRECATED[target]
+        new_name, device = DEPRECATED_AMP[target]
         root = _root(ref)
-        if root is None or _unavailable(ctx, target) is not None:
+        if missing_replacement(ctx, target) is not None:
             return None
-        root_names = ctx.qualified_names(root)
-        if "torch" in root_names:
-            dotted = _dotted(ref)
-            if dotted is None or dotted.split(".")[1:3] != [device, "amp"]:
+        if "torch" in imports.qualified_names(root):
+            if dotted(ref)[1:3] != [device, "amp"]:
                 return None
-            new_ref, import_edit = f"{root.value}.amp.{new_name}", None
+            new_ref, import_edit = f"{root.id}.amp.{new_name}", None
         else:
-            binding = bindings.get(root.value)
-            if binding is None:
+            binding = bindings.get(root.id)
+            edit = self._import_edit(ctx, *binding) if binding is not None else None
+            if edit is None:
                 return None
-            import_edit = self._import_edit(ctx, *binding)
-            if import_edit is None:
-                return None
-            new_ref, import_edit = ctx.code(ref), (binding[0], import_edit)
-
+            new_ref, import_edit = ctx.code(ref), (binding[0], edit)
         use = self._plan_use(ctx, ref, new_ref, target)
         return None if use is None else (*use, import_edit)
 
-    def _plan_use(self, ctx: FileContext, ref, new_ref: str, target: str) -> tuple[cst.CSTNode, str] | None:
+    def _plan_use(self, ctx: AstContext, ref: ast.expr, new_ref: str, target: str) -> tuple[ast.AST, str] | None:
         """(node to replace, its replacement) for a call or a decorator, or None."""
-        new_name, device = _DEPRECATED[target]
+        new_name, device = DEPRECATED_AMP[target]
         parent = ctx.parent(ref)
-        if isinstance(parent, cst.Call) and parent.func is ref:
-            call = self._call(parent, new_ref, new_name, device)
-            return None if call is None else (parent, ctx.module.code_for_node(call))
-        if isinstance(parent, cst.Decorator) and new_name in ("custom_fwd", "custom_bwd"):
+        if isinstance(parent, ast.Call) and parent.func is ref:
+            call = self._call(ctx, parent, new_ref, new_name, device)
+            return None if call is None else (parent, call)
+        if isinstance(parent, _DEFINITIONS) and any(d is ref for d in parent.decorator_list) \
+                and new_name in ("custom_fwd", "custom_bwd"):
             return ref, f'{new_ref}(device_type="{device}")'
         return None
 
     @staticmethod
-    def _call(call: cst.Call, new_ref: str, new_name: str, device: str) -> cst.Call | None:
-        if has_star_args(call):
+    def _call(ctx: AstContext, call: ast.Call, new_ref: str, new_name: str, device: str) -> str | None:
+        """The call's text with the torch.amp callee and the device, the old positional
+        arguments passed by keyword, each as written."""
+        params = OLD_PARAMETERS[new_name]
+        if has_star_args(call) or len(call.args) > len(params):
             return None
-        params = _OLD_PARAMS[new_name]
-        bound = bind(call, params)
-        if bound is None or len([a for a in call.args if a.keyword is None]) > len(params):
+        parts = call_text(ctx, call)
+        if parts is None:
             return None
-        device_arg = cst.Arg(cst.SimpleString(f'"{device}"'))
-        positional, keywords = [], []
-        for arg in call.args:
-            arg = arg.with_changes(comma=cst.MaybeSentinel.DEFAULT)
-            if arg.keyword is not None:
-                keywords.append(arg)
-            elif new_name in ("custom_fwd", "custom_bwd"):
-                positional.append(arg)  # the decorated function stays positional
-            else:
-                name = next(k for k, v in bound.items() if v.value is arg.value)
-                keywords.append(arg.with_changes(keyword=cst.Name(name), equal=cst.AssignEqual(
-                    whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))))
-        if new_name in ("custom_fwd", "custom_bwd"):
-            device_arg = cst.Arg(cst.SimpleString(f'"{device}"'), keyword=cst.Name("device_type"),
-                                 equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
-                                                       whitespace_after=cst.SimpleWhitespace("")))
-            args = positional + [device_arg] + keywords
-        else:
-            args = [device_arg] + keywords
-        return call.with_changes(func=cst.parse_expression(new_ref), args=args)
+        positional, keywords = list(parts.arguments[:len(call.args)]), list(parts.arguments[len(call.args):])
+        if new_name in ("custom_fwd", "custom_bwd"):  # the decorated function stays positional
+            return parts.rewritten(new_ref, positional + [f'device_type="{device}"'] + keywords)
+        return parts.rewritten(new_ref, [f'"{device}"'] + [f"{p}={t}" for p, t in zip(params, positional)] + keywords)
 
     @staticmethod
-    def _import_edit(ctx: FileContext, stmt, alias: cst.ImportAlias | None) -> Edit | None:
-        if isinstance(stmt, cst.ImportFrom):
-            module = _dotted(stmt.module) if stmt.module is not None and not stmt.relative else None
-            if module is None:
+    def _import_edit(ctx: AstContext, stmt: ast.Import | ast.ImportFrom, alias: ast.alias | None) -> Edit | None:
+        if isinstance(stmt, ast.ImportFrom):
+            if stmt.level or stmt.module is None:
                 return None
-            parts = module.split(".")
-            names = [a.evaluated_name for a in stmt.names]
+            parts = stmt.module.split(".")
+            names = [a.name for a in stmt.names]
             if parts[:3] in (["torch", "cuda", "amp"], ["torch", "cpu", "amp"]) and len(parts) <= 4 \
-                    and all(n in _NEW_API for n in names):
-                return ctx.replace(stmt.module, "torch.amp")
-            if module in ("torch.cuda", "torch.cpu") and names == ["amp"]:
-                return ctx.replace(stmt.module, "torch")
+                    and all(n in OLD_PARAMETERS for n in names):
+                new_module = "torch.amp"
+            elif stmt.module in ("torch.cuda", "torch.cpu") and names == ["amp"]:
+                new_module = "torch"
+            else:
+                return None
+            span = name_span(ctx, stmt)
+        elif len(stmt.names) == 1 and alias.asname is not None and alias.name in ("torch.cuda.amp", "torch.cpu.amp"):
+            new_module, span = "torch.amp", name_span(ctx, alias)
+        else:
             return None
-        if len(stmt.names) == 1 and alias.asname is not None \
-                and alias.evaluated_name in ("torch.cuda.amp", "torch.cpu.amp"):
-            return ctx.replace(alias.name, "torch.amp")
-        return None
+        return None if span is None else Edit(*span, new_module)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import re
+import weakref
 from functools import cached_property
 from pathlib import Path
 from typing import Callable, Iterator
@@ -265,7 +266,11 @@ def checked_code(ctx: CheckedFile) -> ModuleCode | None:
         outline = ctx.outline or Outline.parse(ctx.source)
         code = None
         if outline is not None:
-            code = ModuleCode(ctx.path, ctx.source, outline, ctx.project_root(), lambda: file_resolver(ctx, outline))
+            # held by the context: it reaches the context weakly, or the two make a cycle that
+            # keeps the file's trees alive while the collector is paused
+            checked = weakref.ref(ctx)
+            code = ModuleCode(ctx.path, ctx.source, outline, ctx.project_root(),
+                              lambda: file_resolver(checked(), outline))
         ctx.__dict__["_gates_code"] = code
     return ctx.__dict__["_gates_code"]
 

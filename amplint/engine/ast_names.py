@@ -11,7 +11,7 @@ import ast
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable
 
-from .outline import Outline
+from .outline import Outline, dotted
 from .project_index import star_dependency, star_imports
 
 if TYPE_CHECKING:
@@ -21,18 +21,6 @@ _SCOPES = frozenset({ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lamb
                      ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp})
 _DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
-
-
-def dotted(expr: ast.AST) -> list[str] | None:
-    """``a.b.c`` as ``["a", "b", "c"]``; None for anything but names and attributes."""
-    parts: list[str] = []
-    while type(expr) is ast.Attribute:
-        parts.append(expr.attr)
-        expr = expr.value
-    if type(expr) is not ast.Name:
-        return None
-    parts.append(expr.id)
-    return parts[::-1]
 
 
 def _import_bindings(stmt: ast.Import | ast.ImportFrom) -> Iterable[tuple[str, str]]:

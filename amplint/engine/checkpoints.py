@@ -35,6 +35,7 @@ from typing import Callable, Iterator
 
 from .ast_context import AstContext
 from .outline import contains
+from .outline import dotted as outline_dotted
 from .semantics import GRAD_SCALER, named_like_optimizer
 from .summaries import checked_module
 
@@ -64,14 +65,8 @@ def last_name(expr: ast.expr) -> str:
 
 def dotted(expr: ast.expr) -> str | None:
     """``self.scaler`` for a name or an attribute chain, however spaced; None for anything else."""
-    parts: list[str] = []
-    while isinstance(expr, ast.Attribute):
-        parts.append(expr.attr)
-        expr = expr.value
-    if not isinstance(expr, ast.Name):
-        return None
-    parts.append(expr.id)
-    return ".".join(reversed(parts))
+    parts = outline_dotted(expr)
+    return ".".join(parts) if parts is not None else None
 
 
 def spelled(ctx: AstContext, expr: ast.expr) -> str:

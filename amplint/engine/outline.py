@@ -12,7 +12,8 @@ import ast
 from functools import cached_property
 
 
-def _dotted(expr: ast.expr) -> list[str] | None:
+def dotted(expr: ast.AST) -> list[str] | None:
+    """``a.b.c`` as ``["a", "b", "c"]``; None for anything but names and attributes."""
     parts: list[str] = []
     while isinstance(expr, ast.Attribute):
         parts.append(expr.attr)
@@ -206,7 +207,7 @@ class Outline:
         of the same calls: answered once per node)."""
         known = self._qualified.get(id(expr))
         if known is None:
-            parts = _dotted(expr)
+            parts = dotted(expr)
             if parts is None or parts[0] not in self._imports:
                 known = _NOTHING
             else:
@@ -254,7 +255,7 @@ class Outline:
         otherwise. What libcst's resolver (``names.ImportResolver``) finds includes these, as
         ``qualified_names`` includes what it finds: a test that a rule's check() surely sees
         an import asks this one."""
-        parts = _dotted(expr)
+        parts = dotted(expr)
         if parts is None or parts[0] in self._bound_otherwise or parts[0] not in self._module_level_imports:
             return _NOTHING
         tail = "".join("." + p for p in parts[1:])

@@ -30,6 +30,7 @@ import libcst as cst
 
 from .names import dotted
 from .outline import Outline, contains
+from .outline import dotted as ast_dotted
 from .semantics import backward_by_shape, named_like_optimizer
 from .project_index import dependency, module_dependency, module_text, project_module, relative_name, summarized_by
 
@@ -768,9 +769,9 @@ def callee_summary(ctx: "CheckedFile", call: cst.Call | ast.Call) -> Summary | N
     else:
         code = dotted(call.func)
         target = _ast_call(ctx, module, call) if code is not None else None
-        if target is None or _ast_dotted(target.func) != code:
+        if target is None or ast_dotted(target.func) != code:
             return None
-    if len(_ast_dotted(target.func) or ()) not in (1, 2):
+    if len(ast_dotted(target.func) or ()) not in (1, 2):
         return None
     callee = module.callee(module.function_at(target.lineno), target)
     if callee is None:
@@ -855,12 +856,3 @@ def made_half(ctx: "AstContext", call: ast.Call) -> list[MadeHalf]:
         found.append(MadeHalf(None, seen))
     return found
 
-
-def _ast_dotted(expr: ast.expr) -> list[str] | None:
-    parts: list[str] = []
-    while isinstance(expr, ast.Attribute):
-        parts.append(expr.attr)
-        expr = expr.value
-    if not isinstance(expr, ast.Name):
-        return None
-    return [expr.id, *reversed(parts)]

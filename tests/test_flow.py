@@ -1,20 +1,19 @@
 """The flow model (amplint/engine/flow.py) on real parses: events, condition atoms, exits,
 loops and try, and what a forward analysis sees over them."""
 
+import ast
 import textwrap
 
-import libcst as cst
-
 from amplint.engine import flow
-from amplint.engine.context import FileContext
-from amplint.engine.tree import parse
+from amplint.engine.ast_context import AstContext
+from amplint.engine.outline import Outline
 from amplint.policy import loader
 
 
-def _flows(source: str) -> tuple[FileContext, dict[str, flow.Flow]]:
+def _flows(source: str) -> tuple[AstContext, dict[str, flow.Flow]]:
     source = textwrap.dedent(source)
-    ctx = FileContext("example.py", source, parse(source), loader("cuda"))
-    named = {getattr(f.scope, "name", None) and f.scope.name.value or "<module>": f for f in flow.flows(ctx)}
+    ctx = AstContext("example.py", source, Outline.parse(source), loader("cuda"))
+    named = {getattr(f.scope, "name", "<module>"): f for f in flow.flows(ctx)}
     return ctx, named
 
 
@@ -277,8 +276,8 @@ def test_mentions_reads_names_and_their_attributes():
 def test_cost_stays_linear_in_a_long_chain_of_independent_ifs():
     body = "".join(f"    if c{i}:\n        scaler.update()\n" for i in range(200))
     source = "def f(scaler):\n" + body
-    ctx = FileContext("example.py", source, parse(source), loader("cuda"))
-    (scope,) = [f for f in flow.flows(ctx) if isinstance(f.scope, cst.FunctionDef)]
+    ctx = AstContext("example.py", source, Outline.parse(source), loader("cuda"))
+    (scope,) = [f for f in flow.flows(ctx) if isinstance(f.scope, ast.FunctionDef)]
     analysis = _Sequences()
     ends = flow.propagate(scope, analysis)
     assert len(ends) <= 5
@@ -288,8 +287,8 @@ def test_an_atom_is_forgotten_after_its_last_test():
     body = "".join(f"    if c{i}:\n        scaler.unscale_(opt)\n    if c{i}:\n        scaler.step(opt)\n"
                    for i in range(40))
     source = "def f(scaler, opt):\n" + body
-    ctx = FileContext("example.py", source, parse(source), loader("cuda"))
-    (scope,) = [f for f in flow.flows(ctx) if isinstance(f.scope, cst.FunctionDef)]
+    ctx = AstContext("example.py", source, Outline.parse(source), loader("cuda"))
+    (scope,) = [f for f in flow.flows(ctx) if isinstance(f.scope, ast.FunctionDef)]
     first, second = _branches(scope.block)[:2]
     assert first.shared and second.shared and not first.last and second.last
     analysis = _Sequences()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .checked_file import CheckedFile
@@ -15,6 +16,11 @@ from .outline import Outline
 
 if TYPE_CHECKING:
     from ..policy import PolicyLoader
+
+# Other modules of the project read while checking a file, by path and text: a trainer's
+# base classes are read for each file that subclasses them.
+_PROJECT_MODULES: dict[tuple[Path, str], "AstContext | None"] = {}
+_KEPT_MODULES = 32
 
 
 class AstContext(CheckedFile):
@@ -100,6 +106,20 @@ class AstContext(CheckedFile):
     def _indentation(self, row: int) -> str:
         line = self._line(row)
         return line[:len(line) - len(line.lstrip(" \t"))]
+
+    def project_module(self, module: str | None, level: int) -> "AstContext | None":
+        """The module of this file's project that ``from <level dots><module> import ...``
+        reads here (``project_source``), as a context of its own (without tables: what is
+        asked of it is its code); None where there is none or it does not parse."""
+        found = self.project_source(module, level)
+        if found is None:
+            return None
+        if found not in _PROJECT_MODULES:
+            if len(_PROJECT_MODULES) >= _KEPT_MODULES:
+                _PROJECT_MODULES.pop(next(iter(_PROJECT_MODULES)))
+            outline = Outline.parse(found[1])
+            _PROJECT_MODULES[found] = None if outline is None else AstContext(str(found[0]), found[1], outline)
+        return _PROJECT_MODULES[found]
 
     def report(self, node: ast.AST, message: str, fix: Fix | None = None, related: tuple[Related, ...] = (),
                preview: bool = False) -> None:

@@ -22,6 +22,9 @@ from .project_index import (
     flags_named,
     keyword_dependency,
     keyword_passes,
+    module_dependency,
+    module_text,
+    project_module,
     project_root,
     scaler_states_saved,
 )
@@ -72,6 +75,20 @@ class CheckedFile:
 
         path = Path(self.path)
         return project_root(path) if path.is_file() else None
+
+    def project_source(self, module: str | None, level: int) -> tuple[Path, str] | None:
+        """The path and text of the module of this file's project that ``from <level
+        dots><module> import ...`` reads here; None for another library's module, this file
+        itself, or one that cannot be read. The file's findings then depend on that text."""
+        root = self._project_root
+        if root is None:
+            return None
+        path = project_module(root, Path(self.path), module, level)
+        if path is None or path.resolve() == Path(self.path).resolve():
+            return None
+        self.dependencies.add(module_dependency(root, path))
+        text = module_text(path)
+        return None if text is None else (path.resolve(), text)
 
     def project(self) -> "tuple[Path, tuple[AutocastSite, ...]] | None":
         """The root of the project this file belongs to and the autocast calls in its files

@@ -15,7 +15,7 @@ from .checked_file import CheckedFile
 from .diagnostics import Edit, Fix, Related
 from .names import ImportResolver
 from .outline import Outline
-from .project_index import module_dependency, module_text, project_module, star_dependency, star_imports
+from .project_index import star_dependency, star_imports
 from .tree import Index, parse, render
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ def _ast_statements(tree: ast.AST) -> Iterator[ast.stmt]:
 
 # Other modules of a project that checks asked about (``FileContext.project_module``), by path
 # and text: a module that many files import is parsed once.
-_PROJECT_MODULES: dict[tuple[str, str], "FileContext | None"] = {}
+_PROJECT_MODULES: dict[tuple[Path, str], "FileContext | None"] = {}
 _KEPT_MODULES = 32
 
 
@@ -292,28 +292,19 @@ class FileContext(CheckedFile):
 
     def project_module(self, module: str | None, level: int) -> "FileContext | None":
         """The module of this file's project that ``from <level dots><module> import ...``
-        reads here, as a context of its own (without tables: what is asked of it is its code);
-        None for another library's module, this file itself, or one that does not parse. The
-        file's findings then depend on that module's text."""
-        root = self._project_root
-        if root is None:
+        reads here (``project_source``), as a context of its own (without tables: what is
+        asked of it is its code); None where there is none or it does not parse."""
+        found = self.project_source(module, level)
+        if found is None:
             return None
-        path = project_module(root, Path(self.path), module, level)
-        if path is None or path.resolve() == Path(self.path).resolve():
-            return None
-        self.dependencies.add(module_dependency(root, path))
-        text = module_text(path)
-        if text is None:
-            return None
-        key = (str(path.resolve()), text)
-        if key not in _PROJECT_MODULES:
+        if found not in _PROJECT_MODULES:
             if len(_PROJECT_MODULES) >= _KEPT_MODULES:
                 _PROJECT_MODULES.pop(next(iter(_PROJECT_MODULES)))
             try:
-                _PROJECT_MODULES[key] = FileContext(str(path), text, parse(text))
+                _PROJECT_MODULES[found] = FileContext(str(found[0]), found[1], parse(found[1]))
             except (cst.ParserSyntaxError, RecursionError):
-                _PROJECT_MODULES[key] = None
-        return _PROJECT_MODULES[key]
+                _PROJECT_MODULES[found] = None
+        return _PROJECT_MODULES[found]
 
     def report(self, node: cst.CSTNode, message: str, fix: Fix | None = None,
                related: tuple[Related, ...] = (), preview: bool = False) -> None:

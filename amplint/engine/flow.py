@@ -22,8 +22,11 @@ from typing import Hashable, Iterator
 
 import libcst as cst
 
+from .ast_context import AstContext
 from .context import FileContext
 from .outline import Outline, contains
+from .regions import autocast_of_with_item as ast_autocast_of_with_item, called_function as ast_called_function
+from .summaries import is_backward as ast_is_backward
 from .semantics import (
     CLIP_GRAD,
     GRAD_SCALER,
@@ -197,18 +200,25 @@ def may_have_together(outline: Outline, *kinds: str | tuple[str, ...]) -> bool:
 
 # -- lowering --------------------------------------------------------------------------------
 
-def flows(ctx: FileContext) -> list[Flow]:
+def flows(ctx: FileContext | AstContext) -> list[Flow]:
     """The module's own code and every function in the file, lowered (once per file)."""
     if "_flows" not in ctx.__dict__:
-        scopes = [ctx.module, *ctx.nodes(cst.FunctionDef)]
-        ctx.__dict__["_flows"] = [_Lowering(ctx, scope).flow() for scope in scopes]
+        if isinstance(ctx, AstContext):
+            functions = [*ctx.outline.nodes(ast.FunctionDef), *ctx.outline.nodes(ast.AsyncFunctionDef)]
+            scopes = [ctx.outline.tree, *sorted(functions, key=ctx.order)]
+            ctx.__dict__["_flows"] = [_AstLowering(ctx, scope).flow() for scope in scopes]
+        else:
+            scopes = [ctx.module, *ctx.nodes(cst.FunctionDef)]
+            ctx.__dict__["_flows"] = [_Lowering(ctx, scope).flow() for scope in scopes]
     return ctx.__dict__["_flows"]
 
 
-def scalers(ctx: FileContext) -> set[str]:
+def scalers(ctx: FileContext | AstContext) -> set[str]:
     """Code of expressions that hold a GradScaler: ``known_scalers`` and receivers of
     ``unscale_``, minus those the file only ever binds to another class's instance (a
     project's own loss scaler with the same method names: ``self.scaler = DynamicLossScaler()``)."""
+    if isinstance(ctx, AstContext):
+        return _scalers_on_ast(ctx)
     if "_flow_scalers" not in ctx.__dict__:
         found = set(known_scalers(ctx))
         for call in ctx.nodes(cst.Call):
@@ -484,6 +494,349 @@ class _Lowering:
         return None
 
 
+# -- lowering on Python's ast ------------------------------------------------------------------
+
+_AST_NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+_AST_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _scalers_on_ast(ctx: AstContext) -> set[str]:
+    if "_flow_scalers" not in ctx.__dict__:
+        outline = ctx.outline
+        found: set[str] = set()
+        bindings: dict[str, list[ast.expr]] = {}
+        for node in outline.nodes(ast.Assign):
+            for target in node.targets:
+                bindings.setdefault(_key(ctx, target), []).append(node.value)
+            if isinstance(node.value, ast.Call) and ctx.resolves_to(node.value.func, GRAD_SCALER):
+                found.update(_key(ctx, t) for t in node.targets)
+        for node in outline.nodes(ast.AnnAssign):
+            if isinstance(node.value, ast.Call) and ctx.resolves_to(node.value.func, GRAD_SCALER):
+                found.add(_key(ctx, node.target))
+        found.update(a.arg for a in outline.nodes(ast.arg) if a.arg in SCALER_PARAMETERS)
+        for call in outline.nodes(ast.Call):
+            scaled = _scaled_by(ctx, call)
+            if scaled is not None:
+                found.add(scaled)
+            elif isinstance(call.func, ast.Attribute) and call.func.attr == "unscale_":
+                found.add(_key(ctx, call.func.value))
+        ctx.__dict__["_flow_scalers"] = {s for s in found if not _other_class_on_ast(ctx, bindings.get(s, []))}
+    return ctx.__dict__["_flow_scalers"]
+
+
+def _other_class_on_ast(ctx: AstContext, values: list[ast.expr]) -> bool:
+    """Every value is ``None`` or an instance of a class other than torch's GradScaler (either
+    branch of a conditional expression counted)."""
+    leaves: list[ast.expr] = []
+    stack = list(values)
+    while stack:
+        value = stack.pop()
+        if isinstance(value, ast.IfExp):
+            stack.extend((value.body, value.orelse))
+        elif not (isinstance(value, ast.Constant) and value.value is None):
+            leaves.append(value)
+
+    def class_like(func: ast.expr) -> bool:  # a class by its name: `make_scaler()` may return one
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        return name[:1].isupper()
+
+    return bool(leaves) and all(isinstance(v, ast.Call) and class_like(v.func)
+                                and not ctx.resolves_to(v.func, GRAD_SCALER) for v in leaves)
+
+
+def _key(ctx: AstContext, node: ast.AST) -> str:
+    """The node's text as a name for what it reads: a condition or a receiver spelled over
+    several lines is the same at any indentation."""
+    return _CONTINUATION.sub("\n", ctx.code(node))
+
+
+_CONTINUATION = re.compile(r"\n[ \t]+")
+
+
+def _scaled_by(ctx: AstContext, call: ast.Call) -> str | None:
+    """``scaled_backward_scaler`` as ``_key`` spells it."""
+    scaled = scaled_backward_scaler(ctx, call)
+    return None if scaled is None else _CONTINUATION.sub("\n", scaled)
+
+
+class _AstLowering:
+    def __init__(self, ctx: AstContext, scope: ast.AST):
+        self.ctx = ctx
+        self.scope = scope
+        self.scalers = scalers(ctx)
+        self.version: dict[str, int] = {}  # text -> the version its last assignment made
+        self.counter = 0
+        self.aliases: dict[str, str] = {}  # s -> self.scaler after `s = self.scaler`
+        self.assigned_stack: list[set[str]] = []
+        self.events: list[Event] = []
+
+    def flow(self) -> Flow:
+        if isinstance(self.scope, _AST_FUNCTIONS):
+            args = self.scope.args
+            for param in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg):
+                if param is not None:
+                    self._assign_text(param.arg)
+        block = self._block(self.scope.body)
+        # Only tests whose branches hold an event or an exit can tell paths apart: remembering
+        # the value of another one (`if args.log_every:` twice) only multiplies the states,
+        # and past the cap the atoms that keep contradicting paths apart are dropped.
+        branches = [b for b in items(block) if isinstance(b, Branch) and _steers(b)]
+        counts = Counter(b.atom for b in branches)
+        in_loops = {id(b) for loop in items(block) if isinstance(loop, Loop) for b in items(loop.body)}
+        last = {b.atom: b for b in branches}
+        for branch in branches:
+            branch.shared = counts[branch.atom] > 1
+            branch.last = branch.shared and last[branch.atom] is branch and id(branch) not in in_loops
+        return Flow(self.scope, block, sorted(self.events, key=lambda e: self.ctx.order(e.node)))
+
+    # -- statements
+
+    def _block(self, statements: list[ast.stmt]) -> list:
+        out: list = []
+        for statement in statements:
+            out.extend(self._statement(statement))
+        return out
+
+    def _statement(self, node: ast.stmt) -> list:
+        if isinstance(node, ast.If):
+            return self._events_in(node.test) + self._condition(node.test, self._block(node.body),
+                                                                self._block(node.orelse))
+        if isinstance(node, (ast.For, ast.AsyncFor)):
+            head = self._events_in(node.iter)
+            self.assigned_stack.append(set())
+            self._assign(node.target)
+            return head + [self._loop(node, self._block(node.body))]
+        if isinstance(node, ast.While):
+            self.assigned_stack.append(set())
+            return [self._loop(node, self._events_in(node.test) + self._block(node.body))]
+        if isinstance(node, (ast.With, ast.AsyncWith)):
+            return self._with(node)
+        if isinstance(node, (ast.Try, ast.TryStar)):
+            body = self._block(node.body)
+            handlers = []
+            for handler in node.handlers:
+                if handler.name is not None:
+                    self._assign_text(handler.name)
+                handlers.append(self._block(handler.body))
+            return [Try(body, handlers, self._block(node.orelse), self._block(node.finalbody))]
+        if isinstance(node, ast.Match):
+            return self._events_in(node.subject) + self._match(node.cases)
+        if isinstance(node, (*_AST_FUNCTIONS, ast.ClassDef)):
+            self._assign_text(node.name)
+            return []
+        return self._small(node)
+
+    def _loop(self, node: ast.stmt, body: list) -> Loop:
+        assigned = self.assigned_stack.pop()
+        if self.assigned_stack:  # an inner loop's assignments are the outer loop's too
+            self.assigned_stack[-1].update(assigned)
+        return Loop(node, body, self._block(node.orelse), frozenset(assigned))
+
+    def _match(self, cases: list[ast.match_case]) -> list:
+        if not cases:
+            return []
+        case = cases[0]
+        # Cases are told apart by their own atoms: no two are ever correlated.
+        atom = Atom(f"<case {self.ctx.order(case.pattern)}>", 0, frozenset())
+        return [Branch(atom, self._block(case.body), self._match(cases[1:]))]
+
+    def _with(self, node: ast.With | ast.AsyncWith) -> list:
+        out: list = []
+        regions = []
+        for item in node.items:
+            out.extend(self._events_in(item.context_expr))
+            if ast_autocast_of_with_item(self.ctx, item) is not None:
+                regions.append(self._event(Event(AUTOCAST_ENTER, item.context_expr)))
+            if item.optional_vars is not None:
+                self._assign(item.optional_vars)
+        out.extend(regions)
+        out.extend(self._block(node.body))
+        # Only the normal way out is modelled; a return inside the region skips the exit event.
+        out.extend(self._event(Event(AUTOCAST_EXIT, r.node)) for r in reversed(regions))
+        return out
+
+    def _small(self, node: ast.stmt) -> list:
+        if isinstance(node, ast.Break):
+            return [Exit("break", node)]
+        if isinstance(node, ast.Continue):
+            return [Exit("continue", node)]
+        out = self._events_in(node)
+        if isinstance(node, ast.Return):
+            out.append(Exit("return", node))
+        elif isinstance(node, ast.Raise):
+            out.append(Exit("raise", node))
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                self._assign(target, node.value)
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            self._assign(node.target, node.value)
+        elif isinstance(node, ast.AugAssign):
+            self._assign(node.target)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                if alias.name != "*":
+                    self._assign_text((alias.asname or alias.name).split(".")[0])
+        return out
+
+    # -- assignments, aliases, versions
+
+    def _assign(self, target: ast.expr, value: ast.expr | None = None) -> None:
+        if isinstance(target, (ast.Tuple, ast.List)):
+            for element in target.elts:
+                self._assign(element)
+            return
+        if isinstance(target, ast.Starred):
+            self._assign(target.value)
+            return
+        text = _key(self.ctx, target)
+        self._assign_text(text)
+        if isinstance(target, ast.Name) and isinstance(value, (ast.Attribute, ast.Name)):
+            self.aliases[text] = self.canonical(value)
+
+    def _assign_text(self, text: str) -> None:
+        self.counter += 1
+        self.version[text] = self.counter
+        self.aliases.pop(text, None)
+        for stale in [a for a, target in self.aliases.items() if mentions(target, frozenset({text}))]:
+            del self.aliases[stale]
+        if self.assigned_stack:
+            self.assigned_stack[-1].add(text)
+
+    def canonical(self, expr: ast.expr) -> str:
+        text = _key(self.ctx, expr)
+        return self.aliases.get(text, text)
+
+    # -- conditions
+
+    def _condition(self, test: ast.expr, then: list, orelse: list) -> list:
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            return self._condition(test.operand, orelse, then)
+        if isinstance(test, ast.BoolOp):
+            first, rest = test.values[0], test.values[1:]
+            second = rest[0] if len(rest) == 1 else ast.BoolOp(test.op, rest)
+            if isinstance(test.op, ast.And):
+                return self._condition(first, self._condition(second, then, orelse), orelse)
+            return self._condition(first, then, self._condition(second, then, orelse))
+        gate = gate_value(self.ctx, test)  # a torch-version condition: one branch never runs
+        if gate is not None:
+            return then if gate else orelse
+        subject, positive = _ast_truth_subject(test)
+        if not positive:
+            then, orelse = orelse, then
+        return [Branch(self._atom(subject), then, orelse)]
+
+    def _atom(self, expr: ast.expr) -> Atom:
+        text = _key(self.ctx, expr)
+        if text in self.aliases:  # `s` after `s = self.scaler` reads `self.scaler`
+            text = self.aliases[text]
+            parts = text.split(".")
+            reads = frozenset(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+        else:
+            reads = frozenset(self._reads(expr))
+        return Atom(text, max((self.version.get(r, 0) for r in reads), default=0), reads)
+
+    def _reads(self, expr: ast.expr) -> Iterator[str]:
+        """The names and attribute chains an expression reads (``self.amp`` and ``self``)."""
+        stack = [expr]
+        while stack:
+            current = stack.pop()
+            if isinstance(current, (ast.Name, ast.Attribute)):
+                yield _key(self.ctx, current)
+            if isinstance(current, ast.Attribute):
+                stack.append(current.value)
+            else:
+                stack.extend(c for c in ast.iter_child_nodes(current) if not isinstance(c, _AST_NESTED))
+
+    # -- events
+
+    def _events_in(self, node: ast.AST) -> list:
+        """The events of the calls in ``node``, a simple statement or an expression, in source
+        order (those in nested functions, classes and lambdas are theirs)."""
+        calls, stack = [], [node]
+        while stack:
+            current = stack.pop()
+            if isinstance(current, ast.Call):
+                calls.append(current)
+            stack.extend(c for c in ast.iter_child_nodes(current) if not isinstance(c, _AST_NESTED))
+        calls.sort(key=self.ctx.order)
+        return [e for call in calls if (e := self._call_event(call)) is not None]
+
+    def _event(self, event: Event) -> Event:
+        self.events.append(event)
+        return event
+
+    def _call_event(self, call: ast.Call) -> Event | None:
+        ctx = self.ctx
+        scaled = _scaled_by(ctx, call)
+        if scaled is not None and (scaled in self.scalers or self.aliases.get(scaled) in self.scalers):
+            return self._event(Event(SCALED_BACKWARD, call, self.aliases.get(scaled, scaled)))
+        if ast_is_backward(ctx.outline, call):
+            return self._event(Event(BACKWARD, call))
+        if isinstance(call.func, ast.Attribute):
+            receiver, method = call.func.value, call.func.attr
+            is_scaler = _key(ctx, receiver) in self.scalers or self.canonical(receiver) in self.scalers
+            if is_scaler and method in ("unscale_", "step", "update"):
+                kind = {"unscale_": UNSCALE, "step": SCALER_STEP, "update": UPDATE}[method]
+                first = call.args[0] if call.args and not isinstance(call.args[0], ast.Starred) else None
+                optimizer = self.canonical(first) if first is not None and kind != UPDATE else None
+                return self._event(Event(kind, call, self.canonical(receiver), optimizer))
+            if method == "step" and not call.args and not call.keywords and not is_scaler \
+                    and named_like_optimizer(_key(ctx, receiver)):
+                return self._event(Event(STEP, call, None, self.canonical(receiver)))
+        if ctx.resolves_to(call.func, CLIP_GRAD):
+            return self._event(Event(CLIP, call))
+        inner = self._helper_clip(call)
+        if inner is not None:
+            return self._event(Event(CLIP, call, via=inner))
+        if ctx.resolves_to(call.func, GRAD_SCALER):
+            parent = ctx.parent(call)
+            if isinstance(parent, ast.Assign) and len(parent.targets) == 1:
+                return self._event(Event(SCALER_NEW, call, _key(ctx, parent.targets[0])))
+        return None
+
+    def _helper_clip(self, call: ast.Call) -> ast.Call | None:
+        """The clip inside a helper of this file that ``call`` runs (``helper``), whose own body
+        clips gradients and never unscales them."""
+        helper = ast_called_function(self.ctx, call)
+        if helper is None:
+            return None
+        # Once per helper, not once per call of it.
+        cache = self.ctx.__dict__.setdefault("_helper_clips", {})
+        if id(helper) not in cache:
+            clips, stack = [], list(helper.body)
+            while stack:
+                node = stack.pop()
+                if isinstance(node, ast.Call):
+                    if isinstance(node.func, ast.Attribute) and node.func.attr == "unscale_":
+                        clips = []
+                        break
+                    if self.ctx.resolves_to(node.func, CLIP_GRAD):
+                        clips.append(node)
+                stack.extend(c for c in ast.iter_child_nodes(node) if not isinstance(c, _AST_NESTED))
+            cache[id(helper)] = min(clips, key=self.ctx.order) if clips else None
+        return cache[id(helper)]
+
+
+def _ast_truth_subject(test: ast.expr) -> tuple[ast.expr, bool]:
+    """``x is not None``, ``x != None``, ``bool(x)`` and ``x`` test one thing, ``x``; ``x is None``
+    its negation."""
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        comparator = test.comparators[0]
+        if isinstance(comparator, ast.Constant) and comparator.value is None:
+            if isinstance(test.ops[0], (ast.IsNot, ast.NotEq)):
+                return _ast_truth_subject(test.left)
+            if isinstance(test.ops[0], (ast.Is, ast.Eq)):
+                subject, positive = _ast_truth_subject(test.left)
+                return subject, not positive
+    if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "bool" \
+            and len(test.args) == 1 and not test.keywords and not isinstance(test.args[0], ast.Starred):
+        return _ast_truth_subject(test.args[0])
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        subject, positive = _ast_truth_subject(test.operand)
+        return subject, not positive
+    return test, True
+
+
 def _steers(branch: Branch) -> bool:
     """Whether a side of the branch holds an event or an exit: what a path's facts depend on."""
     return any(isinstance(item, (Event, Exit)) for item in items(branch.body + branch.orelse))
@@ -743,7 +1096,7 @@ def _loop(item: Loop, states: set, analysis: Analysis, trace, out: Outcome) -> s
     # rest of the body to filter items (`if i != k: continue`) to let some item through, so
     # its states end the loop only where no path runs the whole body.
     ended = body.fall or body.exits["continue"]
-    if isinstance(item.node, cst.While):
+    if isinstance(item.node, (cst.While, ast.While)):
         ended = ended | states
     orelse = _run(item.orelse, ended, analysis, trace)
     out.exits["return"] |= body.exits["return"] | orelse.exits["return"]

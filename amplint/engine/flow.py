@@ -803,7 +803,7 @@ class _AstLowering:
         # Once per helper, not once per call of it.
         cache = self.ctx.__dict__.setdefault("_helper_clips", {})
         if id(helper) not in cache:
-            clips, stack = [], list(helper.body)
+            clips, stack = [], [s for s in helper.body if not isinstance(s, _AST_NESTED)]
             while stack:
                 node = stack.pop()
                 if isinstance(node, ast.Call):

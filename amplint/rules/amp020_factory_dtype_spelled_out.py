@@ -2,17 +2,15 @@ from __future__ import annotations
 
 import ast
 
-import libcst as cst
+from ..engine.ast_context import AstContext
+from ..engine.factories import NEW_METHODS, new_method_text_fix, receiver_text
+from ..engine.regions import autocast_region
+from ..engine.rule import PARENTHESIZED, AnyOf, AstRule, Invalid, Valid, call_with
 
-from ..engine.context import FileContext
-from ..engine.factories import NEW_METHODS, new_method_fix
-from ..engine.outline import Outline
-from ..engine.rule import PARENTHESIZED, AnyOf, Invalid, Rule, Valid, call_with
-from ..engine.semantics import autocast_region, calls, calls_autocast, enclosing_function, has_star_args
-
-# Names of tensors that hold integers or booleans, and attributes of a module that are
-# tensors: what `x` in `device=x.device` may be without being a submodule.
+_FACTORIES = frozenset(NEW_METHODS)
 _FACTORY_NAMES = tuple(method.removeprefix("torch.") for method in NEW_METHODS)
+# Names of tensors that hold integers or booleans: what `x` in `device=x.device` may be
+# without being a floating tensor.
 _NON_FLOAT_HINTS = ("ids", "idx", "index", "indices", "mask", "len", "label", "target", "count")
 
 
@@ -25,30 +23,31 @@ def _float_like(name: str) -> bool:
     return name not in ("self", "cls") and not any(h in lowered for h in _NON_FLOAT_HINTS)
 
 
-def _buffers_named_in(ctx: FileContext, cls: cst.ClassDef) -> set[str]:
+def _buffers_named_in(ctx: AstContext, cls: ast.ClassDef) -> set[str]:
     """The strings of a class that calls ``register_buffer``: the names of its buffers among
     them, however they are registered (``for name in ("mean", "std"): ...`` included)."""
-    registers = [c for c in ctx.nodes(cst.Call) if isinstance(c.func, cst.Attribute)
-                 and c.func.attr.value == "register_buffer" and ctx.contains(cls, c)]
-    if not registers:
+    nodes = list(ast.walk(cls))
+    if not any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "register_buffer"
+               for n in nodes):
         return set()
-    return {s.evaluated_value for s in ctx.nodes(cst.SimpleString)
-            if ctx.contains(cls, s) and isinstance(s.evaluated_value, str)}
+    # String literals, not the text between an f-string's fields.
+    return {n.value for n in nodes if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            and not isinstance(ctx.parent(n), ast.JoinedStr)}
 
 
-def _tensor(ctx: FileContext, source: cst.BaseExpression, cls: cst.ClassDef | None) -> bool:
+def _tensor(ctx: AstContext, source: ast.expr, cls: ast.ClassDef | None) -> bool:
     """Whether ``source`` (the x of ``device=x.device``) is plausibly a floating tensor: a
     name, subscript or ``self.weight``-like parameter, not a module (``self.model.device``)."""
     root = source
-    while isinstance(root, cst.Subscript):
+    while isinstance(root, ast.Subscript):
         root = root.value
-    if isinstance(root, cst.Call) and isinstance(root.func, cst.Name) and root.func.value == "next" \
+    if isinstance(root, ast.Call) and isinstance(root.func, ast.Name) and root.func.id == "next" \
             and "parameters" in ctx.code(root):
         return True  # next(self.parameters()): a parameter
-    if isinstance(root, cst.Name):
-        name = root.value
-    elif isinstance(root, cst.Attribute) and isinstance(root.value, cst.Name) and root.value.value == "self":
-        name = root.attr.value
+    if isinstance(root, ast.Name):
+        name = root.id
+    elif isinstance(root, ast.Attribute) and isinstance(root.value, ast.Name) and root.value.id == "self":
+        name = root.attr
         # Parameters and buffers; any other attribute of a module may be a module itself.
         if not (_parameter_like(name) or (cls is not None and name in _buffers_named_in(ctx, cls))):
             return False
@@ -57,62 +56,12 @@ def _tensor(ctx: FileContext, source: cst.BaseExpression, cls: cst.ClassDef | No
     return _float_like(name)
 
 
-def _buffers_named_in_file(outline: Outline) -> set[str]:
-    """``_buffers_named_in`` for the whole file."""
-    if not outline.method_calls("register_buffer"):
-        return set()
-    return {c.value for c in outline.nodes(ast.Constant) if isinstance(c.value, str)}
+def _in_module_forward(ctx: AstContext, node: ast.AST) -> bool:
+    func = ctx.enclosing_function(node)
+    return func is not None and func.name == "forward" and isinstance(ctx.parent(func), ast.ClassDef)
 
 
-def _plausible_tensor(outline: Outline, source: ast.expr) -> bool:
-    """``_tensor`` on the ast, as far as the ast shows it (any registered buffer counts)."""
-    root = source
-    while isinstance(root, ast.Subscript):
-        root = root.value
-    if isinstance(root, ast.Call) and isinstance(root.func, ast.Name) and root.func.id == "next":
-        return True
-    if isinstance(root, ast.Name):
-        name = root.id
-    elif isinstance(root, ast.Attribute) and isinstance(root.value, ast.Name) and root.value.id == "self":
-        name = root.attr
-        if not (_parameter_like(name) or name in _buffers_named_in_file(outline)):
-            return False
-    else:
-        return False
-    return _float_like(name)
-
-
-def _candidate(outline: Outline, call: ast.Call) -> bool:
-    """What check() reports, as far as the ast shows it: ``device=x.device, dtype=x.dtype``
-    with ``x`` plausibly a tensor, no ``*args``/``**kwargs``."""
-    if any(k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
-        return False
-    keywords = {k.arg: k.value for k in call.keywords}
-    device, dtype = keywords.get("device"), keywords.get("dtype")
-    if not (isinstance(device, ast.Attribute) and device.attr == "device"
-            and isinstance(dtype, ast.Attribute) and dtype.attr == "dtype"
-            and ast.dump(dtype.value) == ast.dump(device.value)):
-        return False
-    return _plausible_tensor(outline, device.value)
-
-
-def _may_fire(outline: Outline) -> bool:
-    candidates = [c for c in outline.calls_to(NEW_METHODS.keys()) if _candidate(outline, c)]
-    if not candidates:
-        return False
-    in_forward = outline.calls_in_methods("forward")
-    return any(id(c) in in_forward for c in candidates) or calls_autocast(outline)
-
-
-def _in_module_forward(ctx: FileContext, node: cst.CSTNode) -> bool:
-    func = enclosing_function(ctx, node)
-    if func is None or func.name.value != "forward":
-        return False
-    block = ctx.parent(func)
-    return isinstance(ctx.parent(block), cst.ClassDef) if block is not None else False
-
-
-class FactoryDtypeSpelledOut(Rule):
+class FactoryDtypeSpelledOut(AstRule):
     """
     ## What it does
     Inside `forward` of a module class, or inside an autocast region, finds
@@ -161,9 +110,6 @@ class FactoryDtypeSpelledOut(Rule):
                           for f in _FACTORY_NAMES)),
                   AnyOf(*(call_with(rf"{f}(?<!\w{f})", rf"\bdevice\s*=\s*(?:[^()]|{PARENTHESIZED})*?\.device\b")
                           for f in _FACTORY_NAMES))),)
-    # On the ast: such a call to a torch factory in a method named forward or in a file that
-    # calls autocast.
-    may_fire = staticmethod(_may_fire)
 
     valid = (
         Valid("""
@@ -210,6 +156,23 @@ with torch.autocast("cuda"):
     out = model(x)
     ones = out.new_ones(out.shape, requires_grad=True)
 """, at=((5, 12, "`torch.ones(..., device=out.device, dtype=out.dtype)` is `out"),)),
+        # A call over several lines keeps its layout: the kept arguments as they were written.
+        Invalid("""
+import torch
+class Pool(torch.nn.Module):
+    def forward(self, hidden):
+        return torch.zeros(
+            hidden.size(0), hidden.size(-1),  # (batch, features)
+            device=hidden.device,
+            dtype=hidden.dtype,
+        )
+""", fixed="""
+import torch
+class Pool(torch.nn.Module):
+    def forward(self, hidden):
+        return hidden.new_zeros(
+            hidden.size(0), hidden.size(-1))
+""", at=((5, 16, "is `hidden.new_zeros(...)`"),)),
         # The tensor comes from a call: moving it before the other arguments is not a fix.
         Invalid("""
 import torch
@@ -220,24 +183,21 @@ class M(torch.nn.Module):
 """, at=((5, 16, "`torch.empty(..., device=next(self.parameters()).device, dty"),)),
     )
 
-    def check(self, ctx: FileContext) -> None:
-        for call in calls(ctx):
-            factory = ctx.resolves_to(call.func, NEW_METHODS.keys())
-            if factory is None or has_star_args(call):
+    def check(self, ctx: AstContext) -> None:
+        for call in sorted(ctx.outline.calls_to(_FACTORIES), key=ctx.order):
+            if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
                 continue
-            keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+            keywords = {k.arg: k.value for k in call.keywords}
             device, dtype = keywords.get("device"), keywords.get("dtype")
-            if not (isinstance(device, cst.Attribute) and device.attr.value == "device"
-                    and isinstance(dtype, cst.Attribute) and dtype.attr.value == "dtype"
-                    and ctx.code(dtype.value) == ctx.code(device.value)):
+            if not (isinstance(device, ast.Attribute) and device.attr == "device"
+                    and isinstance(dtype, ast.Attribute) and dtype.attr == "dtype"):
                 continue
-            source = device.value
-            cls = next((a for a in ctx.ancestors(call) if isinstance(a, cst.ClassDef)), None)
-            if not _tensor(ctx, source, cls):
+            tensor = receiver_text(ctx, device)
+            if receiver_text(ctx, dtype) != tensor or not _tensor(ctx, device.value, ctx.enclosing(call, ast.ClassDef)):
                 continue
             if not (_in_module_forward(ctx, call) or autocast_region(ctx, call)):
                 continue
-            tensor = ctx.code(source)
+            factory = ctx.resolves_to(call.func, _FACTORIES)
             ctx.report(call, f"`{factory}(..., device={tensor}.device, dtype={tensor}.dtype)` is "
                              f"`{tensor}.{NEW_METHODS[factory]}(...)`",
-                       new_method_fix(ctx, call, factory, source, "safe"))
+                       new_method_text_fix(ctx, call, factory, device, "safe"))

@@ -130,6 +130,52 @@ class DetectorTrainer(BaseTrainer):
         return loss.detach()
 """
 
+# The base class named through its module, or under another name: the same early return.
+SEGMENTATION = """\
+import torch
+
+{import_line}
+
+
+class SegmentationTrainer({base}):
+    def train_step(self, images, masks):
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = torch.nn.functional.cross_entropy(self.model(images), masks)
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)  # the step
+        if not torch.isfinite(loss):
+            return None  # skips end_step
+        self.end_step()  # joins base
+        return loss.detach()
+"""
+
+# A helper given its optimizer by keyword: the caller hands it the same one twice.
+MULTITASK = """\
+import torch
+
+
+class MultiTaskTrainer:
+    def __init__(self, model, optimizer, heads_optimizer):
+        self.model = model
+        self.optimizer = optimizer
+        self.heads_optimizer = heads_optimizer
+        self.scaler = torch.amp.GradScaler("cuda")
+
+    def _apply(self, optimizer, zero_grad=True):
+        self.scaler.step(optimizer)  # the step
+        if zero_grad:
+            optimizer.zero_grad(set_to_none=True)
+
+    def train_step(self, batch):
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = self.model(batch).mean()
+        self.scaler.scale(loss).backward()
+        self._apply(optimizer=self.optimizer)  # first call
+        self._apply(optimizer=self.optimizer, zero_grad=False)  # second call
+        self.scaler.update()
+        return loss.detach()
+"""
+
 # Correct code of the same shapes: amplint stays silent on each.
 SILENT = {
     "step_all_then_update_once": """\
@@ -257,6 +303,62 @@ SILENT = {
                 self._finish_step()
                 return loss.detach(), grad_norm
         """,
+    "base_through_its_module_steps_and_updates_once": """\
+        import torch
+
+        from . import base
+
+
+        class DetectorTrainer(base.BaseTrainer):
+            def train_step(self, images, targets):
+                with torch.autocast("cuda", dtype=torch.float16):
+                    loss = sum(self.model(images, targets).values())
+                self.scaler.scale(loss).backward()
+                self.optimizer_step()
+                return loss.detach()
+        """,
+    "each_optimizer_given_by_keyword_once": """\
+        import torch
+
+
+        class MultiTaskTrainer:
+            def __init__(self, model, optimizer, heads_optimizer):
+                self.model = model
+                self.optimizer = optimizer
+                self.heads_optimizer = heads_optimizer
+                self.scaler = torch.amp.GradScaler("cuda")
+
+            def _apply(self, optimizer):
+                self.scaler.step(optimizer)
+                optimizer.zero_grad(set_to_none=True)
+
+            def train_step(self, batch):
+                with torch.autocast("cuda", dtype=torch.float16):
+                    loss = self.model(batch).mean()
+                self.scaler.scale(loss).backward()
+                self._apply(optimizer=self.optimizer)
+                self._apply(optimizer=self.heads_optimizer)
+                self.scaler.update()
+        """,
+    "scaler_given_by_keyword_to_what_steps": """\
+        import torch
+
+
+        class ScheduledTrainer:
+            def __init__(self, model, optimizers):
+                self.model = model
+                self.optimizers = optimizers
+                self.scaler = torch.amp.GradScaler("cuda")
+                self.global_step = 0
+
+            def train_step(self, batch):
+                with torch.autocast("cuda", dtype=torch.float16):
+                    loss = self.model(batch).mean()
+                self.scaler.scale(loss).backward()
+                self.optimizers.step_due(grad_scaler=self.scaler, step=self.global_step)
+                self.scaler.update()
+                self.global_step += 1
+        """,
     "base_steps_and_updates_once": """\
         import torch
 
@@ -349,6 +451,37 @@ def test_an_update_after_a_base_class_method_that_updates_is_found_on_the_second
         ("trainers/classifier.py", _row(CLASSIFIER, "joins base step"),
          "`self.optimizer_step()` runs `optimizer_step`"),
         ("trainers/base.py", _row(BASE, "base: optimizer_step"), "the scaler's update")}
+
+
+@pytest.mark.parametrize("import_line, base", [("from . import base", "base.BaseTrainer"),
+                                               ("import trainers.base as trainer_base", "trainer_base.BaseTrainer"),
+                                               ("from .base import BaseTrainer as Base", "Base")])
+def test_a_base_class_however_it_is_imported_is_read_for_the_update_a_return_skips(tmp_path, monkeypatch,
+                                                                                    import_line, base):
+    text = SEGMENTATION.format(import_line=import_line, base=base)
+    found = _findings(_project(tmp_path, {"segmentation": text}), monkeypatch)
+    assert len(found) == 1
+    path, row, message, related = found[0]
+    assert (path, row) == ("trainers/segmentation.py", _row(text, "skips end_step"))
+    assert f"`return` leaves `self.scaler.step(self.optimizer)` (line {_row(text, 'the step')})" in message
+    assert f"(trainers/base.py:{_row(BASE, 'base: end_step')} in `end_step`, run by `self.end_step()` on line " \
+           f"{_row(text, 'joins base')})" in message
+    assert related >= {("trainers/segmentation.py", _row(text, "joins base"), "`self.end_step()` runs `end_step`"),
+                       ("trainers/base.py", _row(BASE, "base: end_step"), "the scaler's update")}
+
+
+def test_a_helper_given_the_same_optimizer_by_keyword_twice_is_found_on_its_step(tmp_path, monkeypatch):
+    found = _findings(_project(tmp_path, {"multitask": MULTITASK}), monkeypatch)
+    assert len(found) == 1
+    path, row, message, related = found[0]
+    assert (path, row) == ("trainers/multitask.py", _row(MULTITASK, "the step"))
+    assert f"`self.scaler.step(self.optimizer)` again before `self.scaler.update()` (first on line " \
+           f"{_row(MULTITASK, 'the step')} in `_apply`, run by `self._apply(...)` on line " \
+           f"{_row(MULTITASK, 'first call')})" in message
+    assert f"(in `_apply`, run by `self._apply(...)` on line {_row(MULTITASK, 'second call')})" in message
+    assert related >= {("trainers/multitask.py", _row(MULTITASK, "second call"), "`self._apply(...)` runs `_apply`"),
+                       ("trainers/multitask.py", _row(MULTITASK, "first call"), "`self._apply(...)` runs `_apply`"),
+                       ("trainers/multitask.py", _row(MULTITASK, "the step"), "the scaler's step")}
 
 
 @pytest.mark.parametrize("name", sorted(SILENT))

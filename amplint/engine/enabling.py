@@ -11,12 +11,13 @@ from pathlib import Path
 
 import libcst as cst
 
+from .ast_context import AstContext
 from .checked_file import CheckedFile
-from .context import FileContext
 from .diagnostics import Related
 from .project_index import relative_name
-from .regions import value_before
-from .semantics import GRAD_SCALER, assigned_before, enclosing_function, literal_bool
+from .flow import key
+from .regions import literal_bool, value_before
+from .semantics import GRAD_SCALER, assigned_before, enclosing_function
 from .switches import ConfigKey, Flag
 
 
@@ -65,15 +66,14 @@ def _chosen(ctx: CheckedFile, condition, when: bool) -> Switch:
     return switch_of(ctx, condition) if when else Switch(f"when `{ctx.code(condition)}` is false")
 
 
-def scaler_switch(ctx: FileContext, scaler: str) -> Switch | None:
-    """The switch of the GradScaler the file assigns to ``scaler`` (its code, ``self.scaler``)
-    with ``enabled=`` an expression: a finding about its scaling applies only when it is on.
-    None when the file makes it otherwise, or in more than one way."""
-    made = [node.value for node in ctx.nodes(cst.Assign)
-            if isinstance(node.value, cst.Call) and ctx.resolves_to(node.value.func, GRAD_SCALER)
-            and any(ctx.code(t.target) == scaler for t in node.targets)]
-    enabled = [next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "enabled"), None)
-               for call in made]
+def scaler_switch(ctx: AstContext, scaler: str) -> Switch | None:
+    """The switch of the GradScaler the file assigns to ``scaler`` (its text as ``flow.key``
+    spells it, ``self.scaler``) with ``enabled=`` an expression: a finding about its scaling
+    applies only when it is on. None when the file makes it otherwise, or in more than one way."""
+    made = [node.value for node in ctx.outline.nodes(ast.Assign)
+            if isinstance(node.value, ast.Call) and ctx.resolves_to(node.value.func, GRAD_SCALER)
+            and any(key(ctx, t) == scaler for t in node.targets)]
+    enabled = [next((k.value for k in call.keywords if k.arg == "enabled"), None) for call in made]
     if len(enabled) != 1 or enabled[0] is None or literal_bool(enabled[0]) is not None:
         return None
     return switch_of(ctx, enabled[0])

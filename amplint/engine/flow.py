@@ -507,19 +507,19 @@ def _scalers_on_ast(ctx: AstContext) -> set[str]:
         bindings: dict[str, list[ast.expr]] = {}
         for node in outline.nodes(ast.Assign):
             for target in node.targets:
-                bindings.setdefault(_key(ctx, target), []).append(node.value)
+                bindings.setdefault(key(ctx, target), []).append(node.value)
             if isinstance(node.value, ast.Call) and ctx.resolves_to(node.value.func, GRAD_SCALER):
-                found.update(_key(ctx, t) for t in node.targets)
+                found.update(key(ctx, t) for t in node.targets)
         for node in outline.nodes(ast.AnnAssign):
             if isinstance(node.value, ast.Call) and ctx.resolves_to(node.value.func, GRAD_SCALER):
-                found.add(_key(ctx, node.target))
+                found.add(key(ctx, node.target))
         found.update(a.arg for a in outline.nodes(ast.arg) if a.arg in SCALER_PARAMETERS)
         for call in outline.nodes(ast.Call):
-            scaled = _scaled_by(ctx, call)
+            scaled = scaled_by(ctx, call)
             if scaled is not None:
                 found.add(scaled)
             elif isinstance(call.func, ast.Attribute) and call.func.attr == "unscale_":
-                found.add(_key(ctx, call.func.value))
+                found.add(key(ctx, call.func.value))
         ctx.__dict__["_flow_scalers"] = {s for s in found if not _other_class_on_ast(ctx, bindings.get(s, []))}
     return ctx.__dict__["_flow_scalers"]
 
@@ -544,7 +544,7 @@ def _other_class_on_ast(ctx: AstContext, values: list[ast.expr]) -> bool:
                                 and not ctx.resolves_to(v.func, GRAD_SCALER) for v in leaves)
 
 
-def _key(ctx: AstContext, node: ast.AST) -> str:
+def key(ctx: AstContext, node: ast.AST) -> str:
     """The node's text as a name for what it reads: a condition or a receiver spelled over
     several lines is the same at any indentation."""
     return _CONTINUATION.sub("\n", ctx.code(node))
@@ -553,7 +553,7 @@ def _key(ctx: AstContext, node: ast.AST) -> str:
 _CONTINUATION = re.compile(r"\n[ \t]+")
 
 
-def _scaled_by(ctx: AstContext, call: ast.Call) -> str | None:
+def scaled_by(ctx: AstContext, call: ast.Call) -> str | None:
     """``scaled_backward_scaler`` as ``_key`` spells it."""
     scaled = scaled_backward_scaler(ctx, call)
     return None if scaled is None else _CONTINUATION.sub("\n", scaled)
@@ -688,7 +688,7 @@ class _AstLowering:
         if isinstance(target, ast.Starred):
             self._assign(target.value)
             return
-        text = _key(self.ctx, target)
+        text = key(self.ctx, target)
         self._assign_text(text)
         if isinstance(target, ast.Name) and isinstance(value, (ast.Attribute, ast.Name)):
             self.aliases[text] = self.canonical(value)
@@ -703,7 +703,7 @@ class _AstLowering:
             self.assigned_stack[-1].add(text)
 
     def canonical(self, expr: ast.expr) -> str:
-        text = _key(self.ctx, expr)
+        text = key(self.ctx, expr)
         return self.aliases.get(text, text)
 
     # -- conditions
@@ -726,7 +726,7 @@ class _AstLowering:
         return [Branch(self._atom(subject), then, orelse)]
 
     def _atom(self, expr: ast.expr) -> Atom:
-        text = _key(self.ctx, expr)
+        text = key(self.ctx, expr)
         if text in self.aliases:  # `s` after `s = self.scaler` reads `self.scaler`
             text = self.aliases[text]
             parts = text.split(".")
@@ -741,7 +741,7 @@ class _AstLowering:
         while stack:
             current = stack.pop()
             if isinstance(current, (ast.Name, ast.Attribute)):
-                yield _key(self.ctx, current)
+                yield key(self.ctx, current)
             if isinstance(current, ast.Attribute):
                 stack.append(current.value)
             else:
@@ -767,21 +767,21 @@ class _AstLowering:
 
     def _call_event(self, call: ast.Call) -> Event | None:
         ctx = self.ctx
-        scaled = _scaled_by(ctx, call)
+        scaled = scaled_by(ctx, call)
         if scaled is not None and (scaled in self.scalers or self.aliases.get(scaled) in self.scalers):
             return self._event(Event(SCALED_BACKWARD, call, self.aliases.get(scaled, scaled)))
         if ast_is_backward(ctx.outline, call):
             return self._event(Event(BACKWARD, call))
         if isinstance(call.func, ast.Attribute):
             receiver, method = call.func.value, call.func.attr
-            is_scaler = _key(ctx, receiver) in self.scalers or self.canonical(receiver) in self.scalers
+            is_scaler = key(ctx, receiver) in self.scalers or self.canonical(receiver) in self.scalers
             if is_scaler and method in ("unscale_", "step", "update"):
                 kind = {"unscale_": UNSCALE, "step": SCALER_STEP, "update": UPDATE}[method]
                 first = call.args[0] if call.args and not isinstance(call.args[0], ast.Starred) else None
                 optimizer = self.canonical(first) if first is not None and kind != UPDATE else None
                 return self._event(Event(kind, call, self.canonical(receiver), optimizer))
             if method == "step" and not call.args and not call.keywords and not is_scaler \
-                    and named_like_optimizer(_key(ctx, receiver)):
+                    and named_like_optimizer(key(ctx, receiver)):
                 return self._event(Event(STEP, call, None, self.canonical(receiver)))
         if ctx.resolves_to(call.func, CLIP_GRAD):
             return self._event(Event(CLIP, call))
@@ -791,7 +791,7 @@ class _AstLowering:
         if ctx.resolves_to(call.func, GRAD_SCALER):
             parent = ctx.parent(call)
             if isinstance(parent, ast.Assign) and len(parent.targets) == 1:
-                return self._event(Event(SCALER_NEW, call, _key(ctx, parent.targets[0])))
+                return self._event(Event(SCALER_NEW, call, key(ctx, parent.targets[0])))
         return None
 
     def _helper_clip(self, call: ast.Call) -> ast.Call | None:

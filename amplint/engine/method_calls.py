@@ -28,15 +28,13 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Iterator
 
-import libcst as cst
-
 from . import flow
-from .context import FileContext
-from .crossfile import imported_as, located
+from .ast_context import AstContext
+from .crossfile import located
 from .diagnostics import Related
 from .flow import Event, Exit, Flow, Loop, line_of
-from .outline import Outline, contains
-from .semantics import bind, called_function, enclosing_function, method_call, scaled_backward_scaler
+from .outline import dotted
+from .regions import bind, called_function
 
 MAX_DEPTH = 3  # calls followed from the analysed function
 _MAX_BASES = 8  # classes read up a hierarchy
@@ -46,15 +44,19 @@ RETURN = "return"
 # method calling none of them, directly or through ``self``, is not followed.
 _EVENT_METHODS = frozenset({"backward", "step", "update", "unscale_"})
 _SCALER_STATE = frozenset({"step", "unscale_", "update"})  # what records or clears inf checks
-_SPELLED = (cst.Name, cst.Attribute)  # arguments a callee's parameter may stand for
+_SPELLED = (ast.Name, ast.Attribute)  # arguments a callee's parameter may stand for
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_NESTED = (*_FUNCTIONS, ast.ClassDef, ast.Lambda)
+
+Function = ast.FunctionDef | ast.AsyncFunctionDef
 
 
 @dataclass(frozen=True)
 class Hop:
-    call: cst.Call  # ``self.m(...)``
-    home: FileContext  # the module the call is in
-    method: cst.FunctionDef  # ``m``
-    method_home: FileContext  # the module ``m`` is in
+    call: ast.Call  # ``self.m(...)``
+    home: AstContext  # the module the call is in
+    method: Function  # ``m``
+    method_home: AstContext  # the module ``m`` is in
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,7 @@ class Reached(Event):
     hops: tuple[Hop, ...] = ()
 
 
-def home(ctx: FileContext, event: Event) -> FileContext:
+def home(ctx: AstContext, event: Event) -> AstContext:
     """The module ``event``'s node is in (``ctx``: the analysed file)."""
     return event.hops[-1].method_home if isinstance(event, Reached) else ctx
 
@@ -71,7 +73,7 @@ def hops(event: Event) -> tuple[Hop, ...]:
     return event.hops if isinstance(event, Reached) else ()
 
 
-def site(ctx: FileContext, event: Event) -> cst.CSTNode:
+def site(ctx: AstContext, event: Event) -> ast.AST:
     """Where a finding about ``event`` sits in the analysed file: its own node, or, for an
     event of another module, the call in this file that leads there."""
     if home(ctx, event) is ctx:
@@ -79,7 +81,7 @@ def site(ctx: FileContext, event: Event) -> cst.CSTNode:
     return next(h.call for h in reversed(event.hops) if h.home is ctx)
 
 
-def order(ctx: FileContext, event: Event) -> tuple[int, ...]:
+def order(ctx: AstContext, event: Event) -> tuple:
     """The order in which one flow's events run: by the calls that lead to them, then by their
     own place."""
     return (*(h.home.order(h.call) for h in hops(event)), home(ctx, event).order(event.node))
@@ -88,18 +90,18 @@ def order(ctx: FileContext, event: Event) -> tuple[int, ...]:
 @dataclass
 class MethodFlow:
     flow: Flow
-    function: cst.FunctionDef | None
+    function: Function | None
     # The loops that stand for inlined calls (by id), and the call each runs.
     wrappers: dict[int, Hop]
     # The calls of the function and its inlined methods that make no event and were not
     # inlined, with the module each is in and the lowering that met it (None: not inlining).
-    opaque: list[tuple[cst.Call, FileContext, "_Inlining | None"]]
+    opaque: list[tuple[ast.Call, AstContext, "_Inlining | None"]]
 
     def parameters(self) -> frozenset[str]:
         """The function's parameters but the instance's (``self``, ``cls``)."""
         if self.function is None:
             return frozenset()
-        return frozenset(p.name.value for p in flow._params(self.function.params)) - {"self", "cls"}
+        return frozenset(_params(self.function)) - {"self", "cls"}
 
     def hides(self, scaler: str) -> bool:
         """Whether the code may step, unscale or update ``scaler`` where the flow does not show
@@ -109,13 +111,12 @@ class MethodFlow:
         for call, where, lowering in self.opaque:
             if lowering is not None and lowering.touches(call):
                 return True
-            if any((lowering.canonical(a.value) if lowering is not None and isinstance(a.value, _SPELLED)
-                    else where.code(a.value)) == scaler for a in call.args):
+            if any((lowering.canonical(a) if lowering is not None and isinstance(a, _SPELLED)
+                    else flow.key(where, a)) == scaler for a in _arguments(call)):
                 return True
             helper = called_function(where, call)
-            if helper is not None and any((mc := method_call(c)) is not None and mc[1] in _SCALER_STATE
-                                          and where.code(mc[0]) == scaler
-                                          for c in where.nodes_within(cst.Call, helper)):
+            if helper is not None and any(isinstance(c.func, ast.Attribute) and c.func.attr in _SCALER_STATE
+                                          and flow.key(where, c.func.value) == scaler for c in _calls(helper)):
                 return True
         return False
 
@@ -167,22 +168,21 @@ def _every_iteration(block: list, varying: frozenset[str], kind: str, wrappers: 
     return found, False
 
 
-def _hierarchy(ctx: FileContext, cls: cst.ClassDef) -> "_Hierarchy":
-    cache = ctx.__dict__.setdefault("_hierarchies", {})
-    if id(cls) not in cache:
-        cache[id(cls)] = _Hierarchy(ctx, cls)
-    return cache[id(cls)]
-
-
-def method_flows(ctx: FileContext) -> list[MethodFlow]:
+def method_flows(ctx: AstContext) -> list[MethodFlow]:
     """The module's own code and every function of the file that makes an event or calls a
     method of ``self``, lowered with those calls inlined."""
     found = []
+    hierarchies: dict[int, _Hierarchy] = {}  # by id of the class
+    by_function: dict[int, list[ast.Call]] | None = None  # the file's calls by the function they are in
     for lowered in flow.flows(ctx):
         scope = lowered.scope
-        function = scope if isinstance(scope, cst.FunctionDef) else None
-        cls = ctx.enclosing(scope, cst.ClassDef) if function is not None else None
-        hierarchy = _hierarchy(ctx, cls) if cls is not None and _may_make_events(ctx, cls) else None
+        function = scope if isinstance(scope, _FUNCTIONS) else None
+        cls = ctx.enclosing(scope, ast.ClassDef) if function is not None else None
+        hierarchy = None
+        if cls is not None and _may_make_events(ctx, cls):
+            if id(cls) not in hierarchies:
+                hierarchies[id(cls)] = _Hierarchy(ctx, cls)
+            hierarchy = hierarchies[id(cls)]
         if hierarchy is not None and _worth_following(hierarchy, ctx, scope, cls):
             lowering = _Inlining(ctx, scope, hierarchy, ())
             inlined = lowering.flow()
@@ -195,24 +195,26 @@ def method_flows(ctx: FileContext) -> list[MethodFlow]:
             returns: list[Event] = []
             block = _with_returns(lowered.block, returns)
             events = sorted(lowered.events + returns, key=lambda e: order(ctx, e))
-            made = {id(e.node) for e in lowered.events}
-            opaque = [(c, ctx, None) for c in ctx.nodes_within(cst.Call, scope)
-                      if id(c) not in made and enclosing_function(ctx, c) is function]
+            if by_function is None:
+                by_function = {}
+                for call in ctx.outline.nodes(ast.Call):
+                    by_function.setdefault(id(ctx.enclosing_function(call)), []).append(call)
+            # (the call that opens an autocast region makes no event of its own: it stays a call)
+            made = {id(e.node) for e in lowered.events if e.kind not in (flow.AUTOCAST_ENTER, flow.AUTOCAST_EXIT)}
+            opaque = [(c, ctx, None) for c in by_function.get(id(function), []) if id(c) not in made]
             found.append(MethodFlow(Flow(scope, block, events), function, {}, opaque))
-    # Not kept on the context: the flows refer to it, and a cycle through the context would
-    # keep the whole tree alive past the check (AMP006 asks once per file).
+    # Neither they nor the hierarchies are kept on the context: they refer to it, and a cycle
+    # through the context would keep the whole tree alive past the check (AMP006 asks once per file).
     return found
 
 
-def _worth_following(hierarchy: "_Hierarchy", ctx: FileContext, function: cst.FunctionDef, cls: cst.ClassDef) -> bool:
+def _worth_following(hierarchy: "_Hierarchy", ctx: AstContext, function: Function, cls: ast.ClassDef) -> bool:
     """Whether following the function's calls may give it both halves of an iteration, a
     backward and a step or update: by what it and the methods of its own class call, the rest
     left to the bases (read only then)."""
     names = hierarchy.reaches(ctx, function, own=True)
     halves = ("backward" in names) + (not names.isdisjoint({"step", "update"}))
-    return halves == 2 or halves == 1 and any(
-        base.keyword is None and not (isinstance(base.value, cst.Name) and base.value.value == "object")
-        for base in cls.bases)
+    return halves == 2 or halves == 1 and any(not _is_object(base) for base in cls.bases)
 
 
 def _with_returns(block: list, returns: list[Event]) -> list:
@@ -242,41 +244,41 @@ class _Hierarchy:
     """The classes ``self`` may be an instance of, in the order Python looks a method up in
     them (depth first over the bases), as far as they can be read."""
 
-    def __init__(self, ctx: FileContext, cls: cst.ClassDef):
-        self.classes: list[tuple[FileContext, cst.ClassDef]] = []  # those read so far
+    def __init__(self, ctx: AstContext, cls: ast.ClassDef):
+        self.classes: list[tuple[AstContext, ast.ClassDef]] = []  # those read so far
         self.own = cls
         self._unread = self._bases(ctx, cls, 0)
         self._ended = False  # at a base that cannot be read: a later one may define a name it does
         self._reaches: dict[tuple[int, bool], frozenset[str]] = {}
-        self._methods: dict[str, tuple[FileContext, cst.FunctionDef] | None] = {}
+        self._methods: dict[str, tuple[AstContext, Function] | None] = {}
         # What the file sets on ``self``: attributes (``self.model(x)``), not methods.
-        self.attributes = {ctx.code(t.target)[5:] for a in ctx.nodes(cst.Assign) for t in a.targets
-                           if ctx.code(t.target).startswith("self.")}
+        self.attributes = {text[5:] for a in ctx.outline.nodes(ast.Assign) for t in a.targets
+                           if (text := ctx.code(t)).startswith("self.")}
 
-    def _bases(self, ctx: FileContext, cls: cst.ClassDef, depth: int) -> Iterator[tuple[FileContext, cst.ClassDef]]:
+    def _bases(self, ctx: AstContext, cls: ast.ClassDef, depth: int) -> Iterator[tuple[AstContext, ast.ClassDef]]:
         """The class and its bases, depth first, read only as far as a lookup asks."""
         yield ctx, cls
         for base in cls.bases:
             if self._ended or depth >= _MAX_BASES:
                 return
-            if base.keyword is not None or isinstance(base.value, cst.Name) and base.value.value == "object":
+            if _is_object(base):
                 continue
-            found = _class_named(ctx, base.value)
+            found = _class_named(ctx, base)
             if found is None:
                 self._ended = True
                 return
             yield from self._bases(*found, depth + 1)
 
-    def method(self, name: str, own: bool = False) -> tuple[FileContext, cst.FunctionDef] | None:
+    def method(self, name: str, own: bool = False) -> tuple[AstContext, Function] | None:
         """The method ``self.name`` runs, if it is a plain one the hierarchy defines (``own``:
         the class itself, its bases left unread)."""
-        if own and not any(isinstance(s, cst.FunctionDef) and s.name.value == name for s in self.own.body.body):
+        if own and not any(isinstance(s, _FUNCTIONS) and s.name == name for s in self.own.body):
             return None
         if name not in self._methods:
             self._methods[name] = None if name in self.attributes else self._lookup(name)
         return self._methods[name]
 
-    def _lookup(self, name: str) -> tuple[FileContext, cst.FunctionDef] | None:
+    def _lookup(self, name: str) -> tuple[AstContext, Function] | None:
         index = 0
         while True:
             if index == len(self.classes):
@@ -285,52 +287,52 @@ class _Hierarchy:
                     return None
                 self.classes.append(found)
             where, cls = self.classes[index]
-            defined = [s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == name]
+            defined = [s for s in cls.body if isinstance(s, _FUNCTIONS) and s.name == name]
             if defined:
                 return (where, defined[-1]) if _followable(where, defined[-1]) else None
             index += 1
 
-    def relevant(self, where: FileContext, method: cst.FunctionDef) -> bool:
+    def relevant(self, where: AstContext, method: Function) -> bool:
         """Whether ``method`` calls something that may make an event, itself or through a
         method of ``self``."""
         return bool(self.reaches(where, method))
 
-    def reaches(self, where: FileContext, code: cst.CSTNode, own: bool = False, depth: int = 0) -> frozenset[str]:
+    def reaches(self, where: AstContext, code: ast.AST, own: bool = False, depth: int = 0) -> frozenset[str]:
         """The methods that may make an event (``_EVENT_METHODS``) that ``code`` calls, itself
         or through methods of ``self`` ``MAX_DEPTH`` deep (``own``: of the class itself)."""
         key = (id(code), own)
         if key not in self._reaches:
             self._reaches[key] = frozenset()  # a method calling itself adds nothing
             found: set[str] = set()
-            for call in where.nodes_within(cst.Call, code):
+            for call in sorted(_calls(code), key=where.order):
                 name = _self_method(call)
                 target = self.method(name, own) if name is not None and depth < MAX_DEPTH else None
                 if target is not None:
                     found |= self.reaches(*target, own, depth + 1)
-                elif (mc := method_call(call)) is not None and mc[1] in _EVENT_METHODS:
-                    found.add(mc[1])
+                elif isinstance(call.func, ast.Attribute) and call.func.attr in _EVENT_METHODS:
+                    found.add(call.func.attr)
             self._reaches[key] = frozenset(found)
         return self._reaches[key]
 
 
-def _may_make_events(ctx: FileContext, cls: cst.ClassDef) -> bool:
+def _may_make_events(ctx: AstContext, cls: ast.ClassDef) -> bool:
     """Whether the class itself calls something that may make an event: the methods of one
     that never does are not followed (into its bases either)."""
     cache = ctx.__dict__.setdefault("_classes_making_events", {})
     if id(cls) not in cache:
-        cache[id(cls)] = any((mc := method_call(c)) is not None and mc[1] in _EVENT_METHODS
-                             for c in ctx.nodes_within(cst.Call, cls))
+        cache[id(cls)] = any(isinstance(c.func, ast.Attribute) and c.func.attr in _EVENT_METHODS
+                             for c in _calls(cls))
     return cache[id(cls)]
 
 
-def _class_named(ctx: FileContext, expr: cst.BaseExpression) -> tuple[FileContext, cst.ClassDef] | None:
+def _class_named(ctx: AstContext, expr: ast.expr) -> tuple[AstContext, ast.ClassDef] | None:
     """The class a base names: one defined at the top of this module, or of the project
     module it is imported from."""
-    if isinstance(expr, cst.Name):
-        local = _top_class(ctx, expr.value)
+    if isinstance(expr, ast.Name):
+        local = _top_class(ctx, expr.id)
         if local is not None:
             return ctx, local
-    for module, level, name in imported_as(ctx, expr):
+    for module, level, name in _imported_as(ctx, expr):
         other = ctx.project_module(module, level)
         found = _top_class(other, name) if other is not None else None
         if found is not None:
@@ -338,28 +340,74 @@ def _class_named(ctx: FileContext, expr: cst.BaseExpression) -> tuple[FileContex
     return None
 
 
-def _top_class(ctx: FileContext, name: str) -> cst.ClassDef | None:
-    return next((s for s in ctx.module.body if isinstance(s, cst.ClassDef) and s.name.value == name), None)
+def _imported_as(ctx: AstContext, expr: ast.expr) -> list[tuple[str | None, int, str]]:
+    """Where ``expr`` may be imported from, as (module, level of its relative import, name):
+    by the file's absolute imports, else by its relative ones (``from .base import Trainer``:
+    ``Trainer``; ``from . import base``: ``base.Trainer``)."""
+    found = [(q.rpartition(".")[0], 0, q.rpartition(".")[2]) for q in sorted(ctx.outline.qualified_names(expr))
+             if "." in q]
+    parts = dotted(expr)
+    if found or parts is None or len(parts) > 2:
+        return found
+    for stmt in sorted(ctx.outline.nodes(ast.ImportFrom), key=ctx.order):
+        if not stmt.level or stmt.names[0].name == "*":
+            continue
+        for alias in stmt.names:
+            local = alias.asname or alias.name
+            if parts == [local]:
+                found.append((stmt.module, stmt.level, alias.name))
+            elif len(parts) == 2 and parts[0] == local:
+                found.append((f"{stmt.module}.{alias.name}" if stmt.module else alias.name, stmt.level, parts[1]))
+    return found
 
 
-def _followable(ctx: FileContext, method: cst.FunctionDef) -> bool:
+def _top_class(ctx: AstContext, name: str) -> ast.ClassDef | None:
+    return next((s for s in ctx.outline.tree.body if isinstance(s, ast.ClassDef) and s.name == name), None)
+
+
+def _is_object(base: ast.expr) -> bool:
+    return isinstance(base, ast.Name) and base.id == "object"
+
+
+def _followable(ctx: AstContext, method: Function) -> bool:
     """A plain method: not a coroutine, a generator, or a property (``self.m()`` then runs
     something else than its body)."""
-    if method.asynchronous is not None or _decorated(ctx, method, "property", "cached_property"):
+    if isinstance(method, ast.AsyncFunctionDef) or _decorated(ctx, method, "property", "cached_property"):
         return False
-    return not any(ctx.enclosing(y, (cst.FunctionDef, cst.Lambda)) is method
-                   for y in ctx.nodes_within(cst.Yield, method))
+    stack: list[ast.AST] = list(method.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.Yield, ast.YieldFrom)):
+            return False
+        stack.extend(c for c in ast.iter_child_nodes(node) if not isinstance(c, _NESTED))
+    return True
 
 
-def _decorated(ctx: FileContext, method: cst.FunctionDef, *names: str) -> bool:
-    return any(ctx.code(d.decorator).split(".")[-1] in names for d in method.decorators)
+def _decorated(ctx: AstContext, method: Function, *names: str) -> bool:
+    return any(ctx.code(d).split(".")[-1] in names for d in method.decorator_list)
 
 
-def _self_method(call: cst.Call) -> str | None:
+def _self_method(call: ast.Call) -> str | None:
     func = call.func
-    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
-        return func.attr.value
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+        return func.attr
     return None
+
+
+def _params(function: Function) -> list[str]:
+    """The function's parameters, in order (``*args`` and ``**kwargs`` last)."""
+    args = function.args
+    return [p.arg for p in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg) if p is not None]
+
+
+def _calls(node: ast.AST) -> list[ast.Call]:
+    """The calls inside ``node``, nested functions' included."""
+    return [c for c in ast.walk(node) if isinstance(c, ast.Call)]
+
+
+def _arguments(call: ast.Call) -> list[ast.expr]:
+    """What a call passes: its arguments, ``*args``' and ``**kwargs``' values included."""
+    return [*(a.value if isinstance(a, ast.Starred) else a for a in call.args), *(k.value for k in call.keywords)]
 
 
 # -- lowering ------------------------------------------------------------------------------
@@ -367,15 +415,14 @@ def _self_method(call: cst.Call) -> str | None:
 _ROOT = re.compile(r"[A-Za-z_]\w*")
 
 
-class _Inlining(flow._Lowering):
-    def __init__(self, ctx: FileContext, scope: cst.CSTNode, hierarchy: _Hierarchy | None,
-                 hops_: tuple[Hop, ...], bound: dict[str, str] | None = None):
+class _Inlining(flow._AstLowering):
+    def __init__(self, ctx: AstContext, scope: ast.AST, hierarchy: _Hierarchy | None, hops_: tuple[Hop, ...]):
         super().__init__(ctx, scope)
         self.hierarchy = hierarchy
         self.hops = hops_
-        self.bound = bound or {}  # a callee's parameters: how the caller spells their arguments
+        self.bound: dict[str, str] = {}  # a callee's parameters: how the caller spells their arguments
         self.reached: list[Event] = []  # events of inlined methods
-        self.opaque: list[tuple[cst.Call, FileContext, _Inlining | None]] = []
+        self.opaque: list[tuple[ast.Call, AstContext, _Inlining | None]] = []
         self.wrappers: dict[int, Hop] = {}
 
     def spelled(self, text: str) -> str:
@@ -385,8 +432,8 @@ class _Inlining(flow._Lowering):
             return text
         return self.bound[match.group()] + text[match.end():]
 
-    def canonical(self, expr: cst.BaseExpression) -> str:
-        text = flow._text(self.ctx, expr)
+    def canonical(self, expr: ast.expr) -> str:
+        text = flow.key(self.ctx, expr)
         return self.aliases[text] if text in self.aliases else self.spelled(text)
 
     def _assign_text(self, text: str) -> None:
@@ -395,21 +442,21 @@ class _Inlining(flow._Lowering):
 
     def _event(self, event: Event) -> Event:
         if event.kind == flow.SCALED_BACKWARD:
-            raw = scaled_backward_scaler(self.ctx, event.node)
+            raw = flow.scaled_by(self.ctx, event.node)
             event = replace(event, scaler=self.aliases.get(raw) or self.spelled(raw))
         if self.hops:
             event = Reached(**{f.name: getattr(event, f.name) for f in fields(Event)}, hops=self.hops)
         return super()._event(event)
 
-    def _small(self, node: cst.CSTNode) -> list:
+    def _small(self, node: ast.stmt) -> list:
         out = super()._small(node)
-        if isinstance(node, cst.Return):
+        if isinstance(node, ast.Return):
             out.insert(len(out) - 1, self._event(Event(RETURN, node)))
         return out
 
-    def _events_in(self, node: cst.CSTNode) -> list:
+    def _events_in(self, node: ast.AST) -> list:
         out: list = []
-        for call in flow._calls_within(self.ctx, node):
+        for call in _calls_in(self.ctx, node):
             # A method of the class first: `self.backward(loss)` may scale the loss.
             inlined = self._inline(call)
             if inlined is not None:
@@ -422,13 +469,13 @@ class _Inlining(flow._Lowering):
                 self.opaque.append((call, self.ctx, self))
         return out
 
-    def touches(self, call: cst.Call) -> bool:
+    def touches(self, call: ast.Call) -> bool:
         """Whether a call left out runs a method of ``self`` that may make an event."""
         name = _self_method(call)
         target = self.hierarchy.method(name) if name is not None and self.hierarchy is not None else None
         return target is not None and self.hierarchy.relevant(*target)
 
-    def _inline(self, call: cst.Call) -> Loop | None:
+    def _inline(self, call: ast.Call) -> Loop | None:
         """The callee's body for ``self.m(...)``, as a loop run once whose breaks are its returns."""
         name = _self_method(call)
         if name is None or self.hierarchy is None or len(self.hops) >= MAX_DEPTH:
@@ -439,7 +486,7 @@ class _Inlining(flow._Lowering):
         where, method = target
         if method is self.scope or any(h.method is method for h in self.hops):
             return None
-        params = [p.name.value for p in flow._params(method.params)]
+        params = _params(method)
         arguments = bind(call, params if _decorated(where, method, "staticmethod") else params[1:])
         if arguments is None:
             return None
@@ -449,12 +496,12 @@ class _Inlining(flow._Lowering):
         callee.assigned_stack.append(set())
         for param in params:
             callee._assign_text(param)
-        callee.bound = {name: self.canonical(arg.value) for name, arg in arguments.items()
-                        if not (isinstance(arg.value, cst.Name) and arg.value.value in ("None", "True", "False"))}
+        callee.bound = {name: self.canonical(arg) for name, arg in arguments.items()
+                        if not (isinstance(arg, ast.Constant) and (arg.value is None or isinstance(arg.value, bool)))}
         # `self` is the same object: the caller's scalers on it are the callee's too
         callee.scalers = callee.scalers | {text for text in callee.bound.values() if text in self.scalers} \
             | {text for text in self.scalers if text.startswith("self.")}
-        block = _returns_as_breaks(callee._block(method.body.body))
+        block = _returns_as_breaks(callee._block(method.body))
         self.counter = callee.counter
         opaque, callee.opaque = callee.opaque, []  # handed over, not kept on the callee too (see method_flows)
         if block is None:
@@ -465,6 +512,18 @@ class _Inlining(flow._Lowering):
         self.wrappers[id(wrapper)] = hop
         self.wrappers.update(callee.wrappers)
         return wrapper
+
+
+def _calls_in(ctx: AstContext, node: ast.AST) -> list[ast.Call]:
+    """The calls ``flow._AstLowering._events_in`` reads in ``node``, in source order (those in
+    nested functions, classes and lambdas are theirs)."""
+    calls, stack = [], [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, ast.Call):
+            calls.append(current)
+        stack.extend(c for c in ast.iter_child_nodes(current) if not isinstance(c, _NESTED))
+    return sorted(calls, key=ctx.order)
 
 
 def _returns_as_breaks(block: list) -> list | None:
@@ -492,21 +551,21 @@ def _returns_as_breaks(block: list) -> list | None:
 
 # -- naming a reached event in a message ---------------------------------------------------
 
-def place(ctx: FileContext, event: Event, seen: tuple[Hop, ...] = ()) -> str:
+def place(ctx: AstContext, event: Event, seen: tuple[Hop, ...] = ()) -> str:
     """How a message names where an event is: its line, and for an event of a method the
     function calls, the method and the first call leading there that the message has not
     named yet (``seen``: the calls that lead to what the finding is about)."""
     chain = hops(event)
     text = _line(ctx, home(ctx, event), event.node)
     if chain:
-        text += f" in `{chain[-1].method.name.value}`"
+        text += f" in `{chain[-1].method.name}`"
         shared = next((i for i, (a, b) in enumerate(zip(chain, seen)) if a != b), min(len(chain), len(seen)))
         if shared < len(chain):
             text += f", run by `{call_text(chain[shared])}` on {_line(ctx, chain[shared].home, chain[shared].call)}"
     return text
 
 
-def through(ctx: FileContext, event: Event) -> str:
+def through(ctx: AstContext, event: Event) -> str:
     """For the event a finding is about, in a method the function calls: ``(in `m`, run by
     `self.m()` on line 12)``, with its own place first when it is in another module."""
     chain = hops(event)
@@ -514,52 +573,29 @@ def through(ctx: FileContext, event: Event) -> str:
         return ""
     where = home(ctx, event)
     at = "" if where is ctx else f"{_line(ctx, where, event.node)}, "
-    return (f" ({at}in `{chain[-1].method.name.value}`, run by `{call_text(chain[0])}` on line "
+    return (f" ({at}in `{chain[-1].method.name}`, run by `{call_text(chain[0])}` on line "
             f"{line_of(ctx, chain[0].call)})")
 
 
-def evidence(ctx: FileContext, event: Event, what: str | None) -> tuple[Related, ...]:
+def evidence(ctx: AstContext, event: Event, what: str | None) -> tuple[Related, ...]:
     """Related locations for an event: the calls that lead to it, and its own place as
     ``what`` (None: not that)."""
-    found = [_related(ctx, h.home, h.call, f"`{call_text(h)}` runs `{h.method.name.value}`") for h in hops(event)]
+    found = [_related(ctx, h.home, h.call, f"`{call_text(h)}` runs `{h.method.name}`") for h in hops(event)]
     if what is not None:
         found.append(_related(ctx, home(ctx, event), event.node, what))
     return tuple(found)
 
 
 def call_text(hop: Hop) -> str:
-    return f"self.{hop.method.name.value}({'...' if hop.call.args else ''})"
+    return f"self.{hop.method.name}({'...' if hop.call.args or hop.call.keywords else ''})"
 
 
-def _line(ctx: FileContext, where: FileContext, node: cst.CSTNode) -> str:
+def _line(ctx: AstContext, where: AstContext, node: ast.AST) -> str:
     """``line 12`` in the analysed file, ``pkg/base.py:12`` in another module."""
     row = line_of(where, node)
     return f"line {row}" if where is ctx else located(ctx, Path(where.path), row, "")[0]
 
 
-def _related(ctx: FileContext, where: FileContext, node: cst.CSTNode, message: str) -> Related:
+def _related(ctx: AstContext, where: AstContext, node: ast.AST, message: str) -> Related:
     row = line_of(where, node)
     return Related(ctx.path, row, message) if where is ctx else located(ctx, Path(where.path), row, message)[1]
-
-
-# -- prefilter -----------------------------------------------------------------------------
-
-_LIBRARY_BASES = ("torch.", "abc.", "typing.", "collections.", "enum.")
-
-
-def class_may_have_together(outline: Outline, *kinds: str | tuple[str, ...]) -> bool:
-    """``flow.may_have_together`` for the methods of a class together: whether some class
-    may hold an event of each of ``kinds`` (a tuple: one of those) in its methods, or of one
-    of them and has a base outside the libraries whose methods may hold the rest."""
-    events = flow.events_on_ast(outline)
-    functions = [f for kind in (ast.FunctionDef, ast.AsyncFunctionDef) for f in outline.nodes(kind)]
-    wanted = [frozenset((k,) if isinstance(k, str) else k) for k in kinds]
-    for cls in outline.nodes(ast.ClassDef):
-        found = set().union(*(events.get(id(f), ()) for f in functions if contains(cls, f)))
-        if all(not found.isdisjoint(k) for k in wanted):
-            return True
-        if any(not found.isdisjoint(k) for k in wanted) and any(
-                not (isinstance(b, ast.Name) and b.id == "object")
-                and not any(q.startswith(_LIBRARY_BASES) for q in outline.qualified_names(b)) for b in cls.bases):
-            return True
-    return False

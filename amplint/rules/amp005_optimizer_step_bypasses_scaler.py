@@ -1,19 +1,17 @@
 from __future__ import annotations
 
+import ast
+import re
 from dataclasses import dataclass, replace
 
-import libcst as cst
-
 from ..engine import flow
-from ..engine.context import FileContext
-from ..engine.diagnostics import Fix
-from ..engine.edits import edit_from_tree
+from ..engine.ast_context import AstContext
+from ..engine.diagnostics import Edit, Fix
 from ..engine.flow import Event, Flow, line_of
-from ..engine.rule import Invalid, Rule, Valid
-from ..engine.semantics import statement_of
+from ..engine.rule import AstRule, Invalid, Valid
 
 
-class OptimizerStepBypassesScaler(Rule):
+class OptimizerStepBypassesScaler(AstRule):
     """
     ## What it does
     Finds `optimizer.step()` called directly where some path reaches it after
@@ -61,7 +59,6 @@ class OptimizerStepBypassesScaler(Rule):
     summary = "optimizer.step() after a scaled backward, bypassing the GradScaler"
     fixable = True
     fragments = (r"\.scale\(",)
-    may_fire = staticmethod(lambda outline: flow.may_have_together(outline, flow.STEP, flow.SCALED_BACKWARD))
 
     valid = (
         Valid("""
@@ -159,43 +156,59 @@ self.scaler.update()
 """, at=((4, 1, '`self.optimizer.step()` after `self.scaler.scale(...).backwa'),)),
     )
 
-    def check(self, ctx: FileContext) -> None:
+    def check(self, ctx: AstContext) -> None:
         for scope in flow.flows(ctx):
             if scope.of(flow.STEP) and scope.of(flow.SCALED_BACKWARD):
                 self._check_flow(ctx, scope)
 
-    def _check_flow(self, ctx: FileContext, scope: Flow) -> None:
+    def _check_flow(self, ctx: AstContext, scope: Flow) -> None:
         analysis = _DirectSteps()
         for fact in flow.propagate(scope, analysis):
             analysis.unfollowed.update(fact.awaiting)
         for step in sorted(analysis.found, key=lambda e: ctx.order(e.node)):
             backward = max(analysis.found[step], key=lambda e: ctx.order(e.node))
-            scaler, optimizer = backward.scaler, ctx.code(step.node.func.value)
+            scaler, optimizer = backward.scaler, _receiver(ctx, step.node)
             fix = None
             if not scope.of(flow.SCALER_STEP) and step not in analysis.unfollowed:
                 fix = Fix(f"Use `{scaler}.step({optimizer})`",
                           (ctx.replace(step.node, f"{scaler}.step({optimizer})"),))
             elif not scope.of(flow.SCALER_STEP) and step not in analysis.followed:
-                fix = self._fix_with_update(ctx, step.node, scaler, optimizer)
+                fix = _fix_with_update(ctx, step.node, scaler, optimizer)
             ctx.report(step.node, f"`{optimizer}.step()` after `{scaler}.scale(...).backward()` (line "
                                   f"{line_of(ctx, backward.node)}) steps on scaled gradients: use "
                                   f"`{scaler}.step({optimizer})`", fix)
 
-    def _fix_with_update(self, ctx: FileContext, call: cst.Call, scaler: str, optimizer: str) -> Fix | None:
-        """``S.step(opt)`` and, after it, the ``S.update()`` that no path had."""
-        stmt = statement_of(ctx, call)
-        block = ctx.parent(stmt)
-        if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1 \
-                or not isinstance(stmt.body[0], cst.Expr) or stmt.body[0].value is not call \
-                or not isinstance(block, cst.IndentedBlock | cst.Module):
-            return None
-        body = list(block.body)
-        at = next(i for i, s in enumerate(body) if s is stmt)
-        stepped = stmt.with_changes(body=[cst.Expr(cst.parse_expression(f"{scaler}.step({optimizer})"))])
-        update = cst.parse_statement(f"{scaler}.update()" + ctx.newline)
-        new_block = block.with_changes(body=body[:at] + [stepped, update] + body[at + 1:])
-        return Fix(f"Use `{scaler}.step({optimizer})` and `{scaler}.update()`",
-                   (edit_from_tree(ctx, block, new_block),))
+
+def _receiver(ctx: AstContext, call: ast.Call) -> str:
+    """What ``call``'s method is called on (``opt`` of ``opt.step()``), as written: with the
+    parentheses around it, which its own node leaves out."""
+    func = ctx.code(call.func)
+    return func[:func.rindex(".")].rstrip()
+
+
+def _fix_with_update(ctx: AstContext, call: ast.Call, scaler: str, optimizer: str) -> Fix | None:
+    """``S.step(opt)`` and, on a line of its own after it, the ``S.update()`` that no path had:
+    where the call is an expression statement alone on its lines (not after a ``;`` or a
+    block's ``:``), at that statement's indentation."""
+    statement = ctx.parent(call)
+    if not isinstance(statement, ast.Expr):
+        return None
+    start, end = ctx.offsets(statement)
+    line_start = ctx.offset(statement.lineno, 0)
+    line_end = ctx.offset(statement.end_lineno + 1, 0)
+    indentation, rest = ctx.source[line_start:start], ctx.source[end:line_end]
+    after = rest.lstrip(" \t")
+    if after.startswith(";"):  # its `;` goes, with the blanks before it, and after it unless a comment follows
+        rest = after[1:] if after[1:].strip() else after[1:].lstrip(" \t")
+    if indentation.strip(" \t") or rest.strip()[:1] not in ("", "#"):
+        return None
+    newline = rest[len(rest.rstrip("\r\n")):]
+    if not newline:  # the file's last line, without a line break
+        first_break = re.search(r"\r\n?|\n", ctx.source)
+        rest += first_break.group() if first_break else "\n"
+    update = f"{indentation}{scaler}.update(){newline}"
+    return Fix(f"Use `{scaler}.step({optimizer})` and `{scaler}.update()`",
+               (Edit(start, line_end, f"{scaler}.step({optimizer}){rest}{update}"),))
 
 
 @dataclass(frozen=True)

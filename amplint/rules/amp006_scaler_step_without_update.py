@@ -1,20 +1,18 @@
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, replace
 from typing import Iterator
 
-import libcst as cst
-
 from ..engine import flow
-from ..engine.context import FileContext
-from ..engine.enabling import scaler_switch
+from ..engine.ast_context import AstContext
 from ..engine.flow import Event
-from ..engine.method_calls import (RETURN, MethodFlow, Reached, class_may_have_together, evidence, hops, method_flows,
-                                   order, place, site, through)
-from ..engine.rule import Invalid, Rule, Valid
+from ..engine.method_calls import RETURN, MethodFlow, Reached, evidence, hops, method_flows, order, place, site, through
+from ..engine.rule import AstRule, Invalid, Valid
+from ..engine.enabling import scaler_switch
 
 
-class ScalerStepWithoutUpdate(Rule):
+class ScalerStepWithoutUpdate(AstRule):
     """
     ## What it does
     In a function that runs a whole scaled iteration (`S.scale(loss).backward()` and
@@ -85,9 +83,6 @@ class ScalerStepWithoutUpdate(Rule):
     name = "scaler-step-without-update"
     summary = "GradScaler step without exactly one update after it"
     fragments = (r"\.scale\(",)
-    may_fire = staticmethod(lambda outline: any(
-        test(outline, flow.SCALED_BACKWARD, (flow.SCALER_STEP, flow.UPDATE))
-        for test in (flow.may_have_together, class_may_have_together)))
 
     valid = (
         Valid("""
@@ -305,7 +300,7 @@ class BaseTrainer:
 """))),
     )
 
-    def check(self, ctx: FileContext) -> None:
+    def check(self, ctx: AstContext) -> None:
         flows = [f for f in method_flows(ctx)
                  if f.flow.of(flow.SCALED_BACKWARD) and f.flow.of(flow.SCALER_STEP, flow.UPDATE)]
         inlined = {id(h.method) for f in flows for h in f.wrappers.values()}
@@ -316,7 +311,7 @@ class BaseTrainer:
             ctx.report(node, message, related=related)
 
 
-def _check_flow(ctx: FileContext, scope: MethodFlow, outermost: bool, findings: dict[int, tuple]) -> None:
+def _check_flow(ctx: AstContext, scope: MethodFlow, outermost: bool, findings: dict[int, tuple]) -> None:
     """``outermost``: no other function of the file runs this one through ``self``, so its
     paths end the iteration (a caller could still update what they leave)."""
     analysis = _Updates()
@@ -378,14 +373,15 @@ _WHAT = {flow.SCALER_STEP: "the scaler's step", flow.UPDATE: "the scaler's updat
          flow.SCALED_BACKWARD: "the scaled backward", "loop": "the loop over the optimizers", RETURN: "the return"}
 
 
-def _per_optimizer_updates(ctx: FileContext, scope: MethodFlow, scaled: set[str]
+def _per_optimizer_updates(ctx: AstContext, scope: MethodFlow, scaled: set[str]
                            ) -> Iterator[tuple[Event, Event, Event]]:
     """(update, loop, step) for a loop with no backward of its own that steps a different
     optimizer each iteration and updates every iteration: one update per optimizer. The loop
     is given as an event at its ``for``."""
     for loop, leading in scope.loops():
         inside = [e for e in flow.items(loop.body) if isinstance(e, Event)]
-        if not isinstance(loop.node, cst.For) or any(e.kind in (flow.BACKWARD, flow.SCALED_BACKWARD) for e in inside):
+        if not isinstance(loop.node, (ast.For, ast.AsyncFor)) \
+                or any(e.kind in (flow.BACKWARD, flow.SCALED_BACKWARD) for e in inside):
             continue
         steps = [e for e in inside if e.kind == flow.SCALER_STEP and e.scaler in scaled
                  and e.optimizer is not None and flow.mentions(e.optimizer, loop.assigned)]
@@ -395,7 +391,7 @@ def _per_optimizer_updates(ctx: FileContext, scope: MethodFlow, scaled: set[str]
                 yield update, Reached("loop", loop.node, hops=leading) if leading else Event("loop", loop.node), step
 
 
-def _updates_returned_past(ctx: FileContext, scope: MethodFlow, analysis: "_Updates", ends: set
+def _updates_returned_past(ctx: AstContext, scope: MethodFlow, analysis: "_Updates", ends: set
                            ) -> Iterator[tuple[Event, Event, Event]]:
     """(return, step or unscale, update) for a return that leaves the step or unscale of an
     optimizer of the function's own (not one its caller passes, which may be another one next

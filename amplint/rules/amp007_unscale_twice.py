@@ -3,87 +3,14 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, replace
 
-import libcst as cst
-
 from ..engine import flow
-from ..engine.context import FileContext
-from ..engine.enabling import scaler_switch
+from ..engine.ast_context import AstContext
 from ..engine.flow import Event, line_of
-from ..engine.outline import Outline, contains
-from ..engine.rule import Invalid, Rule, Valid
-
-_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+from ..engine.rule import AstRule, Invalid, Valid
+from ..engine.enabling import scaler_switch
 
 
-def _first_positional(call: ast.Call) -> ast.expr | None:
-    """The argument the flow names the optimizer after (a plain first positional one)."""
-    return call.args[0] if call.args and not isinstance(call.args[0], ast.Starred) else None
-
-
-def _target_names(target: ast.expr) -> set[str]:
-    """The plain names a loop's target binds."""
-    if isinstance(target, ast.Name):
-        return {target.id}
-    if isinstance(target, (ast.Tuple, ast.List)):
-        return set().union(*map(_target_names, target.elts))
-    return _target_names(target.value) if isinstance(target, ast.Starred) else set()
-
-
-def _rebinds_what_it_unscales(outline: Outline, call: ast.Call, loop: ast.AST) -> bool:
-    """Whether ``loop``'s back edge forgets what ``call`` unscaled: its target binds a name the
-    call's optimizer or scaler reads. A name rebound in the loop to another name or attribute
-    (``opt = self.opt``) may stand for the same optimizer in every iteration: not counted."""
-    if not isinstance(loop, (ast.For, ast.AsyncFor)):
-        return False
-    bound = _target_names(loop.target)
-    aliased = {t.id for kind in (ast.Assign, ast.AnnAssign) for a in outline.nodes(kind) if contains(loop, a)
-               for t in (a.targets if isinstance(a, ast.Assign) else [a.target]) if isinstance(t, ast.Name)}
-    for key in (_first_positional(call), call.func.value):
-        if key is None:
-            continue
-        names = {n.id for n in ast.walk(key) if isinstance(n, ast.Name)}
-        if isinstance(key, ast.Name):
-            names -= aliased
-        if names & bound:
-            return True
-    return False
-
-
-def _may_fire(outline: Outline) -> bool:
-    """Some ``unscale_`` call may meet an earlier unscale or step of its optimizer: another
-    ``unscale_`` call in its function (or module code), a ``.step`` call there that may name the
-    same optimizer, or a loop of its function around it whose next iteration unscales the same
-    optimizer again (the innermost such loop's target binds nothing the call reads: a loop
-    over optimizers unscales another one each time)."""
-    unscales = outline.method_calls("unscale_")
-    if not unscales:
-        return False
-    scopes = outline.scopes
-    by_scope: dict[int, list[ast.Call]] = {}
-    for call in unscales:
-        by_scope.setdefault(scopes[id(call)], []).append(call)
-    steps: dict[int, list[ast.Call]] = {}
-    for step in outline.method_calls("step"):
-        steps.setdefault(scopes[id(step)], []).append(step)
-    functions = {id(f): f for kind in (ast.FunctionDef, ast.AsyncFunctionDef) for f in outline.nodes(kind)}
-    loops = [n for kind in _LOOPS for n in outline.nodes(kind)]
-    for scope, calls in by_scope.items():
-        if len(calls) > 1:
-            return True
-        call = calls[0]
-        # A step with no optimizer named matches only an unscale_ with none.
-        if any(_first_positional(s) is not None or _first_positional(call) is None for s in steps.get(scope, ())):
-            return True
-        around = [loop for loop in loops if contains(loop, call)
-                  and (scope == 0 or contains(functions[scope], loop))]
-        if around:
-            innermost = max(around, key=lambda loop: (loop.lineno, loop.col_offset))  # they nest
-            if not _rebinds_what_it_unscales(outline, call, innermost):
-                return True
-    return False
-
-
-class UnscaleTwice(Rule):
+class UnscaleTwice(AstRule):
     """
     ## What it does
     Finds `S.unscale_(opt)` reached on some path where `S` already unscaled or stepped the same
@@ -124,7 +51,6 @@ class UnscaleTwice(Rule):
     name = "unscale-twice"
     summary = "scaler.unscale_(opt) twice per iteration, or after scaler.step(opt)"
     fragments = (r"\.unscale_\(",)
-    may_fire = staticmethod(_may_fire)
 
     valid = (
         Valid("""
@@ -240,7 +166,9 @@ def train_epoch(model, loader, optimizer, scaler):
 """, at=((6, 9, 'an iteration can end without `update()`'),)),
     )
 
-    def check(self, ctx: FileContext) -> None:
+    def check(self, ctx: AstContext) -> None:
+        if not ctx.outline.method_calls("unscale_"):  # every finding is an `S.unscale_(...)` call
+            return
         for scope in flow.flows(ctx):
             if scope.of(flow.UNSCALE):
                 analysis = _Unscales()
@@ -248,7 +176,7 @@ def train_epoch(model, loader, optimizer, scaler):
                 for call in sorted(analysis.found, key=lambda e: ctx.order(e.node)):
                     self._report(ctx, call, analysis.found[call])
 
-    def _report(self, ctx: FileContext, call: Event, causes: set[Event]) -> None:
+    def _report(self, ctx: AstContext, call: Event, causes: set[Event]) -> None:
         s, opt = call.scaler, call.optimizer
         switch = scaler_switch(ctx, s) if s else None  # a disabled scaler's unscale_ does nothing
         when, related = (f" ({switch.when})", switch.related) if switch else ("", ())
@@ -264,7 +192,7 @@ def train_epoch(model, loader, optimizer, scaler):
             ctx.report(call.node, f"`{s}.unscale_({opt})` again before `{s}.update()` (first on line "
                                   f"{line_of(ctx, first.node)}): it raises at runtime{when}", related=related)
             return
-        loop = next(a for a in ctx.ancestors(call.node) if isinstance(a, (cst.For, cst.While)))
+        loop = ctx.enclosing(call.node, (ast.For, ast.AsyncFor, ast.While))
         ctx.report(call.node, f"`{s}.unscale_({opt})` runs again in the next iteration of the loop on line "
                               f"{line_of(ctx, loop)} before any `{s}.update()`: an iteration can end "
                               f"without `update()` after it, and the next one raises{when}", related=related)

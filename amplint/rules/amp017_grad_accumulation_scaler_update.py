@@ -1,73 +1,13 @@
 from __future__ import annotations
 
-import ast
-
 from ..engine import flow
-from ..engine.context import FileContext
-from ..engine.enabling import scaler_switch
+from ..engine.ast_context import AstContext
 from ..engine.flow import Event, Flow, line_of
-from ..engine.outline import Outline
-from ..engine.rule import AnyOf, Invalid, Rule, Valid
-
-# Nodes whose fields hold blocks of statements, and those fields.
-_BLOCK_FIELDS = ("body", "orelse", "finalbody")
-_COMPOUND = (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.For, ast.AsyncFor, ast.While,
-             ast.If, ast.With, ast.AsyncWith, ast.Try, ast.ExceptHandler, ast.match_case)
+from ..engine.rule import AnyOf, AstRule, Invalid, Valid
+from ..engine.enabling import scaler_switch
 
 
-def _step_of(statement: ast.stmt, scaler: ast.expr) -> bool:
-    """``S.step(...)`` as the whole of an expression statement or of an assignment's value,
-    with ``S`` written as ``scaler`` is; an assignment only where ``scaler`` is no plain name
-    (rebinding a name may change what another name stands for)."""
-    if isinstance(statement, ast.Expr):
-        value = statement.value
-    elif isinstance(statement, (ast.Assign, ast.AnnAssign)) and not isinstance(scaler, ast.Name):
-        value = statement.value
-    else:
-        return False
-    return isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "step" \
-        and ast.unparse(value.func.value) == ast.unparse(scaler)
-
-
-def _updates_after_their_step(outline: Outline) -> set[int]:
-    """ids of the ``S.update()`` statements that every path reaches right after ``S.step(...)``:
-    a statement earlier in the same block steps the same scaler, and only expression statements
-    (which bind nothing) run between. Blocks are entered only at their start, so no path
-    reaches such an update without the step."""
-    found = set()
-    for kind in _COMPOUND:
-        for node in outline.nodes(kind):
-            for field in _BLOCK_FIELDS:
-                block = getattr(node, field, None)
-                if not isinstance(block, list):
-                    continue
-                for j, statement in enumerate(block):
-                    value = statement.value if isinstance(statement, ast.Expr) else None
-                    if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
-                            and value.func.attr == "update"):
-                        continue
-                    k = j - 1
-                    while k >= 0 and isinstance(block[k], ast.Expr) and not _step_of(block[k], value.func.value):
-                        k -= 1
-                    if k >= 0 and _step_of(block[k], value.func.value):
-                        found.add(id(value))
-    return found
-
-
-def _may_fire(outline: Outline) -> bool:
-    """A function (or the module's code) that may step a scaler and update one, with an update
-    some path may reach without a step: not one right after its scaler's step
-    (``_updates_after_their_step``)."""
-    events = flow.events_on_ast(outline)
-    candidates = [call for call, kind in flow.event_calls(outline).items() if kind == flow.UPDATE
-                  and flow.SCALER_STEP in events[outline.scopes[call]]]
-    if not candidates:
-        return False
-    stepped = _updates_after_their_step(outline)
-    return any(call not in stepped for call in candidates)
-
-
-class GradAccumulationScalerUpdate(Rule):
+class GradAccumulationScalerUpdate(AstRule):
     """
     ## What it does
     Finds `S.update()` that some path reaches in an iteration (of the loop around it, or a
@@ -116,7 +56,6 @@ class GradAccumulationScalerUpdate(Rule):
     summary = "scaler.update() outside the gradient-accumulation condition of scaler.step()"
     # A scaler, and `.step` and `.update` calls.
     fragments = ((AnyOf("scaler", "Scaler", r"\.scale\("), r"\.\s*step\b", r"\.\s*update\b"),)
-    may_fire = staticmethod(_may_fire)
 
     valid = (
         Valid("""
@@ -175,12 +114,12 @@ def train_step(self, loss, boundary):
 """, at=((6, 5, 'only on some: move the update under the step'),)),
     )
 
-    def check(self, ctx: FileContext) -> None:
+    def check(self, ctx: AstContext) -> None:
         for scope in flow.flows(ctx):
             if scope.of(flow.SCALER_STEP) and scope.of(flow.UPDATE):
                 self._check_flow(ctx, scope)
 
-    def _check_flow(self, ctx: FileContext, scope: Flow) -> None:
+    def _check_flow(self, ctx: AstContext, scope: Flow) -> None:
         analysis = _IterationSteps()
         flow.propagate(scope, analysis)
         for update in scope.of(flow.UPDATE):
@@ -189,7 +128,9 @@ def train_step(self, loss, boundary):
             steps = [e for e in scope.of(flow.SCALER_STEP) if e.scaler == update.scaler]
             if not steps:
                 continue
-            step = min(steps, key=lambda e: abs(ctx.order(e.node) - ctx.order(update.node)))
+            # The message names the step nearest the update.
+            at = ctx.offsets(update.node)[0]
+            step = min(steps, key=lambda e: abs(ctx.offsets(e.node)[0] - at))
             switch = scaler_switch(ctx, update.scaler) if update.scaler else None
             ctx.report(update.node, f"`{update.scaler}.update()` runs on every iteration but "
                                     f"`{step.scaler}.step(...)` (line {line_of(ctx, step.node)}) only on some: "

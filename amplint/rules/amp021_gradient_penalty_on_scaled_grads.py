@@ -1,25 +1,17 @@
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
 
-import libcst as cst
-
 from ..engine import flow
-from ..engine.context import FileContext
+from ..engine.ast_context import AstContext
 from ..engine.diagnostics import Related
 from ..engine.flow import line_of
-from ..engine.outline import Outline
-from ..engine.rule import Invalid, Rule, Valid
-from ..engine.semantics import (
-    assigned_before,
-    bind,
-    called_function,
-    calls_of,
-    enclosing_function,
-    method_call,
-)
-from ..engine.tree import children
+from ..engine.loss_scale import Scaled, arguments, bound_names, last_name, reads_scale, scale_names, scaled, unstarred
+from ..engine.regions import bind, called_function, calls_of, value_before
+from ..engine.rule import AstRule, Invalid, Valid
+from ..engine.summaries import checked_module, receiver
 
 _GRAD = frozenset({"torch.autograd.grad"})
 _GRAD_PARAMETERS = ("outputs", "inputs", "grad_outputs", "retain_graph", "create_graph")
@@ -40,120 +32,49 @@ _LEAVES_GRAPH_FUNCTIONS = frozenset({"len", "print", "float", "int", "bool", "st
 _SCALE_FREE_METHODS = frozenset({"sign", "sgn", "argmax", "argmin", "argsort", "isfinite", "isnan", "isinf"})
 _SCALE_FREE_FUNCTIONS = frozenset({"torch.sign", "torch.sgn", "torch.nn.functional.normalize", "torch.argmax",
                                    "torch.argmin", "torch.argsort", "torch.isfinite", "torch.isnan", "torch.isinf"})
-_NESTED = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
-_STATEMENTS = (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.Expr, cst.Return, cst.For)
+_NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+_STATEMENTS = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr, ast.Return, ast.For, ast.AsyncFor)
 _WORDS = re.compile(r"_+|(?<=[a-z0-9])(?=[A-Z])")
 _LOSS_WORDS = frozenset({"loss", "losses", "cost", "objective"})
 
 
-def _may_fire(outline: Outline) -> bool:
-    """A call of `torch.autograd.grad` (by the imports) and a `.scale(...)` call somewhere."""
-    return bool(outline.method_calls("scale")) and bool(outline.calls_to(_GRAD))
-
-
-def _last_name(node: cst.BaseExpression) -> str | None:
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        return node.attr.value
-    return None
-
-
-def _loss_like(target: cst.BaseExpression) -> bool:
+def _loss_like(target: ast.expr) -> bool:
     """``loss``, ``d_loss``, ``loss_D``, ``lossG``, ``D_cost``, ``self.total_loss``, ``errD``:
     named like a loss (not ``grad_loss_ratio``)."""
-    name = _last_name(target)
-    if name is None:
-        return False
-    words = [w.lower() for w in _WORDS.split(name) if w]
-    if not words:
-        return False
-    return words[-1] in _LOSS_WORDS or (len(words) == 2 and words[0] in _LOSS_WORDS | {"err"})
+    words = [w.lower() for w in _WORDS.split(last_name(target) or "") if w]
+    return bool(words) and (words[-1] in _LOSS_WORDS or (len(words) == 2 and words[0] in _LOSS_WORDS | {"err"}))
 
 
-def _scale_named(name: str) -> bool:
-    """``inv_scale``, ``loss_scale``, ``self.scale``: named like the loss scale (not the scaler,
-    nor something scaled)."""
-    lowered = name.lower()
-    return "scale" in lowered and "scaler" not in lowered and "scaled" not in lowered
-
-
-@dataclass(frozen=True)
-class _Scaled:
-    scaler: str  # the code of the GradScaler
-    call: cst.Call  # its `.scale(...)` call
-
-
-def _scaled(ctx: FileContext, expr: cst.BaseExpression | None, depth: int = 2) -> _Scaled | None:
-    """``S.scale(...)`` for a GradScaler ``S``, in a list or tuple of outputs, or a name assigned
-    one earlier in its function."""
-    if expr is None:
-        return None
-    if isinstance(expr, (cst.List, cst.Tuple)):
-        return next((s for e in expr.elements if (s := _scaled(ctx, e.value, depth)) is not None), None)
-    if isinstance(expr, cst.Call):
-        mc = method_call(expr)
-        if mc is not None and mc[1] == "scale" and ctx.code(mc[0]) in flow.scalers(ctx):
-            return _Scaled(ctx.code(mc[0]), expr)
-        return None
-    if isinstance(expr, cst.Name) and depth:
-        return _scaled(ctx, assigned_before(ctx, expr), depth - 1)
-    return None
-
-
-def _outputs(call: cst.Call) -> cst.BaseExpression | None:
-    arguments = bind(call, _GRAD_PARAMETERS)
-    return arguments["outputs"].value if arguments and "outputs" in arguments else None
-
-
-def _bound_names(ctx: FileContext, target: cst.BaseExpression) -> list[str]:
-    """What an assignment binds, by code: names and attributes, tuples unpacked."""
-    if isinstance(target, (cst.Name, cst.Attribute)):
-        return [ctx.code(target)]
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return [n for e in target.elements for n in _bound_names(ctx, e.value)]
-    if isinstance(target, cst.StarredElement):
-        return _bound_names(ctx, target.value)
-    return []
-
-
-def _statements(ctx: FileContext, scope: cst.CSTNode) -> list[cst.CSTNode]:
+def _statements(ctx: AstContext, scope: ast.AST) -> list[ast.stmt]:
     """The assignments, expression statements, returns and `for`s of a function (or of the
     module's own code), in source order; not those of functions or classes inside it."""
     cache = ctx.__dict__.setdefault("_amp021_statements", {})
     if id(scope) not in cache:
-        found = []
-        stack = [scope.body] if isinstance(scope, cst.FunctionDef) \
-            else [s for s in scope.body if not isinstance(s, _NESTED)]
-        while stack:
-            node = stack.pop()
-            if isinstance(node, _STATEMENTS):
-                found.append(node)
-            stack.extend(c for c in children(node) if not isinstance(c, _NESTED))
-        cache[id(scope)] = (scope, sorted(found, key=ctx.order))
-    return cache[id(scope)][1]
+        cache[id(scope)] = sorted((n for n in checked_module(ctx).scope_nodes(scope) if isinstance(n, _STATEMENTS)),
+                                  key=ctx.order)
+    return cache[id(scope)]
 
 
-def _calls_in(ctx: FileContext, statement: cst.CSTNode) -> list[cst.Call]:
+def _calls_in(ctx: AstContext, statement: ast.stmt) -> list[ast.Call]:
     """The calls of a simple statement, in source order (not those inside a lambda)."""
     found, stack = [], [statement]
     while stack:
         node = stack.pop()
-        if isinstance(node, cst.Call):
+        if isinstance(node, ast.Call):
             found.append(node)
-        stack.extend(c for c in children(node) if not isinstance(c, _NESTED))
+        stack.extend(c for c in ast.iter_child_nodes(node) if not isinstance(c, _NESTED))
     return sorted(found, key=ctx.order)
 
 
-def _scope(ctx: FileContext, node: cst.CSTNode) -> cst.CSTNode:
-    return enclosing_function(ctx, node) or ctx.module
+def _scope(ctx: AstContext, node: ast.AST) -> ast.AST:
+    return ctx.enclosing_function(node) or ctx.outline.tree
 
 
 @dataclass
 class _Use:
     """Where gradients of a scaled value went in one function."""
 
-    sink: cst.CSTNode | None = None  # the statement or call that puts them into a loss
+    sink: ast.AST | None = None  # the statement or call that puts them into a loss
     what: str = ""  # how, for the message
     returned: bool = False  # whether the function returns them (or what was built from them)
 
@@ -162,178 +83,105 @@ class _Gradients:
     """Follows the value of one call (``seed``: a `torch.autograd.grad` call, or a call of a
     helper that returns one) through a function, statement by statement in source order:
     which names hold it or a value computed from it, until it is multiplied or divided by the
-    loss scale, turned into a number (`.item()`, `float()`), or put into a loss."""
+    loss scale (``loss_scale.scale_names``), turned into a number (`.item()`, `float()`), or
+    put into a loss."""
 
-    def __init__(self, ctx: FileContext, scope: cst.CSTNode, seed: cst.Call):
+    def __init__(self, ctx: AstContext, scope: ast.AST, seed: ast.Call):
         self.ctx, self.scope, self.seed = ctx, scope, seed
-        self.scales = self._scale_names()
+        self.scales = scale_names(ctx, scope)
 
-    def _scale_names(self) -> set[str]:
-        """Names and attributes assigned the scale or its inverse: a value that reads
-        ``S.get_scale()`` (or such a name) and nothing else but constants and devices
-        (``inv_scale = 1.0 / scaler.get_scale()``, not ``grads = [g * inv_scale for g in scaled]``)."""
-        found: set[str] = set()
-        for statement in _statements(self.ctx, self.scope):
-            if isinstance(statement, (cst.Assign, cst.AnnAssign, cst.AugAssign)) and statement.value is not None \
-                    and self._reads_scale(statement.value, found) and self._only_scale(statement.value, found):
-                targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) \
-                    else [statement.target]
-                found.update(n for t in targets for n in _bound_names(self.ctx, t))
-        return found
-
-    def _only_scale(self, node: cst.CSTNode, scales: set[str]) -> bool:
-        """Every name ``node`` reads (not a function's own) is a name in ``scales``, named like
-        the scale, or a device or dtype; ``S.get_scale()`` reads nothing else."""
-        stack = [node]
-        while stack:
-            node = stack.pop()
-            if isinstance(node, cst.Call):
-                mc = method_call(node)
-                if mc is not None and mc[1] == "get_scale":
-                    continue
-                stack.extend(a.value for a in node.args)
-                if mc is not None:
-                    stack.append(mc[0])
-            elif isinstance(node, (cst.Name, cst.Attribute)):
-                last = _last_name(node) or ""
-                if not (self.ctx.code(node) in scales or _scale_named(last) or last in ("device", "dtype")
-                        or self.ctx.qualified_names(node)):
-                    return False
-            elif isinstance(node, _NESTED):
-                return False
-            else:
-                stack.extend(children(node))
-        return True
-
-    def _reads_scale(self, node: cst.CSTNode, scales: set[str]) -> bool:
-        """``node`` calls ``S.get_scale()`` or reads a name in ``scales`` or named like the
-        scale (not a function's or method's own name: ``S.scale(...)`` reads ``S``)."""
-        stack = [node]
-        while stack:
-            node = stack.pop()
-            if isinstance(node, cst.Call):
-                mc = method_call(node)
-                if mc is not None and mc[1] == "get_scale":
-                    return True
-                stack.extend(a.value for a in node.args)
-                if mc is not None:
-                    stack.append(mc[0])
-            elif isinstance(node, (cst.Name, cst.Attribute)):
-                if self.ctx.code(node) in scales or _scale_named(_last_name(node) or ""):
-                    return True
-                if isinstance(node, cst.Attribute):
-                    stack.append(node.value)
-            elif not isinstance(node, _NESTED):
-                stack.extend(children(node))
-        return False
-
-    def unscales(self, expr: cst.BaseExpression, held: set[str]) -> bool:
+    def unscales(self, expr: ast.expr, held: set[str]) -> bool:
         """``expr`` reads the loss scale and is no gradient itself."""
-        return self._reads_scale(expr, self.scales) and not self.holds(expr, held)
+        return reads_scale(self.ctx, [expr], self.scales) and not self.holds(expr, held)
 
-    def holds(self, expr: cst.BaseExpression, held: set[str]) -> bool:
+    def holds(self, expr: ast.expr, held: set[str]) -> bool:
         """Whether ``expr``'s value is (or is computed from) the scaled gradients, where the
         names ``held`` hold them."""
-        ctx = self.ctx
         if expr is self.seed:
             return True
-        if isinstance(expr, (cst.Name, cst.Attribute)):
-            if ctx.code(expr) in held:
-                return True
-            return isinstance(expr, cst.Attribute) and self.holds(expr.value, held)
-        if isinstance(expr, cst.Subscript):
+        if isinstance(expr, (ast.Name, ast.Attribute)):
+            return self.ctx.code(expr) in held or isinstance(expr, ast.Attribute) and self.holds(expr.value, held)
+        if isinstance(expr, (ast.Subscript, ast.Starred, ast.NamedExpr, ast.Await)):
             return self.holds(expr.value, held)
-        if isinstance(expr, cst.Call):
+        if isinstance(expr, ast.Call):
             return self._call_holds(expr, held)
-        if isinstance(expr, cst.BinaryOperation):
+        if isinstance(expr, ast.BinOp):
             left, right = self.holds(expr.left, held), self.holds(expr.right, held)
-            if left and right and isinstance(expr.operator, cst.Divide):
+            if left and right and isinstance(expr.op, ast.Div):
                 return False  # `g / g.norm()`: the scale cancels
-            if isinstance(expr.operator, (cst.Multiply, cst.Divide)) and \
+            if isinstance(expr.op, (ast.Mult, ast.Div)) and \
                     ((left and self.unscales(expr.right, held)) or (right and self.unscales(expr.left, held))):
                 return False
             return left or right
-        if isinstance(expr, cst.UnaryOperation):
-            return self.holds(expr.expression, held)
-        if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
-            return any(self.holds(e.value, held) for e in expr.elements)
-        if isinstance(expr, cst.Dict):
-            return any(isinstance(e, cst.DictElement) and self.holds(e.value, held) for e in expr.elements)
-        if isinstance(expr, cst.IfExp):
+        if isinstance(expr, ast.UnaryOp):
+            return self.holds(expr.operand, held)
+        if isinstance(expr, (ast.List, ast.Tuple, ast.Set)):
+            return any(self.holds(e, held) for e in expr.elts)
+        if isinstance(expr, ast.Dict):
+            return any(k is not None and self.holds(v, held) for k, v in zip(expr.keys, expr.values))
+        if isinstance(expr, ast.IfExp):
             return self.holds(expr.body, held) or self.holds(expr.orelse, held)
-        if isinstance(expr, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
+        if isinstance(expr, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
             inner = set(held)
-            clause = expr.for_in
-            while clause is not None:
-                names = _bound_names(ctx, clause.target)
+            for clause in expr.generators:
+                names = bound_names(self.ctx, clause.target)
                 if self.holds(clause.iter, inner):
                     inner.update(names)
                 else:
                     inner.difference_update(names)
-                clause = clause.inner_for_in
-            return self.holds(expr.value if isinstance(expr, cst.DictComp) else expr.elt, inner)
-        if isinstance(expr, (cst.NamedExpr, cst.Await)):
-            return self.holds(expr.value if isinstance(expr, cst.NamedExpr) else expr.expression, held)
+            return self.holds(expr.value if isinstance(expr, ast.DictComp) else expr.elt, inner)
         return False
 
-    def _call_holds(self, call: cst.Call, held: set[str]) -> bool:
-        ctx = self.ctx
-        mc = method_call(call)
-        if mc is not None:
-            receiver, method = mc
-            if method in _LEAVES_GRAPH_METHODS or method in _SCALE_FREE_METHODS:
+    def _call_holds(self, call: ast.Call, held: set[str]) -> bool:
+        ctx, found, given = self.ctx, receiver(call), arguments(call)
+        if found is not None:
+            if found[1] in _LEAVES_GRAPH_METHODS or found[1] in _SCALE_FREE_METHODS:
                 return False
-            if method in _SCALING_METHODS and self.holds(receiver, held) \
-                    and any(self.unscales(a.value, held) for a in call.args):
+            if found[1] in _SCALING_METHODS and self.holds(found[0], held) \
+                    and any(self.unscales(a, held) for a in given):
                 return False
-        names = ctx.qualified_names(call.func)
-        if isinstance(call.func, cst.Name) and not names and call.func.value in _LEAVES_GRAPH_FUNCTIONS:
+        names = ctx.outline.qualified_names(call.func)
+        if isinstance(call.func, ast.Name) and not names and call.func.id in _LEAVES_GRAPH_FUNCTIONS:
             return False
         if any(n.startswith("math.") for n in names) or ctx.resolves_to(call.func, _SCALE_FREE_FUNCTIONS):
             return False
-        given = [a.value for a in call.args if self.holds(a.value, held)]
-        if given:
-            if ctx.resolves_to(call.func, _SCALING_FUNCTIONS) and any(self.unscales(a.value, held) for a in call.args):
+        if any(self.holds(a, held) for a in given):
+            if ctx.resolves_to(call.func, _SCALING_FUNCTIONS) and any(self.unscales(a, held) for a in given):
                 return False
             # A helper given the scaler or the scale may unscale them itself.
-            if any(ctx.code(a.value) in flow.scalers(ctx) or self.unscales(a.value, held) for a in call.args):
+            if any(ctx.code(a) in flow.scalers(ctx) or self.unscales(a, held) for a in given):
                 return False
             helper = called_function(ctx, call)
-            if helper is not None and self._reads_scale(helper.body, set()):
-                return False
-            return True
-        return mc is not None and self.holds(mc[0], held)
+            return helper is None or not reads_scale(ctx, helper.body, set())
+        return found is not None and self.holds(found[0], held)
 
-    def _unscaled_in_place(self, call: cst.Call, held: set[str]) -> bool:
+    def _unscaled_in_place(self, call: ast.Call, held: set[str]) -> bool:
         """``g.mul_(inv_scale)``, ``torch._foreach_div_(grads, scale)``."""
-        mc = method_call(call)
-        if mc is not None and mc[1] in _SCALING_IN_PLACE_METHODS and self.holds(mc[0], held) \
-                and any(self.unscales(a.value, held) for a in call.args):
+        found, given = receiver(call), arguments(call)
+        if found is not None and found[1] in _SCALING_IN_PLACE_METHODS and self.holds(found[0], held) \
+                and any(self.unscales(a, held) for a in given):
             return True
         return bool(self.ctx.resolves_to(call.func, _SCALING_IN_PLACE_FUNCTIONS)) and \
-            any(self.holds(a.value, held) for a in call.args) and any(self.unscales(a.value, held) for a in call.args)
+            any(self.holds(a, held) for a in given) and any(self.unscales(a, held) for a in given)
 
-    def _into_backward(self, call: cst.Call, held: set[str]) -> bool:
+    def _into_backward(self, call: ast.Call, held: set[str]) -> bool:
         """``x.backward()``, ``S.scale(x)``, ``torch.autograd.backward(x)`` of a held ``x``."""
-        mc = method_call(call)
-        if mc is not None and mc[1] == "backward" and self.holds(mc[0], held):
+        found, given = receiver(call), arguments(call)
+        if found is not None and (found[1] == "backward" and self.holds(found[0], held)
+                                  or found[1] == "scale" and any(self.holds(a, held) for a in given)):
             return True
-        if mc is not None and mc[1] == "scale" and any(self.holds(a.value, held) for a in call.args):
-            return True
-        return bool(self.ctx.resolves_to(call.func, _AUTOGRAD_BACKWARD)) and bool(call.args) \
-            and self.holds(call.args[0].value, held)
+        return bool(self.ctx.resolves_to(call.func, _AUTOGRAD_BACKWARD)) and bool(given) and self.holds(given[0], held)
 
     def follow(self) -> _Use | None:
         """Where the value goes; None when it is unscaled in place first."""
-        ctx, use = self.ctx, _Use()
+        ctx, seed, use = self.ctx, self.seed, _Use()
         held: set[str] = set()
-        start = ctx.order(self.seed)
         for statement in _statements(ctx, self.scope):
-            if ctx.span(statement)[1] < start:
+            if (statement.end_lineno, statement.end_col_offset) <= (seed.lineno, seed.col_offset):
                 continue  # before the seed
-            if isinstance(statement, cst.For):
-                names = _bound_names(ctx, statement.target)
-                if ctx.order(statement.body) > start and self.holds(statement.iter, held):
+            if isinstance(statement, (ast.For, ast.AsyncFor)):
+                names = bound_names(ctx, statement.target)
+                if ctx.order(statement.body[0]) > ctx.order(seed) and self.holds(statement.iter, held):
                     held.update(names)
                 else:
                     held.difference_update(names)
@@ -344,23 +192,21 @@ class _Gradients:
                 if self._into_backward(call, held):
                     use.sink, use.what = call, "backpropagates a penalty built from them"
                     return use
-            if isinstance(statement, cst.Return):
+            if isinstance(statement, ast.Return):
                 use.returned = use.returned or (statement.value is not None and self.holds(statement.value, held))
                 continue
-            if isinstance(statement, cst.Expr) or statement.value is None:
+            if isinstance(statement, ast.Expr) or statement.value is None:
                 continue
-            targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) \
-                else [statement.target]
-            names = [n for t in targets for n in _bound_names(ctx, t)]
-            if isinstance(statement, cst.AugAssign):
+            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+            names = [n for t in targets for n in bound_names(ctx, t)]
+            holds = self.holds(statement.value, held)
+            if isinstance(statement, ast.AugAssign):
                 target = ctx.code(statement.target)
-                if target in held and isinstance(statement.operator, (cst.MultiplyAssign, cst.DivideAssign)) \
+                if target in held and isinstance(statement.op, (ast.Mult, ast.Div)) \
                         and self.unscales(statement.value, held):
                     held.discard(target)
                     continue
-                holds = self.holds(statement.value, held) or target in held
-            else:
-                holds = self.holds(statement.value, held)
+                holds = holds or target in held
             if not holds:
                 held.difference_update(names)
                 continue
@@ -372,29 +218,7 @@ class _Gradients:
         return use
 
 
-def _follow(ctx: FileContext, scope: cst.CSTNode, seed: cst.Call) -> _Use | None:
-    return _Gradients(ctx, scope, seed).follow()
-
-
-def _into_callers(ctx: FileContext, function: cst.CSTNode) -> _Use | None:
-    """For a function that returns the gradients (or a penalty from them): the first of its
-    callers in the file that puts what it returns into a loss."""
-    if not isinstance(function, cst.FunctionDef):
-        return None
-    for call in calls_of(ctx, function):
-        use = _follow(ctx, _scope(ctx, call), call)
-        if use is not None and use.sink is not None:
-            return use
-    return None
-
-
-def _helper_parameters(ctx: FileContext, function: cst.FunctionDef, call: cst.Call) -> list[str]:
-    params = [p.name.value for p in (*function.params.posonly_params, *function.params.params,
-                                     *function.params.kwonly_params)]
-    return params[1:] if isinstance(call.func, cst.Attribute) else params
-
-
-class GradientPenaltyOnScaledGrads(Rule):
+class GradientPenaltyOnScaledGrads(AstRule):
     """
     ## What it does
     Finds `torch.autograd.grad(S.scale(loss), ...)`, for a GradScaler `S`, whose gradients then
@@ -463,7 +287,6 @@ class GradientPenaltyOnScaledGrads(Rule):
     # `grad`: every spelling of torch.autograd.grad (`torch.autograd.grad`, `autograd.grad`,
     # `from torch.autograd import grad`, and an alias's import); `.scale(`: the scaled value.
     fragments = (("grad", r"\.scale\("),)
-    may_fire = staticmethod(_may_fire)
 
     valid = (
         # PyTorch's AMP examples, "Gradient penalty", as written there.
@@ -712,51 +535,54 @@ def train(critic, gen, loader, opt_d, scaler, z_dim=128):
 """, at=((10, 13, "line 18 adds a penalty built from them to `d_loss`"),)),
     )
 
-    def check(self, ctx: FileContext) -> None:
-        for call in ctx.nodes(cst.Call):
-            if not ctx.resolves_to(call.func, _GRAD):
-                continue
-            outputs = _outputs(call)
-            scaled = _scaled(ctx, outputs)
+    def check(self, ctx: AstContext) -> None:
+        if not ctx.outline.method_calls("scale"):  # every finding starts from `S.scale(...)`
+            return
+        for call in sorted(ctx.outline.calls_to(_GRAD), key=ctx.order):
+            outputs = (bind(call, _GRAD_PARAMETERS) or {}).get("outputs")
+            found = scaled(ctx, outputs)
             scope = _scope(ctx, call)
-            if scaled is not None:
-                use = _follow(ctx, scope, call)
+            if found is not None:
+                use = _Gradients(ctx, scope, call).follow()
                 if use is not None and use.sink is None and use.returned:
-                    use = _into_callers(ctx, scope)
+                    # returned: the first caller in the file that puts what it returns into a loss
+                    callers = calls_of(ctx, scope) if not isinstance(scope, ast.Module) else ()
+                    use = next((u for c in callers if (u := _Gradients(ctx, _scope(ctx, c), c).follow()) is not None
+                                and u.sink is not None), None)
                 if use is not None and use.sink is not None:
-                    self._report(ctx, call, call, outputs, scaled, use)
-            elif isinstance(scope, cst.FunctionDef):
+                    self._report(ctx, call, call, outputs, found, use)
+            elif not isinstance(scope, ast.Module):
                 self._through_helper(ctx, call, outputs, scope)
 
-    def _through_helper(self, ctx: FileContext, call: cst.Call, outputs: cst.BaseExpression | None,
-                        function: cst.FunctionDef) -> None:
+    def _through_helper(self, ctx: AstContext, call: ast.Call, outputs: ast.expr | None,
+                        function: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         """``call`` runs on a parameter of ``function``: its callers that give it a scaled value."""
-        values = [e.value for e in outputs.elements] if isinstance(outputs, (cst.List, cst.Tuple)) else [outputs]
-        parameters = {v.value for v in values if isinstance(v, cst.Name) and assigned_before(ctx, v) is None}
+        values = unstarred(outputs.elts) if isinstance(outputs, (ast.List, ast.Tuple)) else [outputs]
+        parameters = [v.id for v in values if isinstance(v, ast.Name) and value_before(ctx, v) is None]
         if not parameters:
             return
         inside: _Use | None = None
+        params = [p.arg for p in (*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs)]
         for caller in calls_of(ctx, function):
-            arguments = bind(caller, _helper_parameters(ctx, function, caller)) or {}
-            scaled = next((s for p in parameters if p in arguments
-                           if (s := _scaled(ctx, arguments[p].value)) is not None), None)
-            if scaled is None:
+            given = bind(caller, params[1:] if isinstance(caller.func, ast.Attribute) else params) or {}
+            found = next((s for p in parameters if p in given if (s := scaled(ctx, given[p])) is not None), None)
+            if found is None:
                 continue
             if inside is None:
-                inside = _follow(ctx, function, call) or _Use()
+                inside = _Gradients(ctx, function, call).follow() or _Use()
             use = inside
             if use.sink is None and use.returned:
-                use = _follow(ctx, _scope(ctx, caller), caller)
+                use = _Gradients(ctx, _scope(ctx, caller), caller).follow()
             if use is not None and use.sink is not None:
-                self._report(ctx, caller, call, None, scaled, use)
+                self._report(ctx, caller, call, None, found, use)
 
     @staticmethod
-    def _report(ctx: FileContext, at: cst.Call, grad: cst.Call, outputs: cst.BaseExpression | None,
-                scaled: _Scaled, use: _Use) -> None:
-        s = scaled.scaler
-        scaled_code = ctx.code(scaled.call)
+    def _report(ctx: AstContext, at: ast.Call, grad: ast.Call, outputs: ast.expr | None, found: Scaled,
+                use: _Use) -> None:
+        s = found.scaler
+        scaled_code = ctx.code(found.call)
         if at is grad:
-            of = f"`{scaled_code}`" if outputs is scaled.call or outputs is None \
+            of = f"`{scaled_code}`" if outputs is found.call or outputs is None \
                 else f"`{ctx.code(outputs)}` (`{scaled_code}`)"
             what = f"`torch.autograd.grad` of {of} returns"
         else:

@@ -750,16 +750,8 @@ class _AstLowering:
     # -- events
 
     def _events_in(self, node: ast.AST) -> list:
-        """The events of the calls in ``node``, a simple statement or an expression, in source
-        order (those in nested functions, classes and lambdas are theirs)."""
-        calls, stack = [], [node]
-        while stack:
-            current = stack.pop()
-            if isinstance(current, ast.Call):
-                calls.append(current)
-            stack.extend(c for c in ast.iter_child_nodes(current) if not isinstance(c, _AST_NESTED))
-        calls.sort(key=self.ctx.order)
-        return [e for call in calls if (e := self._call_event(call)) is not None]
+        """The events of the calls in ``node``, a simple statement or an expression."""
+        return [e for call in calls_in(self.ctx, node) if (e := self._call_event(call)) is not None]
 
     def _event(self, event: Event) -> Event:
         self.events.append(event)
@@ -815,6 +807,18 @@ class _AstLowering:
                 stack.extend(c for c in ast.iter_child_nodes(node) if not isinstance(c, _AST_NESTED))
             cache[id(helper)] = min(clips, key=self.ctx.order) if clips else None
         return cache[id(helper)]
+
+
+def calls_in(ctx: AstContext, node: ast.AST) -> list[ast.Call]:
+    """The calls in ``node`` (a simple statement or an expression) in source order, less those
+    in nested functions, classes and lambdas (theirs)."""
+    calls, stack = [], [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, ast.Call):
+            calls.append(current)
+        stack.extend(c for c in ast.iter_child_nodes(current) if not isinstance(c, _AST_NESTED))
+    return sorted(calls, key=ctx.order)
 
 
 def _ast_truth_subject(test: ast.expr) -> tuple[ast.expr, bool]:

@@ -456,7 +456,7 @@ class _Inlining(flow._AstLowering):
 
     def _events_in(self, node: ast.AST) -> list:
         out: list = []
-        for call in _calls_in(self.ctx, node):
+        for call in flow.calls_in(self.ctx, node):
             # A method of the class first: `self.backward(loss)` may scale the loss.
             inlined = self._inline(call)
             if inlined is not None:
@@ -512,18 +512,6 @@ class _Inlining(flow._AstLowering):
         self.wrappers[id(wrapper)] = hop
         self.wrappers.update(callee.wrappers)
         return wrapper
-
-
-def _calls_in(ctx: AstContext, node: ast.AST) -> list[ast.Call]:
-    """The calls ``flow._AstLowering._events_in`` reads in ``node``, in source order (those in
-    nested functions, classes and lambdas are theirs)."""
-    calls, stack = [], [node]
-    while stack:
-        current = stack.pop()
-        if isinstance(current, ast.Call):
-            calls.append(current)
-        stack.extend(c for c in ast.iter_child_nodes(current) if not isinstance(c, _NESTED))
-    return sorted(calls, key=ctx.order)
 
 
 def _returns_as_breaks(block: list) -> list | None:

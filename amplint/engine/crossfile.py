@@ -7,17 +7,18 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 import libcst as cst
 
 from .diagnostics import Related
-from .names import dotted
+from .outline import dotted
 from .project_index import AutocastSite, function_dependency, relative_name
 from .project_index import project_function as lookup
 from .semantics import enclosing_function
 
 if TYPE_CHECKING:
+    from .ast_context import AstContext
     from .context import FileContext
     from .outline import Outline
 
@@ -103,16 +104,15 @@ def enabling_site(ctx: FileContext, float16: bool = False) -> tuple[AutocastSite
     return site, site.where(root) + (f" and {more} more" if more else ""), related
 
 
-def project_function(ctx: FileContext, call: cst.Call) -> tuple[Path, ast.FunctionDef | ast.AsyncFunctionDef] | None:
+def project_function(ctx: AstContext, call: ast.Call) -> tuple[Path, ast.FunctionDef | ast.AsyncFunctionDef] | None:
     """The module-level function of another file of the project that ``call`` runs, by the
     name the file imports it under (``training_util.enable_clipping`` for ``from pkg.training
     import util as training_util``), with that file; None for a call of anything else. The
     file's findings then depend on that function's code."""
-
     root = ctx.project_root()
     if root is None:
         return None
-    for module, level, name in imported_as(ctx, call.func):
+    for module, level, name in imported_in(ctx, call.func):
         found = lookup(root, Path(ctx.path), module, level, name)
         if found is None:
             continue
@@ -123,26 +123,30 @@ def project_function(ctx: FileContext, call: cst.Call) -> tuple[Path, ast.Functi
     return None
 
 
-def imported_as(ctx: FileContext, func: cst.BaseExpression) -> list[tuple[str | None, int, str]]:
+def imported_in(ctx: AstContext, func: ast.expr) -> list[tuple[str | None, int, str]]:
+    """``imported_as`` by the names the file's outline resolves."""
+    return imported_as(func, ctx.outline.qualified_names(func), sorted(ctx.outline.nodes(ast.ImportFrom), key=ctx.order))
+
+
+def imported_as(func: ast.expr, qualified: Iterable[str], imports: Iterable[ast.ImportFrom]
+                ) -> list[tuple[str | None, int, str]]:
     """Where ``func`` may be imported from, as (module, level of its relative import, name):
-    by the file's absolute imports (``ctx.qualified_names``), else by its relative ones
-    (``from .utils import helper``: ``helper``; ``from . import utils``: ``utils.helper``)."""
-    found = [(q.rpartition(".")[0], 0, q.rpartition(".")[2]) for q in sorted(ctx.qualified_names(func))
-             if "." in q]
+    by the module's absolute imports (``qualified``, what ``func`` stands for through them),
+    else by its relative ones among ``imports`` (``from .utils import helper``: ``helper``;
+    ``from . import utils``: ``utils.helper``)."""
+    found = [(q.rpartition(".")[0], 0, q.rpartition(".")[2]) for q in sorted(qualified) if "." in q]
     parts = dotted(func)
     if found or parts is None or len(parts) > 2:
         return found
-    for stmt in ctx.nodes(cst.ImportFrom):
-        if not stmt.relative or isinstance(stmt.names, cst.ImportStar):
+    for stmt in imports:
+        if not stmt.level or stmt.names[0].name == "*":
             continue
-        module = ".".join(dotted(stmt.module) or ()) if stmt.module is not None else None
         for alias in stmt.names:
-            local = alias.evaluated_alias or alias.evaluated_name
+            local = alias.asname or alias.name
             if parts == [local]:
-                found.append((module, len(stmt.relative), alias.evaluated_name))
+                found.append((stmt.module, stmt.level, alias.name))
             elif len(parts) == 2 and parts[0] == local:
-                found.append((f"{module}.{alias.evaluated_name}" if module else alias.evaluated_name,
-                              len(stmt.relative), parts[1]))
+                found.append((f"{stmt.module}.{alias.name}" if stmt.module else alias.name, stmt.level, parts[1]))
     return found
 
 

@@ -30,10 +30,9 @@ from typing import Iterator
 
 from . import flow
 from .ast_context import AstContext
-from .crossfile import located
+from .crossfile import imported_in, located
 from .diagnostics import Related
 from .flow import Event, Exit, Flow, Loop, line_of
-from .outline import dotted
 from .regions import bind, called_function
 
 MAX_DEPTH = 3  # calls followed from the analysed function
@@ -332,33 +331,12 @@ def _class_named(ctx: AstContext, expr: ast.expr) -> tuple[AstContext, ast.Class
         local = _top_class(ctx, expr.id)
         if local is not None:
             return ctx, local
-    for module, level, name in _imported_as(ctx, expr):
+    for module, level, name in imported_in(ctx, expr):
         other = ctx.project_module(module, level)
         found = _top_class(other, name) if other is not None else None
         if found is not None:
             return other, found
     return None
-
-
-def _imported_as(ctx: AstContext, expr: ast.expr) -> list[tuple[str | None, int, str]]:
-    """Where ``expr`` may be imported from, as (module, level of its relative import, name):
-    by the file's absolute imports, else by its relative ones (``from .base import Trainer``:
-    ``Trainer``; ``from . import base``: ``base.Trainer``)."""
-    found = [(q.rpartition(".")[0], 0, q.rpartition(".")[2]) for q in sorted(ctx.outline.qualified_names(expr))
-             if "." in q]
-    parts = dotted(expr)
-    if found or parts is None or len(parts) > 2:
-        return found
-    for stmt in sorted(ctx.outline.nodes(ast.ImportFrom), key=ctx.order):
-        if not stmt.level or stmt.names[0].name == "*":
-            continue
-        for alias in stmt.names:
-            local = alias.asname or alias.name
-            if parts == [local]:
-                found.append((stmt.module, stmt.level, alias.name))
-            elif len(parts) == 2 and parts[0] == local:
-                found.append((f"{stmt.module}.{alias.name}" if stmt.module else alias.name, stmt.level, parts[1]))
-    return found
 
 
 def _top_class(ctx: AstContext, name: str) -> ast.ClassDef | None:

@@ -35,6 +35,7 @@ import libcst as cst
 from ..policy import PolicyError
 from .ast_names import AstImportResolver, dotted, file_resolver
 from .checked_file import CheckedFile
+from .crossfile import imported_as
 from .outline import Outline, contains
 from .project_index import (
     Dependency,
@@ -824,7 +825,7 @@ class _Evaluator:
         """The module of the project ``expr`` (``torch_at_least``, ``utils.TORCH_GE``) is
         imported from, as an evaluator of that module, and its name there; None for anything
         else."""
-        for module, level, name in _imported_as(self.code, expr):
+        for module, level, name in imported_as(expr, self.code.qualified_names(expr), self.code.in_order(ast.ImportFrom)):
             other = _project_module(self.checked, self.code, module, level)
             if other is not None:
                 return _Evaluator(self.checked, other, self.version), name
@@ -935,28 +936,6 @@ def _compare(operator, left, right) -> bool:
     if isinstance(operator, ast.NotIn):
         return left not in right
     raise _Unknown(operator)
-
-
-def _imported_as(code: ModuleCode, func: ast.expr) -> list[tuple[str | None, int, str]]:
-    """Where ``func`` may be imported from, as (module, level of its relative import, name):
-    by the module's absolute imports, else by its relative ones (``from .utils import
-    helper``: ``helper``; ``from . import utils``: ``utils.helper``); as
-    ``crossfile.imported_as`` reads libcst's tree."""
-    found = [(q.rpartition(".")[0], 0, q.rpartition(".")[2]) for q in sorted(code.qualified_names(func))
-             if "." in q]
-    parts = dotted(func)
-    if found or parts is None or len(parts) > 2:
-        return found
-    for stmt in code.in_order(ast.ImportFrom):
-        if not stmt.level or stmt.names[0].name == "*":
-            continue
-        for alias in stmt.names:
-            local = alias.asname or alias.name
-            if parts == [local]:
-                found.append((stmt.module, stmt.level, alias.name))
-            elif len(parts) == 2 and parts[0] == local:
-                found.append((f"{stmt.module}.{alias.name}" if stmt.module else alias.name, stmt.level, parts[1]))
-    return found
 
 
 def _bindings(code: ModuleCode) -> Iterator[tuple[ast.AST, set[str]]]:

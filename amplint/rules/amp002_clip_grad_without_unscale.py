@@ -3,132 +3,25 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, replace
 
-import libcst as cst
-
 from ..engine import flow
-from ..engine.context import FileContext
+from ..engine.ast_context import AstContext
+from ..engine.enabling import scaler_switch
 from ..engine.crossfile import located, project_function
 from ..engine.diagnostics import Fix
-from ..engine.enabling import scaler_switch
-from ..engine.edits import edit_from_tree
 from ..engine.flow import Event, Flow, line_of
-from ..engine.outline import Outline, contains
-from ..engine.rule import AnyOf, Invalid, Rule, Valid
-from ..engine.semantics import (
-    GRAD_SCALER,
-    SCALER_PARAMETERS,
-    Block,
-    called_function,
-    enclosing_function,
-    method_call,
-    scaled_backward_scaler,
-    statement_of,
-)
+from ..engine.gradient_hooks import CLAMP_WORDS, called_name, calls_in, clamping, hook_clamp, registered_clamp
+from ..engine.regions import called_function
+from ..engine.rule import AnyOf, AstRule, Invalid, Valid
+from ..engine.semantics import GRAD_SCALER, SCALER_PARAMETERS, scaled_backward_scaler
+from ..engine.statement_edits import insert_before
 
-# Hooks autograd runs during the backward pass, on the gradients it computes.
-_HOOKS = frozenset({"register_hook", "register_post_accumulate_grad_hook", "register_full_backward_hook",
-                    "register_backward_hook"})
 # Tensor methods and torch functions that clamp: a helper named like one of them is not a
 # helper that registers clamping hooks.
 _TENSOR_CLAMPS = frozenset({"clamp", "clamp_", "clip", "clip_", "clamp_min", "clamp_max", "clamp_min_",
                             "clamp_max_"})
 
 
-_CLAMP_WORDS = ("clip", "clamp", "Clip", "Clamp")
-
-
-def _clamping(name: str | None) -> bool:
-    """Named like a clamp or clip (the words the rule's fragment looks for)."""
-    return name is not None and any(w in name for w in _CLAMP_WORDS)
-
-
-def _ast_name(call: ast.Call) -> str | None:
-    func = call.func
-    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
-
-
-def _cst_name(call: cst.Call) -> str | None:
-    func = call.func
-    return func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
-
-
-def _unscaling(name: str) -> bool:
-    """A name that reads the loss scale (`scaler.get_scale()`, `self.scaler`): a hook that
-    reads it may unscale what it clamps."""
-    return "scale" in name.lower()
-
-
-def _ast_hook_clamp(function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[ast.Call, ast.Call] | None:
-    """In a function of another file: a hook registration (``p.register_hook(h)``) whose hook,
-    a lambda or a function defined in ``function``, clamps what it is given and reads no loss
-    scale; with the clamping call."""
-    defined = {f.name: f for f in ast.walk(function) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    for call in ast.walk(function):
-        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr in _HOOKS
-                and call.args):
-            continue
-        hook = call.args[0]
-        body = hook.body if isinstance(hook, ast.Lambda) else defined.get(hook.id) if isinstance(hook, ast.Name) \
-            else None
-        if body is None:
-            continue
-        nodes = list(ast.walk(body))
-        if any(isinstance(n, ast.Name) and _unscaling(n.id) or isinstance(n, ast.Attribute) and _unscaling(n.attr)
-               for n in nodes):
-            continue
-        clamp = next((n for n in nodes if isinstance(n, ast.Call) and _clamping(_ast_name(n))), None)
-        if clamp is not None:
-            return call, clamp
-    return None
-
-
-def _innermost(outline: Outline, kinds: tuple[type, ...], node: ast.AST) -> ast.AST | None:
-    """The innermost definition of ``kinds`` around ``node`` (they nest: the one that starts last)."""
-    around = [d for kind in kinds for d in outline.nodes(kind) if contains(d, node)]
-    return max(around, key=lambda d: (d.lineno, d.col_offset), default=None)
-
-
-def _may_be_imported(outline: Outline, func: ast.expr) -> bool:
-    """Whether ``project_function`` may find what ``func`` names in another file: a name or
-    attribute reached through an import (a relative one, or a star import, included)."""
-    head, length = func, 1
-    while isinstance(head, ast.Attribute):
-        head, length = head.value, length + 1
-    if not isinstance(head, ast.Name):
-        return False
-    if outline.qualified_names(func):
-        return True
-    imported = outline.nodes(ast.ImportFrom)
-    return any(a.name == "*" for i in imported for a in i.names) or length <= 2 and any(
-        head.id == (a.asname or a.name) for i in imported if i.level for a in i.names)
-
-
-def _may_clamp_scaled_gradients(outline: Outline) -> bool:
-    """What ``_check_hooks`` needs, loosely: a hook registered in a file with a GradScaler
-    (created, scaling a backward, or a parameter named like one), or a call of a helper named
-    like a clip or clamp that another file of the project may define (``_may_be_imported``)
-    where ``_scaler_here`` may find a scaler: a parameter of its function, or a scaler created
-    or scaling a backward in its class (else its module)."""
-    calls = outline.nodes(ast.Call)
-    scaler_calls = [c for c in calls if not outline.qualified_names(c.func).isdisjoint(GRAD_SCALER) or (
-        _ast_name(c) == "backward" and isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Call)
-        and _ast_name(c.func.value) == "scale")]
-    if any(_ast_name(c) in _HOOKS for c in calls):  # any call may then run a helper that registers them
-        return bool(scaler_calls) or any(a.arg in SCALER_PARAMETERS for a in outline.nodes(ast.arg))
-
-    def scaler_here(call: ast.Call) -> bool:
-        function = _innermost(outline, (ast.FunctionDef, ast.AsyncFunctionDef), call)
-        if function is not None and any(a.arg in SCALER_PARAMETERS for a in (
-                *function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs)):
-            return True
-        cls = _innermost(outline, (ast.ClassDef,), call)
-        return any(cls is None or contains(cls, c) for c in scaler_calls)
-
-    return any(_clamping(name := _ast_name(c)) and name not in _TENSOR_CLAMPS and _may_be_imported(outline, c.func)
-               and scaler_here(c) for c in calls)
-
-
-class ClipGradWithoutUnscale(Rule):
+class ClipGradWithoutUnscale(AstRule):
     """
     ## What it does
     Finds gradient clipping (`torch.nn.utils.clip_grad_norm_` / `clip_grad_value_`, any
@@ -195,11 +88,7 @@ class ClipGradWithoutUnscale(Rule):
     summary = "Gradient clipping on scaled gradients (no scaler.unscale_ first)"
     fixable = True
     # A scaler (a scaled backward, a GradScaler, a parameter named like one) and a clip.
-    fragments = ((AnyOf(*_CLAMP_WORDS), AnyOf(r"\.scale\(", "scaler", "Scaler", r"\.unscale_\(")),)  # the rarer first
-    # What check() needs: a clip where gradients may be scaled, in one function; or a
-    # GradScaler and gradient hooks that may clamp.
-    may_fire = staticmethod(lambda outline: flow.may_have_together(outline, flow.CLIP, (flow.SCALED_BACKWARD, flow.SCALER_STEP))
-                            or _may_clamp_scaled_gradients(outline))
+    fragments = ((AnyOf(*CLAMP_WORDS), AnyOf(r"\.scale\(", "scaler", "Scaler", r"\.unscale_\(")),)  # the rarer first
 
     valid = (
         Valid("""
@@ -509,36 +398,35 @@ def enable_gradient_clamping(model, bound):
 """),)),
     )
 
-    def check(self, ctx: FileContext) -> None:
+    def check(self, ctx: AstContext) -> None:
         for scope in flow.flows(ctx):
             if scope.of(flow.CLIP) and scope.of(flow.SCALED_BACKWARD, flow.SCALER_STEP):
                 self._check_flow(ctx, scope)
         self._check_hooks(ctx)
 
-    def _check_hooks(self, ctx: FileContext) -> None:
+    def _check_hooks(self, ctx: AstContext) -> None:
         """Gradient hooks that clamp, registered here or by a helper this code calls (of this
         file, or of another file of the project named like a clip or clamp), in code that
         trains with a GradScaler: they run inside the scaled backward, before any unscale_."""
-        registered = {id(call): clamp for call in ctx.nodes(cst.Call)
-                      if (mc := method_call(call)) is not None and mc[1] in _HOOKS
-                      and (clamp := _hook_clamp(ctx, call)) is not None}
+        calls = sorted(ctx.outline.nodes(ast.Call), key=ctx.order)
+        registered = {id(call): clamp for call in calls if (clamp := hook_clamp(ctx, call)) is not None}
         # Where they are registered, if a GradScaler trains there; else where a helper that
         # registers them is called (one finding for one mistake).
         reported = set()
-        for call in ctx.nodes(cst.Call):
+        for call in calls:
             if id(call) in registered:
                 clamp = registered[id(call)]
                 if self._report_hooks(ctx, call, f"gradient hooks registered here clamp the gradients "
-                                                  f"(`{ctx.code(clamp.func)}` on line {line_of(ctx, clamp)})", ()):
+                                                  f"(`{ctx.code(clamp.func)}` on line {clamp.lineno})", ()):
                     reported.add(id(call))
         unreported = {k: v for k, v in registered.items() if k not in reported}
-        for call in ctx.nodes(cst.Call):
+        for call in calls:
             if id(call) not in registered:
                 found = self._helper_hooks(ctx, call, unreported)
                 if found is not None:
                     self._report_hooks(ctx, call, *found)
 
-    def _report_hooks(self, ctx: FileContext, call: cst.Call, how: str, related: tuple) -> bool:
+    def _report_hooks(self, ctx: AstContext, call: ast.Call, how: str, related: tuple) -> bool:
         scaler = _scaler_here(ctx, call)
         if scaler is None:
             return False
@@ -549,37 +437,38 @@ def enable_gradient_clamping(model, bound):
                    related=related)
         return True
 
-    def _helper_hooks(self, ctx: FileContext, call: cst.Call, registered: dict[int, cst.Call]
+    def _helper_hooks(self, ctx: AstContext, call: ast.Call, registered: dict[int, ast.Call]
                       ) -> tuple[str, tuple] | None:
         """For a call of a helper that registers clamping hooks (of this file: ``registered``,
         the clamp of each registration by its id): how the message says so, and the other
         file's line it names."""
         own = called_function(ctx, call) if registered else None
         if own is not None:
-            for inner in ctx.nodes_within(cst.Call, own):
+            for inner in calls_in(ctx, own):
                 if id(inner) in registered:
                     clamp = registered[id(inner)]
                     return (f"`{ctx.code(call.func)}` registers gradient hooks that clamp the gradients "
-                            f"(`{ctx.code(clamp.func)}` on line {line_of(ctx, clamp)})"), ()
+                            f"(`{ctx.code(clamp.func)}` on line {clamp.lineno})"), ()
             return None
-        name = _cst_name(call)
-        if not _clamping(name) or name in _TENSOR_CLAMPS:
+        name = called_name(call)
+        if not clamping(name) or name in _TENSOR_CLAMPS:
             return None
         found = project_function(ctx, call)
-        registered = _ast_hook_clamp(found[1]) if found is not None else None
-        if registered is None:
+        registration = registered_clamp(found[1]) if found is not None else None
+        if registration is None:
             return None
-        clamp = registered[1]
+        clamp = registration[1]
         where, related = located(ctx, found[0], clamp.lineno, "the hook clamps the gradients here")
         return (f"`{ctx.code(call.func)}` registers gradient hooks that clamp the gradients "
                 f"(`{ast.unparse(clamp.func)}`, {where})"), (related,)
 
-    def _check_flow(self, ctx: FileContext, scope: Flow) -> None:
+    def _check_flow(self, ctx: AstContext, scope: Flow) -> None:
         analysis = _ScaledClips()
         flow.propagate(scope, analysis)
         for clip, causes in sorted(analysis.found.items(), key=lambda f: ctx.order(f[0].node)):
             # the backward or step nearest the clip, whatever order the paths came in
-            cause = min(causes, key=lambda e: abs(ctx.order(e.node) - ctx.order(clip.node)))
+            at = ctx.offsets(clip.node)[0]
+            cause = min(causes, key=lambda e: abs(ctx.offsets(e.node)[0] - at))
             scaler = cause.scaler
             line = line_of(ctx, cause.node)
             if cause.kind == flow.SCALED_BACKWARD:
@@ -595,7 +484,7 @@ def enable_gradient_clamping(model, bound):
                                   f"call `{scaler}.unscale_(optimizer)` first", fix,
                        related=switch.related if switch else ())
 
-    def _fix(self, ctx: FileContext, clip: cst.Call, scaler: str, later: list[Event]) -> Fix | None:
+    def _fix(self, ctx: AstContext, clip: ast.Call, scaler: str, later: list[Event]) -> Fix | None:
         steps = []
         for event in later:
             if event.kind in (flow.BACKWARD, flow.SCALED_BACKWARD):
@@ -603,25 +492,12 @@ def enable_gradient_clamping(model, bound):
             if event.kind == flow.SCALER_STEP and event.scaler == scaler:
                 steps.append(event)
         targets = {e.optimizer for e in steps}
-        if len(targets) != 1 or None in targets or any(len(e.node.args) != 1 for e in steps):
+        if len(targets) != 1 or None in targets or any(len(e.node.args) + len(e.node.keywords) != 1 for e in steps):
             return None
         optimizer = targets.pop()
-        stmt = statement_of(ctx, clip)
-        block = ctx.parent(stmt)
-        if not isinstance(block, Block):
-            return None
-        unscale = f"{scaler}.unscale_({optimizer})"
-        body = list(block.body)
-        at = next(i for i, s in enumerate(body) if s is stmt)
-        if isinstance(stmt, cst.SimpleStatementLine) or not isinstance(block, cst.SimpleStatementSuite):
-            new = cst.parse_statement(unscale + ctx.newline)
-            if hasattr(stmt, "leading_lines"):  # comments above the clip stay above both lines
-                new = new.with_changes(leading_lines=stmt.leading_lines)
-                body[at] = stmt.with_changes(leading_lines=())
-        else:
-            new = cst.Expr(cst.parse_expression(unscale))
-        new_block = block.with_changes(body=body[:at] + [new] + body[at:])
-        return Fix(f"Insert `{unscale}` before the clip", (edit_from_tree(ctx, block, new_block),))
+        spelled = ctx.code(steps[0].node.args[0])  # as the step spells it, over lines as it does
+        unscale = f"{scaler}.unscale_({spelled if spelled.split() == optimizer.split() else optimizer})"
+        return Fix(f"Insert `{unscale}` before the clip", (insert_before(ctx, clip, unscale),))
 
 
 @dataclass(frozen=True)
@@ -670,47 +546,22 @@ class _ScaledClips(flow.Analysis):
         return fact
 
 
-def _hook_clamp(ctx: FileContext, registration: cst.Call) -> cst.Call | None:
-    """For ``x.register_hook(h)``: the call in the hook (a lambda, a function of the file, a
-    method ``self.h``) that clamps what it is given; None when it reads a loss scale."""
-    if not registration.args:
-        return None
-    hook = registration.args[0].value
-    if isinstance(hook, cst.Lambda):
-        body = hook.body
-    elif isinstance(hook, cst.Name):
-        body = next((f for f in ctx.nodes(cst.FunctionDef) if f.name.value == hook.value), None)
-    elif isinstance(hook, cst.Attribute) and isinstance(hook.value, cst.Name) and hook.value.value == "self":
-        cls = ctx.enclosing(registration, cst.ClassDef)
-        body = next((f for f in cls.body.body if isinstance(f, cst.FunctionDef)
-                     and f.name.value == hook.attr.value), None) if cls is not None else None
-    else:
-        return None
-    if body is None:
-        return None
-    names = [n for kind in (cst.Name, cst.Attribute) for n in ctx.nodes_within(kind, body)]
-    if any(_unscaling(n.value if isinstance(n, cst.Name) else n.attr.value) for n in names):
-        return None
-    return next((c for c in ctx.nodes_within(cst.Call, body) if _clamping(_cst_name(c))), None)
-
-
-def _scaler_here(ctx: FileContext, node: cst.CSTNode) -> tuple[str, int] | None:
+def _scaler_here(ctx: AstContext, node: ast.AST) -> tuple[str, int] | None:
     """The GradScaler the code around ``node`` trains with, and its line: one its class (else
     its module) creates or scales a backward with, or a parameter of its function named like
     one."""
-    function = enclosing_function(ctx, node)
+    function = ctx.enclosing_function(node)
     if function is not None:
-        params = function.params
-        param = next((p for p in [*params.posonly_params, *params.params, *params.kwonly_params]
-                      if p.name.value in SCALER_PARAMETERS), None)
+        args = function.args
+        param = next((p for p in (*args.posonlyargs, *args.args, *args.kwonlyargs) if p.arg in SCALER_PARAMETERS),
+                     None)
         if param is not None:
-            return param.name.value, line_of(ctx, param)
-    scope = ctx.enclosing(node, cst.ClassDef) or ctx.module
-    for call in ctx.nodes_within(cst.Call, scope):
+            return param.arg, param.lineno
+    for call in calls_in(ctx, ctx.enclosing(node, ast.ClassDef) or ctx.outline.tree):
         scaled = scaled_backward_scaler(ctx, call)
         if scaled is not None:
-            return scaled, line_of(ctx, call)
+            return scaled, call.lineno
         parent = ctx.parent(call)
-        if ctx.resolves_to(call.func, GRAD_SCALER) and isinstance(parent, cst.Assign) and len(parent.targets) == 1:
-            return ctx.code(parent.targets[0].target), line_of(ctx, call)
+        if ctx.resolves_to(call.func, GRAD_SCALER) and isinstance(parent, ast.Assign) and len(parent.targets) == 1:
+            return ctx.code(parent.targets[0]), call.lineno
     return None

@@ -24,7 +24,6 @@ import libcst as cst
 
 from .ast_context import AstContext
 from .context import FileContext
-from .outline import Outline, contains
 from .regions import autocast_of_with_item as ast_autocast_of_with_item, called_function as ast_called_function
 from .summaries import is_backward as ast_is_backward
 from .semantics import (
@@ -130,72 +129,6 @@ def mentions(key: str, names: frozenset[str]) -> bool:
         if any(".".join(parts[:i]) in names for i in range(1, len(parts) + 1)):
             return True
     return False
-
-
-def event_calls(outline: Outline) -> dict[int, str]:
-    """``flows``' events on the ast, loosely, for ``may_fire``: by id of the call, the kind of
-    event it may make. Scalers are ``scalers``' expressions (and names assigned one), rendered
-    by ``ast.unparse`` on both sides; a clip may be a call of any function of the file that
-    clips (``_helper_clip``)."""
-    cache = outline.__dict__.setdefault("_flow_event_calls", [])
-    if cache:
-        return cache[0]
-    calls = outline.nodes(ast.Call)
-
-    def method(call: ast.Call) -> str | None:
-        return call.func.attr if isinstance(call.func, ast.Attribute) else None
-
-    def scaled(call: ast.Call) -> ast.expr | None:  # S for S.scale(loss).backward()
-        receiver = call.func.value if method(call) == "backward" else None
-        return receiver.func.value if isinstance(receiver, ast.Call) and method(receiver) == "scale" else None
-
-    found = {ast.unparse(t) for a in [*outline.nodes(ast.Assign), *outline.nodes(ast.AnnAssign)]
-             if isinstance(a.value, ast.Call) and not outline.qualified_names(a.value.func).isdisjoint(GRAD_SCALER)
-             for t in (a.targets if isinstance(a, ast.Assign) else [a.target])}
-    found |= {a.arg for a in outline.nodes(ast.arg) if a.arg in SCALER_PARAMETERS}
-    found |= {ast.unparse(r) for c in calls if (r := scaled(c)) is not None}
-    found |= {ast.unparse(c.func.value) for c in calls if method(c) == "unscale_"}
-    if found:  # `s = self.scaler`: `s` is one too (each value unparsed once, for both rounds)
-        values = [(ast.unparse(a.value), a.targets) for a in outline.nodes(ast.Assign)]
-        for _ in range(2):
-            found |= {t.id for value, targets in values if value in found for t in targets if isinstance(t, ast.Name)}
-    clips = [c for c in calls if not outline.qualified_names(c.func).isdisjoint(CLIP_GRAD)]
-    clipping = {f.name for kind in (ast.FunctionDef, ast.AsyncFunctionDef) for f in outline.nodes(kind)
-                if any(contains(f, c) for c in clips)} if clips else set()
-    kinds: dict[int, str] = {}
-    for call in calls:
-        name = method(call)
-        kind = None
-        if scaled(call) is not None:
-            kind = SCALED_BACKWARD
-        elif name in ("unscale_", "step", "update") and ast.unparse(call.func.value) in found:
-            kind = {"unscale_": UNSCALE, "step": SCALER_STEP, "update": UPDATE}[name]
-        elif name == "step" and not call.args and named_like_optimizer(ast.unparse(call.func.value)):
-            kind = STEP
-        elif not outline.qualified_names(call.func).isdisjoint(CLIP_GRAD) or (
-                (name or getattr(call.func, "id", None)) in clipping):
-            kind = CLIP
-        if kind is not None:
-            kinds[id(call)] = kind
-    cache.append(kinds)
-    return kinds
-
-
-def events_on_ast(outline: Outline) -> dict[int, set[str]]:
-    """By scope (``Outline.scopes``), the kinds of event its calls may make (``event_calls``)."""
-    cache = outline.__dict__.setdefault("_flow_events", [])
-    if not cache:
-        events: dict[int, set[str]] = {}
-        for call, kind in event_calls(outline).items():
-            events.setdefault(outline.scopes[call], set()).add(kind)
-        cache.append(events)
-    return cache[0]
-
-
-def may_have_together(outline: Outline, *kinds: str | tuple[str, ...]) -> bool:
-    """Whether some scope may hold an event of each of ``kinds`` (a tuple: one of those)."""
-    return any(all(not scope.isdisjoint((k,) if isinstance(k, str) else k) for k in kinds)
-               for scope in events_on_ast(outline).values())
 
 
 # -- lowering --------------------------------------------------------------------------------

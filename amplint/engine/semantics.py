@@ -108,11 +108,6 @@ class AutocastCall:
         return self.api in AUTOCAST_DEVICE
 
 
-def calls_autocast(outline: Outline) -> bool:
-    """The ``may_fire`` of rules about autocast regions: the file calls autocast somewhere."""
-    return bool(outline.calls_to(AUTOCAST))
-
-
 def _may_be_enabled(outline: Outline, call: ast.Call) -> bool:
     """Whether an autocast call is not turned off by a literal ``enabled=False`` (as
     ``autocast_call`` binds it)."""
@@ -483,22 +478,6 @@ def scaled_backward_scaler(ctx, call: cst.Call | ast.Call) -> str | None:
         if inner is not None and inner[1] == "scale":
             return ctx.code(inner[0])
     return None
-
-
-# -- statements and blocks ---------------------------------------------------------------
-
-Block = (cst.IndentedBlock, cst.Module, cst.SimpleStatementSuite)
-
-
-def statement_of(ctx: FileContext, node: cst.CSTNode) -> cst.CSTNode:
-    """The statement that holds ``node`` directly in a block's body (a line in an indented
-    block, a small statement in a one-line suite)."""
-    child = node
-    for ancestor in ctx.ancestors(node):
-        if isinstance(ancestor, Block):
-            return child
-        child = ancestor
-    return child
 
 
 # -- GradScaler ---------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """FSDP's reduced precision: a module that ``FullyShardedDataParallel(mixed_precision=...)`` or
 FSDP2's ``fully_shard(mp_policy=...)`` wraps with a policy whose ``param_dtype`` is float16
 computes its forward and backward in float16 with no autocast region at all, so its gradients
-need a loss scale as a float16 autocast region's do.
+need a loss scale as a float16 autocast region's do. Read from Python's ``ast``.
 
 What a rule asks (``Float16Models.trained_by``): which such model the code around a backward
 pass trains, where the file shows it — wrapped in the same function before the backward, an
@@ -13,24 +13,24 @@ parameter in place), of this file or of a module of the project it imports; and 
 built where the wrap call names it, or in a variable, a helper or another module of the
 project. A dtype counts only as a literal (``torch.float16``, ``torch.half``, a name the same
 function assigns one); a policy or dtype chosen by a condition (``torch.float16 if args.fp16
-else ...``) counts with that condition as its switch (``enabling.switch_of``)."""
+else ...``) counts with that condition as its switch (``enabling.switch_of``).
+
+A module of the project is read only where a call in it passes a policy keyword
+(``project_index.keyword_passes``): most helpers a training loop calls wrap nothing."""
 
 from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
 
-import libcst as cst
-
-from .context import FileContext
-from .crossfile import imported_as, located
+from .ast_context import AstContext
+from .checkpoints import argument_values
+from .crossfile import imported_in, located
 from .diagnostics import Related
 from .enabling import Switch, switch_of
-from .outline import Outline
-from .project_index import Dependency, keyword_dependency, keyword_passes, project_module, relative_name
-from .semantics import assigned_before, bind, called_function, calls_of, dtype_of, enclosing_function
+from .project_index import project_module, relative_name
+from .regions import bind, called_function, calls_of, dtype_of, value_before
 
 # FSDP1's policy and FSDP2's, under the names torch has exported them by.
 MIXED_PRECISION = frozenset({
@@ -50,12 +50,15 @@ _FSDP2 = frozenset({"torch.distributed.fsdp.fully_shard", "torch.distributed.fsd
                     "torch.distributed._composable.fsdp.fully_shard.fully_shard"})
 # The calls that wrap a module with a policy, and the keyword they take it by.
 WRAPS = {**dict.fromkeys(_FSDP1, "mixed_precision"), **dict.fromkeys(_FSDP2, "mp_policy")}
-_KEYWORDS = frozenset(WRAPS.values())
+_KEYWORDS = tuple(sorted(set(WRAPS.values())))
 _NO_GRAD = frozenset({"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad",
                       "torch.autograd.inference_mode", "torch.autograd.grad_mode.no_grad",
                       "torch.autograd.grad_mode.inference_mode"})
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _DEPTH = 3  # helpers and modules followed from a use of a model to its wrap
 _POLICY_DEPTH = 4  # names, helpers and modules followed from a wrap to its policy
+
+Position = tuple[int, int]  # a row and a column of the source
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,7 @@ class Float16Model:
 
 @dataclass(frozen=True)
 class _Binding:
-    order: int  # the rank of the binding statement's last node
+    end: Position  # where the binding statement ends
     code: str  # what holds the model: `model`, `self.model`
     model: Float16Model
     in_place: bool  # `fully_shard(model, ...)` as a statement: the caller's object is the model
@@ -104,27 +107,42 @@ class _Binding:
 class Float16Models:
     """The float16 FSDP models of what one file trains (the module docstring says where)."""
 
-    def __init__(self, ctx: FileContext):
+    def __init__(self, ctx: AstContext):
         self.ctx = ctx
         self._bindings: dict[tuple[int, int, int], list[_Binding]] = {}
-        self._modules: dict[tuple[int, str | None, int], FileContext | None] = {}
+        self._modules: dict[tuple[int, str | None, int], AstContext | None] = {}
         self._wrapping: dict[tuple[int, str | None, int], bool] = {}  # `_passes_policy`, by `_module`'s key
-        self._read: dict[int, FileContext] = {}  # the project's other modules read, by id
+        self._read: dict[int, AstContext] = {}  # the project's other modules read, by id
+        self._calls: dict[int, list[ast.Call]] = {}  # the calls within a scope, by its id
+        self._no_grad: dict[int, bool] = {}  # `_without_grad` of a call, by its id
+        self._locals: dict[int, frozenset[str]] = {}  # `_bound_locally` of a function, by its id
+        self._possible: bool | None = None
 
-    def trained_by(self, backward: cst.Call) -> Float16Model | None:
+    def possible(self) -> bool:
+        """Whether the file may reach a wrap at all, ``trained_by``'s first step: a call passes
+        a policy keyword to a wrap in the file, or passes one (to anything) elsewhere in its
+        project (``CheckedFile.keyword_passes``, where ``_passes_policy`` looks)."""
+        if self._possible is None:
+            self._possible = any(k.arg in _KEYWORDS for c in self.ctx.outline.calls_to(WRAPS.keys())
+                                 for k in c.keywords) or any(self.ctx.keyword_passes(k) for k in _KEYWORDS)
+        return self._possible
+
+    def trained_by(self, backward: ast.Call) -> Float16Model | None:
+        if not self.possible():
+            return None
         try:
             return self._trained_by(backward)
         finally:  # what the other modules read of the project, this file's findings read too
             for other in self._read.values():
                 self.ctx.dependencies |= other.dependencies
 
-    def _trained_by(self, backward: cst.Call) -> Float16Model | None:
+    def _trained_by(self, backward: ast.Call) -> Float16Model | None:
         ctx = self.ctx
-        function = enclosing_function(ctx, backward)
-        at = ctx.order(backward)
-        scope = function if function is not None else ctx.module
+        function = ctx.enclosing_function(backward)
+        at = _start(backward)
+        scope = function if function is not None else ctx.outline.tree
         own = [b for b in self._bound_in(ctx, function, _DEPTH)
-               if b.order < at and self._uses(scope, b.code, after=b.order)]
+               if b.end <= at and self._uses(scope, b.code, after=b.end)]
         if own:
             return own[-1].model
         if function is None:
@@ -133,136 +151,163 @@ class Float16Models:
         if used is not None:
             return used.model
         # A model a call of this file passes to the backward's function, which uses it.
-        params = [p.name.value for p in function.params.params][1 if _class_of(ctx, function) else 0:]
         for call in calls_of(ctx, function):
-            caller = enclosing_function(ctx, call)
-            for param, arg in (bind(call, params) or {}).items():
-                model = self._held(caller, ctx.code(arg.value), ctx.order(call)) \
-                    if isinstance(arg.value, (cst.Name, cst.Attribute)) else None
+            caller = ctx.enclosing_function(call)
+            for param, arg in (bind(call, _params(ctx, function)) or {}).items():
+                model = self._held(caller, ctx.code(arg), _start(call)) \
+                    if isinstance(arg, (ast.Name, ast.Attribute)) else None
                 if model is not None and self._uses(function, param):
                     return self._through(ctx, call, model)
         return None
 
-    def _used_bindings(self, function: cst.FunctionDef):
+    def _used_bindings(self, function: ast.AST):
         """The class's attributes that its methods wrap and ``function`` uses, then the module's
         globals that ``function`` uses and does not bind."""
         ctx = self.ctx
-        cls = _class_of(ctx, function)
-        for method in _methods(cls) if cls is not None else ():
+        for method in _methods(ctx.parent(function)):
             for b in self._bound_in(ctx, method, _DEPTH):
                 if b.code.startswith("self.") and self._uses(function, b.code):
                     yield b
         for b in self._bound_in(ctx, None, _DEPTH):
-            if "." not in b.code and not _bound_locally(ctx, function, b.code) and self._uses(function, b.code):
+            if "." not in b.code and b.code not in self._bound_locally(function) and self._uses(function, b.code):
                 yield b
 
-    def _held(self, scope: cst.FunctionDef | None, code: str, at: int) -> Float16Model | None:
+    def _held(self, scope: ast.AST | None, code: str, at: Position) -> Float16Model | None:
         """The model that ``code`` holds at ``at`` in ``scope``: bound there before, an attribute
         of its class, a global of the module."""
         ctx = self.ctx
-        own = [b for b in self._bound_in(ctx, scope, _DEPTH) if b.order < at and b.code == code]
+        own = [b for b in self._bound_in(ctx, scope, _DEPTH) if b.end <= at and b.code == code]
         if own:
             return own[-1].model
         if scope is None:
             return None
         if code.startswith("self."):
-            cls = _class_of(ctx, scope)
-            return next((b.model for m in (_methods(cls) if cls is not None else ())
+            return next((b.model for m in _methods(ctx.parent(scope))
                          for b in self._bound_in(ctx, m, _DEPTH) if b.code == code), None)
-        if "." in code or _bound_locally(ctx, scope, code):
+        if "." in code or code in self._bound_locally(scope):
             return None
         return next((b.model for b in self._bound_in(ctx, None, _DEPTH) if b.code == code), None)
 
-    def _uses(self, scope: cst.CSTNode, code: str, after: int = -1, depth: int = 1) -> bool:
-        """Whether ``scope`` (past the rank ``after``), or a function of the file it calls, runs
-        the model ``code`` holds where gradients are recorded: calls it (or its ``forward``) or
+    def _uses(self, scope: ast.AST, code: str, after: Position | None = None, depth: int = 1) -> bool:
+        """Whether ``scope`` (from ``after`` on), or a function of the file it calls, runs the
+        model ``code`` holds where gradients are recorded: calls it (or its ``forward``) or
         passes it to a call, outside ``torch.no_grad()`` (a frozen teacher's forward is not
         what a backward trains)."""
         ctx = self.ctx
-        for call in ctx.nodes_within(cst.Call, scope):
-            if ctx.order(call) <= after or _without_grad(ctx, call):
+        if id(scope) not in self._calls:
+            self._calls[id(scope)] = [n for n in ast.walk(scope) if isinstance(n, ast.Call)]
+        for call in self._calls[id(scope)]:
+            if after is not None and _start(call) < after or self._without_grad(call):
                 continue
             func = call.func
-            if isinstance(func, cst.Attribute) and func.attr.value == "forward":
+            if isinstance(func, ast.Attribute) and func.attr == "forward":
                 func = func.value
-            if isinstance(func, (cst.Name, cst.Attribute)) and ctx.code(func) == code or any(
-                    isinstance(a.value, (cst.Name, cst.Attribute)) and ctx.code(a.value) == code for a in call.args):
+            if isinstance(func, (ast.Name, ast.Attribute)) and ctx.code(func) == code or any(
+                    isinstance(a, (ast.Name, ast.Attribute)) and ctx.code(a) == code for a in argument_values(call)):
                 return True
             callee = called_function(ctx, call) if depth > 0 else None
             if callee is not None and callee is not scope and self._uses(callee, code, depth=depth - 1):
                 return True
         return False
 
+    def _without_grad(self, call: ast.Call) -> bool:
+        """Whether ``call`` runs inside ``with torch.no_grad():`` (or ``torch.inference_mode()``)
+        or in a function decorated with one."""
+        if id(call) not in self._no_grad:
+            ctx, found = self.ctx, False
+            ancestor = ctx.parent(call)
+            while ancestor is not None and not found:
+                if isinstance(ancestor, (ast.With, ast.AsyncWith)):
+                    items = [item.context_expr for item in ancestor.items]
+                else:
+                    items = ancestor.decorator_list if isinstance(ancestor, _FUNCTIONS) else []
+                found = any(ctx.resolves_to(i.func if isinstance(i, ast.Call) else i, _NO_GRAD) for i in items)
+                ancestor = ctx.parent(ancestor)
+            self._no_grad[id(call)] = found
+        return self._no_grad[id(call)]
+
+    def _bound_locally(self, function: ast.AST) -> frozenset[str]:
+        """The names ``function`` binds itself (parameters, assignments, loop targets, imports),
+        its nested functions' included."""
+        if id(function) not in self._locals:
+            found = set()
+            for node in ast.walk(function):
+                if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+                    found.add(node.id)
+                elif isinstance(node, ast.arg):
+                    found.add(node.arg)
+                elif isinstance(node, ast.alias):
+                    found.add(node.asname or node.name.split(".")[0])
+                elif isinstance(node, ast.ExceptHandler) and node.name:
+                    found.add(node.name)
+            self._locals[id(function)] = frozenset(found)
+        return self._locals[id(function)]
+
     # -- the wrap ----------------------------------------------------------------------------
 
-    def _bound_in(self, fctx: FileContext, scope: cst.FunctionDef | None, depth: int) -> list[_Binding]:
+    def _bound_in(self, fctx: AstContext, scope: ast.AST | None, depth: int) -> list[_Binding]:
         """What ``scope`` (None: the module's own statements) binds to a float16 FSDP model, in
         source order: ``x = FSDP(...)``, ``x = helper(...)``, ``x = y`` of such a ``y``, and
         ``fully_shard(x, ...)`` or ``helper(x)`` that shards ``x`` in place."""
         key = (id(fctx), id(scope), depth)
         if key not in self._bindings:
             self._bindings[key] = found = []
-            statements = sorted([*fctx.nodes_in(cst.Assign, cst.FunctionDef, scope),
-                                 *fctx.nodes_in(cst.Expr, cst.FunctionDef, scope)], key=fctx.order)
-            for statement in statements:
+            for statement in _in_scope(fctx, (ast.Assign, ast.Expr), scope):
                 value = statement.value
-                if isinstance(statement, cst.Expr):
-                    if isinstance(value, cst.Call):
-                        found.extend(_Binding(fctx.span(statement)[1], code, model, True)
+                if isinstance(statement, ast.Expr):
+                    if isinstance(value, ast.Call):
+                        found.extend(_Binding(_end(statement), code, model, True)
                                      for code, model in self._in_place(fctx, value, depth))
                     continue
-                if isinstance(value, cst.Call):
+                if isinstance(value, ast.Call):
                     model = self._model_of(fctx, value, depth)
-                elif isinstance(value, (cst.Name, cst.Attribute)):
+                elif isinstance(value, (ast.Name, ast.Attribute)):
                     model = next((b.model for b in reversed(found) if b.code == fctx.code(value)), None)
                 else:
                     model = None
                 if model is not None:
-                    found.extend(_Binding(fctx.span(statement)[1], fctx.code(t.target), model, False)
-                                 for t in statement.targets if isinstance(t.target, (cst.Name, cst.Attribute)))
+                    found.extend(_Binding(_end(statement), fctx.code(t), model, False)
+                                 for t in statement.targets if isinstance(t, (ast.Name, ast.Attribute)))
         return self._bindings[key]
 
-    def _model_of(self, fctx: FileContext, call: cst.Call, depth: int) -> Float16Model | None:
+    def _model_of(self, fctx: AstContext, call: ast.Call, depth: int) -> Float16Model | None:
         """The float16 FSDP model ``call`` returns: a wrap with such a policy, or a helper that
         returns one."""
         if depth == 0:
             return None
         api = fctx.resolves_to(call.func, WRAPS.keys())
         if api is not None:
-            keyword = WRAPS[api]
-            given = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == keyword), None)
+            given = next((k.value for k in call.keywords if k.arg == WRAPS[api]), None)
             found = self._policy(fctx, given, _POLICY_DEPTH) if given is not None else None
             if found is None:
                 return None
             code, place, switch = found
-            return Float16Model(code, place, fctx.code(call.func),
-                                self._place(fctx, call, f"`{fctx.code(call.func)}` wraps the model with it here"),
+            wrap = fctx.code(call.func)
+            return Float16Model(code, place, wrap, self._place(fctx, call, f"`{wrap}` wraps the model with it here"),
                                 switch=switch)
         helper = self._helper(fctx, call, across=fctx is self.ctx, wrapping=True)
         if helper is None:
             return None
         hctx, function = helper
         at_return = (self._returned(hctx, function, r.value, depth - 1)
-                     for r in hctx.nodes_in(cst.Return, cst.FunctionDef, function) if r.value is not None)
+                     for r in _in_scope(hctx, (ast.Return,), function) if r.value is not None)
         model = next((m for m in at_return if m is not None), None)
         return self._through(fctx, call, model) if model is not None else None
 
-    def _returned(self, hctx: FileContext, function: cst.FunctionDef, value: cst.BaseExpression,
-                  depth: int) -> Float16Model | None:
-        if isinstance(value, cst.Call):
+    def _returned(self, hctx: AstContext, function: ast.AST, value: ast.expr, depth: int) -> Float16Model | None:
+        if isinstance(value, ast.Call):
             return self._model_of(hctx, value, depth)
-        if isinstance(value, cst.Name):
-            at = hctx.order(value)
+        if isinstance(value, ast.Name):
             return next((b.model for b in reversed(self._bound_in(hctx, function, depth))
-                         if b.order < at and b.code == value.value), None)
+                         if b.end <= _start(value) and b.code == value.id), None)
         return None
 
-    def _in_place(self, fctx: FileContext, call: cst.Call, depth: int) -> list[tuple[str, Float16Model]]:
+    def _in_place(self, fctx: AstContext, call: ast.Call, depth: int) -> list[tuple[str, Float16Model]]:
         """What a call as a statement shards in place: ``fully_shard(x, mp_policy=...)``'s ``x``,
         or the argument a helper of the file (or of a module it imports) shards so."""
         if depth == 0:
             return []
-        positional = [a.value for a in call.args if a.keyword is None and not a.star]
+        positional = [a for a in call.args if not isinstance(a, ast.Starred)]
         if fctx.resolves_to(call.func, _FSDP2) is not None:
             model = self._model_of(fctx, call, depth)
             return [(fctx.code(positional[0]), model)] if model is not None and positional else []
@@ -270,18 +315,18 @@ class Float16Models:
         if helper is None:
             return []
         hctx, function = helper
-        params = [p.name.value for p in function.params.params][1 if _class_of(hctx, function) else 0:]
+        params = _params(hctx, function)
         found = []
         for b in self._bound_in(hctx, function, depth - 1):
             if not b.in_place or b.code not in params:
                 continue
             given = (bind(call, params) or {}).get(b.code)
-            if given is not None and isinstance(given.value, (cst.Name, cst.Attribute)):
-                found.append((fctx.code(given.value), self._through(fctx, call, b.model)))
+            if isinstance(given, (ast.Name, ast.Attribute)):
+                found.append((fctx.code(given), self._through(fctx, call, b.model)))
         return found
 
-    def _helper(self, fctx: FileContext, call: cst.Call, across: bool, wrapping: bool = False
-                ) -> tuple[FileContext, cst.FunctionDef] | None:
+    def _helper(self, fctx: AstContext, call: ast.Call, across: bool, wrapping: bool = False
+                ) -> tuple[AstContext, ast.AST] | None:
         """The function ``call`` runs: of its own file, or (``across``) a module-level function
         of a module of the project that the file imports (``wrapping``: one whose text passes a
         policy keyword, as a module where a wrap is must)."""
@@ -290,15 +335,15 @@ class Float16Models:
             return fctx, function
         if not across:
             return None
-        for module, level, name in imported_as(fctx, call.func):
+        for module, level, name in imported_in(fctx, call.func):
             other = self._module(fctx, module, level, wrapping)
-            function = next((s for s in other.module.body if isinstance(s, cst.FunctionDef)
-                             and s.name.value == name), None) if other is not None else None
+            function = next((s for s in other.outline.tree.body if isinstance(s, _FUNCTIONS) and s.name == name),
+                            None) if other is not None else None
             if function is not None:
                 return other, function
         return None
 
-    def _through(self, fctx: FileContext, call: cst.Call, model: Float16Model) -> Float16Model:
+    def _through(self, fctx: AstContext, call: ast.Call, model: Float16Model) -> Float16Model:
         """``model`` reached through ``call``: named in the finding where it is a call of the
         checked file."""
         if fctx is not self.ctx:
@@ -309,40 +354,40 @@ class Float16Models:
 
     # -- the policy --------------------------------------------------------------------------
 
-    def _policy(self, pctx: FileContext, expr: cst.BaseExpression, depth: int
-                ) -> tuple[str, Place, Switch | None] | None:
+    def _policy(self, pctx: AstContext, expr: ast.expr, depth: int) -> tuple[str, Place, Switch | None] | None:
         """The float16 policy ``expr`` holds: its code, place, and the switch that picks it."""
         if depth == 0:
             return None
-        if isinstance(expr, cst.IfExp):
+        if isinstance(expr, ast.IfExp):
             return _either(pctx, expr, lambda branch: self._policy(pctx, branch, depth))
-        if isinstance(expr, cst.Call):
+        if isinstance(expr, ast.Call):
             if pctx.resolves_to(expr.func, MIXED_PRECISION) is not None:
                 dtype = (bind(expr, ("param_dtype",)) or {}).get("param_dtype")
-                float16 = _float16(pctx, dtype.value) if dtype is not None else None
+                float16 = _float16(pctx, dtype) if dtype is not None else None
                 if float16 is None:
                     return None
-                shown = f"{pctx.code(expr.func)}({'param_dtype=' if dtype.keyword else ''}{pctx.code(dtype.value)}" \
-                        f"{', ...' if len(expr.args) > 1 else ''})"
+                keyword = "param_dtype=" if any(k.arg == "param_dtype" for k in expr.keywords) else ""
+                more = ", ..." if len(expr.args) + len(expr.keywords) > 1 else ""
+                shown = f"{pctx.code(expr.func)}({keyword}{pctx.code(dtype)}{more})"
                 return shown, self._place(pctx, expr, "the float16 FSDP policy is built here"), float16[0]
             helper = self._helper(pctx, expr, across=True)
             if helper is None:
                 return None
             hctx, function = helper
-            return next((found for r in hctx.nodes_in(cst.Return, cst.FunctionDef, function) if r.value is not None
+            return next((found for r in _in_scope(hctx, (ast.Return,), function) if r.value is not None
                          if (found := self._policy(hctx, r.value, depth - 1)) is not None), None)
-        if isinstance(expr, cst.Name):
-            bound = assigned_before(pctx, expr)
+        if isinstance(expr, ast.Name):
+            bound = value_before(pctx, expr)
             if bound is not None:
                 return self._policy(pctx, bound, depth - 1)
-            function = enclosing_function(pctx, expr)
-            if function is not None and _bound_locally(pctx, function, expr.value):
+            function = pctx.enclosing_function(expr)
+            if function is not None and expr.id in self._bound_locally(function):
                 return None
-            bound = _module_value(pctx, expr.value)
+            bound = _module_value(pctx, expr.id)
             if bound is not None:
                 return self._policy(pctx, bound, depth - 1)
-        if isinstance(expr, (cst.Name, cst.Attribute)):
-            for module, level, name in imported_as(pctx, expr):
+        if isinstance(expr, (ast.Name, ast.Attribute)):
+            for module, level, name in imported_in(pctx, expr):
                 other = self._module(pctx, module, level)
                 bound = _module_value(other, name) if other is not None else None
                 if bound is not None:
@@ -351,13 +396,13 @@ class Float16Models:
 
     # -- the project ---------------------------------------------------------------------------
 
-    def _module(self, fctx: FileContext, module: str | None, level: int, wrapping: bool = False
-                ) -> FileContext | None:
+    def _module(self, fctx: AstContext, module: str | None, level: int, wrapping: bool = False
+                ) -> AstContext | None:
         """The module of the project that ``from <level dots><module> import ...`` reads in
-        ``fctx``; with ``wrapping``, only one where a call passes a policy keyword (as the
-        prefilter asks: most helpers a training loop calls wrap nothing, and are not read)."""
+        ``fctx``; with ``wrapping``, only one where a call passes a policy keyword (most
+        helpers a training loop calls wrap nothing, and are not read)."""
         if module is not None and (module + ".").startswith("torch."):
-            return None  # torch's own modules are no project's (the prefilter skips them too)
+            return None  # torch's own modules are no project's
         key = (id(fctx), module, level)
         if wrapping and key not in self._wrapping:
             self._wrapping[key] = self._passes_policy(fctx, module, level)
@@ -371,19 +416,21 @@ class Float16Models:
                 self._read[id(fctx)] = fctx
         return self._modules[key]
 
-    def _passes_policy(self, fctx: FileContext, module: str | None, level: int) -> bool:
+    def _passes_policy(self, fctx: AstContext, module: str | None, level: int) -> bool:
+        """Whether a call in the module passes a policy keyword (``CheckedFile.keyword_passes``,
+        which records what the findings read)."""
         root = fctx.project_root()
         path = project_module(root, Path(fctx.path), module, level) if root is not None else None
-        return path is not None and _shown(path, root) in _wrapping_modules(root, self.ctx.dependencies.add)
+        return path is not None and relative_name(path.resolve(), root.resolve()) in {
+            shown for keyword in _KEYWORDS for shown, _ in self.ctx.keyword_passes(keyword)}
 
-    def _place(self, fctx: FileContext, node: cst.CSTNode, what: str) -> Place:
-        row = fctx.location(fctx.offsets(node)[0]).row
+    def _place(self, fctx: AstContext, node: ast.AST, what: str) -> Place:
         if fctx is self.ctx:
-            return Place(f"line {row}", Related(fctx.path, row, what))
-        return Place(*located(self.ctx, Path(fctx.path), row, what))
+            return Place(f"line {node.lineno}", Related(fctx.path, node.lineno, what))
+        return Place(*located(self.ctx, Path(fctx.path), node.lineno, what))
 
 
-def _either(ctx: FileContext, expr: cst.IfExp, found_in):
+def _either(ctx: AstContext, expr: ast.IfExp, found_in):
     """What ``found_in`` finds in a branch of ``a if test else b``, with the switch that picks
     that branch (unless one inside it picks already); none where both branches hold it."""
     body, orelse = found_in(expr.body), found_in(expr.orelse)
@@ -398,106 +445,50 @@ def _either(ctx: FileContext, expr: cst.IfExp, found_in):
     return None
 
 
-def _float16(ctx: FileContext, expr: cst.BaseExpression, named: bool = True) -> tuple[Switch | None] | None:
+def _float16(ctx: AstContext, expr: ast.expr, named: bool = True) -> tuple[Switch | None] | None:
     """For a float16 dtype: (the switch that picks it, if a condition does); None otherwise. A
     literal, or (``named``) a name its function (or module) assigns one."""
-    if isinstance(expr, cst.IfExp):
+    if isinstance(expr, ast.IfExp):
         return _either(ctx, expr, lambda branch: _float16(ctx, branch, named))
-    if named and isinstance(expr, cst.Name) and dtype_of(ctx, expr) is None:
-        bound = assigned_before(ctx, expr)
+    if named and isinstance(expr, ast.Name) and dtype_of(ctx, expr) is None:
+        bound = value_before(ctx, expr)
         return _float16(ctx, bound, named=False) if bound is not None else None
     return (None,) if dtype_of(ctx, expr) == "float16" else None
 
 
-def _module_value(ctx: FileContext, name: str) -> cst.BaseExpression | None:
+def _start(node: ast.AST) -> Position:
+    return node.lineno, node.col_offset
+
+
+def _end(node: ast.AST) -> Position:
+    return node.end_lineno, node.end_col_offset
+
+
+def _in_scope(ctx: AstContext, kinds: tuple[type, ...], scope: ast.AST | None) -> list:
+    """The nodes of ``kinds`` whose innermost function is ``scope`` (None: the module's own
+    code, class bodies included), in source order; grouped once per file and kinds."""
+    cache = ctx.__dict__.setdefault("_sharded_in_scope", {})
+    if kinds not in cache:
+        grouped = cache[kinds] = {}
+        for node in sorted((n for kind in kinds for n in ctx.outline.nodes(kind)), key=ctx.order):
+            grouped.setdefault(id(ctx.enclosing_function(node)), []).append(node)
+    return cache[kinds].get(id(scope), [])
+
+
+def _params(ctx: AstContext, function: ast.AST) -> list[str]:
+    """The parameters a call passes positionally or by name, past a method's ``self``."""
+    names = [a.arg for a in function.args.args]
+    return names[1:] if isinstance(ctx.parent(function), ast.ClassDef) else names
+
+
+def _methods(owner: ast.AST | None) -> list[ast.AST]:
+    """The methods of ``owner`` where it is a class; none otherwise."""
+    return [s for s in owner.body if isinstance(s, _FUNCTIONS)] if isinstance(owner, ast.ClassDef) else []
+
+
+def _module_value(ctx: AstContext, name: str) -> ast.expr | None:
     """The value of the module's one top-level ``name = value``; None where it has not one."""
-    values = [small.value for statement in ctx.module.body if isinstance(statement, cst.SimpleStatementLine)
-              for small in statement.body if isinstance(small, (cst.Assign, cst.AnnAssign))
-              and any(isinstance(t, cst.Name) and t.value == name for t in (
-                  [x.target for x in small.targets] if isinstance(small, cst.Assign) else [small.target]))]
+    values = [s.value for s in ctx.outline.tree.body if isinstance(s, (ast.Assign, ast.AnnAssign))
+              and any(isinstance(t, ast.Name) and t.id == name for t in (
+                  s.targets if isinstance(s, ast.Assign) else [s.target]))]
     return values[0] if len(values) == 1 and values[0] is not None else None
-
-
-_BINDERS = (cst.Param, cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For, cst.AsName, cst.NamedExpr,
-            cst.CompFor)
-
-
-def _bound_locally(ctx: FileContext, function: cst.FunctionDef, name: str) -> bool:
-    """Whether ``function`` binds ``name`` itself (a parameter, an assignment, a loop's target)."""
-    return any(n.value == name and isinstance(ctx.parent(n), _BINDERS) for n in ctx.nodes_within(cst.Name, function))
-
-
-def _without_grad(ctx: FileContext, node: cst.CSTNode) -> bool:
-    """Whether ``node`` runs inside ``with torch.no_grad():`` (or ``torch.inference_mode()``) or
-    in a function decorated with one."""
-    for ancestor in ctx.ancestors(node):
-        if isinstance(ancestor, cst.With):
-            items = [item.item for item in ancestor.items]
-        elif isinstance(ancestor, cst.FunctionDef):
-            items = [d.decorator for d in ancestor.decorators]
-        else:
-            continue
-        if any(ctx.resolves_to(i.func if isinstance(i, cst.Call) else i, _NO_GRAD) for i in items):
-            return True
-    return False
-
-
-def _class_of(ctx: FileContext, function: cst.FunctionDef) -> cst.ClassDef | None:
-    """The class ``function`` is a method of."""
-    block = ctx.parent(function)
-    owner = ctx.parent(block) if isinstance(block, cst.IndentedBlock) else None
-    return owner if isinstance(owner, cst.ClassDef) else None
-
-
-def _methods(cls: cst.ClassDef) -> list[cst.FunctionDef]:
-    return [s for s in cls.body.body if isinstance(s, cst.FunctionDef)]
-
-
-# -- the prefilter ------------------------------------------------------------------------------
-
-def may_train_float16(outline: Outline) -> bool:
-    """``may_fire``'s side of ``Float16Models``: the file calls a wrap with a policy keyword, or
-    imports a module of the project where a call passes one (a helper that wraps is there). What
-    of the project it read is recorded as what the prefilter's answer depends on."""
-    if any(k.arg in _KEYWORDS for c in outline.calls_to(WRAPS.keys()) for k in c.keywords):
-        return True
-    hints = outline.project
-    root = hints.root if hints is not None else None
-    if root is None:
-        return False
-    path = Path(hints.path)
-    targets = {target for module, level in _imported_modules(outline)
-               if (target := project_module(root, path, module, level)) is not None}
-    # the project's keyword passes are read only for a file that imports some of its modules
-    return bool(targets) and not {_shown(t, root) for t in targets}.isdisjoint(_wrapping_modules(root, hints.read.add))
-
-
-def _wrapping_modules(root: Path, read: Callable[[Dependency], None]) -> set[str]:
-    """The modules of the project (from its root) where a call passes a policy keyword
-    (``project_index.keyword_passes``): where a wrap may be. ``read`` records the dependency."""
-    found = set()
-    for keyword in sorted(_KEYWORDS):
-        read(keyword_dependency(root, keyword))
-        found.update(path for path, _ in keyword_passes(root, keyword))
-    return found
-
-
-def _shown(path: Path, root: Path) -> str:
-    return relative_name(path.resolve(), root.resolve())
-
-
-def _imported_modules(outline: Outline) -> set[tuple[str | None, int]]:
-    """The modules ``crossfile.imported_as`` may name for the calls whose helper ``Float16Models``
-    follows into another module (the value of an assignment, a return or a statement), as
-    (module, level): those of the absolute names such a call resolves to, and the relative
-    imports (the module imported from, and each name imported as a module of it)."""
-    calls = [s.value for kind in (ast.Assign, ast.Expr, ast.Return) for s in outline.nodes(kind)
-             if isinstance(s.value, ast.Call)]
-    found = {(q.rpartition(".")[0], 0) for c in calls for q in outline.qualified_names(c.func)
-             if "." in q and not q.startswith("torch.")}
-    for statement in outline.nodes(ast.ImportFrom):
-        if statement.level and statement.names[0].name != "*":
-            found.add((statement.module, statement.level))
-            found.update((f"{statement.module}.{a.name}" if statement.module else a.name, statement.level)
-                         for a in statement.names)
-    return found

@@ -2,184 +2,76 @@ from __future__ import annotations
 
 import ast
 
-import libcst as cst
-
-from ..engine import flow
-from ..engine.context import FileContext
+from ..engine import flow, regions
+from ..engine.ast_context import AstContext
+from ..engine.checkpoints import argument_values, calls_in
 from ..engine.diagnostics import Related
 from ..engine.enabling import region_switch
 from ..engine.flow import Event
-from ..engine.outline import Outline
 from ..engine.region_tables import region_dtype
-from ..engine.rule import AnyOf, Invalid, Rule, Valid
-from ..engine.sharded_precision import Float16Models, may_train_float16
-from ..engine.semantics import (
-    _SIGNATURES,
-    AUTOCAST,
-    AUTOCAST_DEVICE,
-    DTYPES,
-    AutocastCall,
-    assigned_before,
-    autocast_calls,
-    autocast_region,
-    calls,
-    enabled_autocast_calls,
-    enclosing_function,
-    is_backward,
-    known_scalers,
-    method_call,
-    scaled_backward_scaler,
-    subtree,
-)
+from ..engine.regions import AutocastCall, autocast_calls, autocast_region, called_function, calls_of, value_before
+from ..engine.rule import AnyOf, AstRule, Invalid, Valid
+from ..engine.semantics import scaled_backward_scaler
+from ..engine.sharded_precision import Float16Models
+from ..engine.summaries import is_backward, receiver
 
 
-def _may_be_judged(outline: Outline, call: ast.Call, file_scales: bool) -> bool:
-    """Whether an enabled autocast call's region may be a float16 one ``check`` judges: no dtype
-    given (the device's default decides) or a torch dtype that is float16; and, in a file
-    that scales a loss (``S.scale(...)``), a literal device or dtype (a region both of whose
-    are expressions may run in bfloat16 there, and is left alone). A dtype given as an
-    expression (``dtype=self.amp_dtype``) leaves the region undecided: not judged."""
-    if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
-        return True
-
-    def argument(parameter: str, signature: tuple[str, ...]) -> ast.expr | None:
-        position = signature.index(parameter)
-        return next((k.value for k in call.keywords if k.arg == parameter),
-                    call.args[position] if len(call.args) > position else None)
-
-    for name in outline.qualified_names(call.func) & AUTOCAST:
-        per_device = name in AUTOCAST_DEVICE
-        signature = _SIGNATURES["per_device" if per_device else "generic"]
-        dtype = argument("dtype", signature)
-        dtypes = {DTYPES[q] for q in outline.qualified_names(dtype) if q in DTYPES} if dtype is not None else set()
-        if dtype is not None and "float16" not in dtypes:
-            continue
-        device = None if per_device else argument("device_type", signature)
-        literal_device = per_device or isinstance(device, ast.Constant) and isinstance(device.value, str)
-        if literal_device or dtypes or not file_scales:
-            return True
-    return False
-
-
-def _may_fire(outline: Outline) -> bool:
-    """A backward pass in the file (``loss.backward()`` with no positional argument, or
-    ``torch.autograd.backward``), and an enabled autocast call whose region may be a float16 one
-    ``check`` judges (``_may_be_judged``) or a float16 FSDP wrap (``may_train_float16``)."""
-    if not (any(not c.args for c in outline.method_calls("backward"))
-            or outline.calls_to({"torch.autograd.backward"})):
-        return False
-    file_scales = bool(outline.method_calls("scale"))
-    return any(_may_be_judged(outline, c, file_scales) for c in enabled_autocast_calls(outline)) \
-        or may_train_float16(outline)
-
-
-_CALL_DEPTH = 3  # how many in-file calls deep a region is followed to a backward pass
-
-
-def _vector_jacobian(call: cst.Call) -> bool:
+def _vector_jacobian(call: ast.Call) -> bool:
     """``out.backward(gradient=g)``: the gradient of a non-scalar output (a saliency map, an
     input gradient), not a loss trained with an optimizer; a loss scale has nothing to scale."""
-    return any(a.keyword is not None and a.keyword.value == "gradient" for a in call.args)
-
-
-def _owner(ctx: FileContext, func: cst.FunctionDef) -> cst.CSTNode | None:
-    """The module or class a function is defined in directly; None when it is nested."""
-    parent = ctx.parent(func)
-    if isinstance(parent, cst.Module):
-        return parent
-    if isinstance(parent, cst.IndentedBlock) and isinstance(ctx.parent(parent), cst.ClassDef):
-        return ctx.parent(parent)
-    return None
+    return any(k.arg == "gradient" for k in call.keywords)
 
 
 class _TrainingPaths:
-    """The unscaled backward pass a float16 region feeds, through the file's own functions: in
-    the region's function, in a function called inside the region, or in a caller that runs
-    the backward of what the region's function returns. A function that touches a GradScaler
-    (calls ``.scale(...)``, uses or passes a known scaler, or calls a function of the file
-    that does) ends the search: it scales on some path."""
+    """The unscaled backward pass a float16 region feeds, through the file's own functions
+    (``regions.called_function``): in the region's function, in a function called inside the
+    region, or in a caller that runs the backward of what the region's function returns. A
+    function that touches a GradScaler (``flow.scalers``: calls ``.scale(...)``, uses or passes
+    a scaler, or calls a function of the file that does) ends the search: it scales on some path."""
 
-    def __init__(self, ctx: FileContext):
-        self.ctx = ctx
-        self.calls_in: dict[int, list[cst.Call]] = {}  # by id of the function; id(None): the module
-        for call in calls(ctx):
-            self.calls_in.setdefault(id(enclosing_function(ctx, call)), []).append(call)
-        self.functions: dict[tuple[int, str], cst.FunctionDef] = {}
-        for func in ctx.nodes(cst.FunctionDef):
-            owner = _owner(ctx, func)
-            if owner is not None:
-                self.functions[(id(owner), func.name.value)] = func
-        # The calls of each function of the file (``_callee``) with the function they are in,
-        # by id of the callee: found once, not once per region's function.
-        self.callers: dict[int, list[tuple[cst.Call, cst.FunctionDef | None]]] = {}
-        for found in self.calls_in.values():
-            for call in found:
-                caller = enclosing_function(ctx, call)
-                callee = self._callee(call, caller)
-                if callee is not None:
-                    self.callers.setdefault(id(callee), []).append((call, caller))
+    def __init__(self, ctx: AstContext):
+        self.ctx, self.scalers = ctx, flow.scalers(ctx)
 
-    def file_scales(self) -> bool:
-        return bool(known_scalers(self.ctx)) or self._scales(calls(self.ctx))
+    def scales(self, found: list[ast.Call]) -> bool:
+        code, scalers = self.ctx.code, self.scalers
+        return any((method := receiver(call)) is not None and (method[1] == "scale" or code(method[0]) in scalers)
+                   or any(isinstance(a, (ast.Name, ast.Attribute)) and code(a) in scalers
+                          for a in argument_values(call)) for call in found)
 
-    def _scales(self, found: list[cst.Call]) -> bool:
-        scalers = known_scalers(self.ctx)
-        for call in found:
-            mc = method_call(call)
-            if mc is not None and (mc[1] == "scale" or self.ctx.code(mc[0]) in scalers):
-                return True
-            if any(isinstance(a.value, (cst.Name, cst.Attribute)) and self.ctx.code(a.value) in scalers
-                   for a in call.args):
-                return True
-        return False
-
-    def uses_scaler(self, func: cst.FunctionDef | None) -> bool:
+    def uses_scaler(self, func: ast.AST | None) -> bool:
         """``func`` touches a scaler itself or through a function of the file it calls
         (``if amp: self.backward_amp(loss) else: loss.backward()``)."""
-        own = self.calls_in.get(id(func), [])
-        return self._scales(own) or any(
-            (callee := self._callee(c, func)) is not None and self._scales(self.calls_in.get(id(callee), []))
+        own = calls_in(self.ctx, func)
+        return self.scales(own) or any(
+            (callee := called_function(self.ctx, c)) is not None and self.scales(calls_in(self.ctx, callee))
             for c in own)
 
-    def unscaled_backwards(self, func: cst.FunctionDef | None) -> list[cst.Call]:
+    def unscaled_backwards(self, func: ast.AST | None) -> list[ast.Call]:
         if self.uses_scaler(func):
             return []
-        return [c for c in self.calls_in.get(id(func), [])
-                if is_backward(self.ctx, c) and scaled_backward_scaler(self.ctx, c) is None
-                and not _vector_jacobian(c)]
+        return [c for c in calls_in(self.ctx, func) if is_backward(self.ctx.outline, c)
+                and scaled_backward_scaler(self.ctx, c) is None and not _vector_jacobian(c)]
 
-    def _callee(self, call: cst.Call, caller: cst.FunctionDef | None) -> cst.FunctionDef | None:
-        """The function of this file that ``f(...)`` or ``self.f(...)`` calls."""
-        if isinstance(call.func, cst.Name):
-            return self.functions.get((id(self.ctx.module), call.func.value))
-        if isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name) \
-                and call.func.value.value == "self" and caller is not None:
-            return self.functions.get((id(_owner(self.ctx, caller)), call.func.attr.value))
-        return None
-
-    def unscaled_backward(self, ac: AutocastCall) -> cst.Call | None:
-        func = enclosing_function(self.ctx, ac.node)
+    def unscaled_backward(self, ac: AutocastCall) -> ast.Call | None:
+        func = self.ctx.enclosing_function(ac.node)
         if self.uses_scaler(func):
             return None
         own = self.unscaled_backwards(func)
-        if own:
-            return own[0]
-        return self._in_callees(ac, func) or self._in_callers(func)
+        return own[0] if own else self._in_callees(ac, func) or self._in_callers(func)
 
-    def _in_callees(self, ac: AutocastCall, func: cst.FunctionDef | None) -> cst.Call | None:
-        holder = self.ctx.parent(ac.node)
-        if isinstance(holder, cst.WithItem):
-            body = self.ctx.parent(holder).body
-        elif isinstance(holder, cst.Decorator):
-            body = self.ctx.parent(holder).body
-        else:
+    def _in_callees(self, ac: AutocastCall, func: ast.AST | None) -> ast.Call | None:
+        holder = self.ctx.parent(ac.node)  # a `with` item, or a function it decorates
+        decorated = isinstance(holder, (ast.FunctionDef, ast.AsyncFunctionDef)) and ac.node in holder.decorator_list
+        body = self.ctx.parent(holder).body if isinstance(holder, ast.withitem) else holder.body if decorated else None
+        if body is None:
             return None
-        frontier = [(c, func) for c in self.calls_in.get(id(func), []) if self.ctx.contains(body, c)]
+        start, end = (body[0].lineno, body[0].col_offset), (body[-1].end_lineno, body[-1].end_col_offset)
+        frontier = [c for c in calls_in(self.ctx, func) if start <= (c.lineno, c.col_offset) < end]
         seen: set[int] = set()
-        for _ in range(_CALL_DEPTH):
+        for _ in range(regions.REACHING_DEPTH):  # as deep as a region reaches a function
             reached = []
-            for call, caller in frontier:
-                callee = self._callee(call, caller)
+            for call in frontier:
+                callee = called_function(self.ctx, call)
                 if callee is None or id(callee) in seen or self.uses_scaler(callee):
                     continue
                 seen.add(id(callee))
@@ -187,22 +79,18 @@ class _TrainingPaths:
                 if backwards:
                     return backwards[0]
                 reached.append(callee)
-            frontier = [(c, f) for f in reached for c in self.calls_in.get(id(f), [])]
+            frontier = [c for f in reached for c in calls_in(self.ctx, f)]
         return None
 
-    def _in_callers(self, func: cst.FunctionDef | None) -> cst.Call | None:
+    def _in_callers(self, func: ast.AST | None) -> ast.Call | None:
         """``loss = self.func(...)`` then ``loss.backward()`` in another function of the file."""
-        if func is None:
-            return None
-        for call, caller in self.callers.get(id(func), []):
+        for call in calls_of(self.ctx, func) if func is not None else ():
             assignment = self.ctx.parent(call)
-            if not isinstance(assignment, cst.Assign) or len(assignment.targets) != 1 \
-                    or not isinstance(assignment.targets[0].target, cst.Name):
-                continue
-            name = assignment.targets[0].target.value
-            for backward in self.unscaled_backwards(caller):
+            targets = assignment.targets if isinstance(assignment, ast.Assign) else []
+            name = targets[0].id if len(targets) == 1 and isinstance(targets[0], ast.Name) else None
+            for backward in self.unscaled_backwards(self.ctx.enclosing_function(call)) if name else ():
                 tensor = _backward_tensor(backward)
-                if isinstance(tensor, cst.Name) and tensor.value == name \
+                if isinstance(tensor, ast.Name) and tensor.id == name \
                         and self.ctx.order(backward) > self.ctx.order(call):
                     return backward
         return None
@@ -223,22 +111,21 @@ class _BesideScaled(flow.Analysis):
         if event.kind == flow.SCALED_BACKWARD:
             self.beside.update(unscaled)
             return True, frozenset()
-        if event.kind == flow.BACKWARD:
-            if scaled:
-                self.beside.add(event)
-                return fact
+        if event.kind == flow.BACKWARD and scaled:
+            self.beside.add(event)
+        elif event.kind == flow.BACKWARD:
             return False, unscaled | {event}
         return fact
 
 
-def _backward_tensor(call: cst.Call) -> cst.BaseExpression | None:
+def _backward_tensor(call: ast.Call) -> ast.expr | None:
     """``loss`` of ``loss.backward()`` or ``torch.autograd.backward(loss)``."""
-    positional = next((a.value for a in call.args if a.keyword is None and not a.star), None)
-    mc = method_call(call)
-    return mc[0] if mc is not None and mc[1] == "backward" and positional is None else positional
+    positional = next((a for a in call.args if not isinstance(a, ast.Starred)), None)
+    method = receiver(call)
+    return method[0] if method is not None and method[1] == "backward" and positional is None else positional
 
 
-class Fp16TrainingWithoutScaler(Rule):
+class Fp16TrainingWithoutScaler(AstRule):
     """
     ## What it does
     Finds a float16 autocast region — `dtype=torch.float16`, or no dtype on a device whose
@@ -254,11 +141,11 @@ class Fp16TrainingWithoutScaler(Rule):
     that scales, it finds a plain `loss.backward()` that some path runs in the same call as a
     scaled backward (before or after it), of a `loss` last assigned in a float16 region with a
     literal device or dtype: one loss scaled, another not (`if scaler is not None: ... else:
-    loss.backward()` runs one or the other, and is not reported there). Such a branch is
-    reported when the scaler is a parameter that defaults to None (a library's
-    `train_one_epoch(..., scaler=None)`): called without one, the float16 region still runs
-    and its loss backpropagates unscaled — unless the region's `enabled=` depends on the scaler
-    (`enabled=scaler is not None`).
+    loss.backward()` runs one or the other, and is not reported there). Such a branch (an
+    `else`, an `elif`, `if scaler is None: loss.backward(); return`) is reported when the
+    scaler is a parameter that defaults to None (a library's `train_one_epoch(..., scaler=None)`):
+    called without one, the float16 region still runs and its loss backpropagates unscaled —
+    unless the region's `enabled=` depends on the scaler (`enabled=scaler is not None`).
 
     It also finds an unscaled backward pass of a model that FSDP wraps with a float16 policy
     (`FullyShardedDataParallel(m, mixed_precision=MixedPrecision(param_dtype=torch.float16))`,
@@ -317,7 +204,6 @@ class Fp16TrainingWithoutScaler(Rule):
     summary = "float16 autocast training with no GradScaler"
     uses_policy = True
     fragments = ((AnyOf(r"\.backward\(", "autograd"),),)  # every finding is about a backward pass
-    may_fire = staticmethod(_may_fire)
 
     valid = (
         # bfloat16 parameters need no scaler; the float16 policy is never handed to FSDP.
@@ -492,6 +378,18 @@ def train(model, loader, optimizer, mesh):
                      ("sharding.py", "from torch.distributed.fsdp import fully_shard\nfrom policies import HALF\n"
                                      "def shard(module, mesh):\n"
                                      "    fully_shard(module, mesh=mesh, mp_policy=HALF)\n"))),
+        # A step whose keyword-only scaler may be left out: then it returns before scaling.
+        Invalid("""
+import torch
+def train_step(model, x, optimizer, *, scaler=None):
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = model(x).mean()
+    if scaler is None:
+        loss.backward()
+        return optimizer.step()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+""", at=((4, 10, "(`scaler` defaults to None, line 3): `loss.backward()` on line 7 then runs unscaled"),)),
         # A library's training step: the caller that passes no scaler trains float16 unscaled.
         Invalid("""
 import torch
@@ -601,14 +499,15 @@ class GanTrainer:
 """, at=((9, 14, '`loss_g.backward()` on line 11 runs unscaled beside the scaled backward on line 7'),)),
     )
 
-    def check(self, ctx: FileContext) -> None:
+    def check(self, ctx: AstContext) -> None:
+        regions = [ac for ac in autocast_calls(ctx) if ac.enabled is not False and region_dtype(ctx, ac) == "float16"]
+        models = Float16Models(ctx)
+        if not (fsdp := models.possible()) and not regions:
+            return  # nothing of the file computes in float16
         paths = _TrainingPaths(ctx)
-        file_has_scaler = paths.file_scales()
-        reported: set[int] = set()  # ids of the autocast calls reported
-        backwards: set[int] = set()  # ids of the backward passes they name
-        for ac in autocast_calls(ctx):
-            if ac.enabled is False or region_dtype(ctx, ac) != "float16":
-                continue
+        file_has_scaler = bool(paths.scalers) or paths.scales(ctx.outline.nodes(ast.Call))
+        reported, backwards = set(), set()  # ids of the autocast calls reported, and of the backward passes named
+        for ac in regions:
             # float16 only as the configured device's default: the device is an expression that
             # may name a bfloat16 device, so a scaler anywhere in the file may be its pair.
             if ac.device is None and ac.dtype is None and file_has_scaler:
@@ -617,110 +516,84 @@ class GanTrainer:
             if backward is not None:
                 reported.add(id(ac.node))
                 backwards.add(id(backward))
-                row = ctx.location(ctx.offsets(backward)[0]).row
                 switch = region_switch(ctx, ac)
                 ctx.report(ac.node, f"float16 autocast{f' ({switch.when})' if switch else ''} with a backward "
-                                    f"pass but no GradScaler: `{ctx.code(backward.func)}()` on line {row} runs "
-                                    "unscaled, so small gradients underflow to zero; use torch.amp.GradScaler "
-                                    "(or bfloat16)", related=switch.related if switch else ())
+                                    f"pass but no GradScaler: `{ctx.code(backward.func)}()` on line "
+                                    f"{backward.lineno} runs unscaled, so small gradients underflow to zero; "
+                                    "use torch.amp.GradScaler (or bfloat16)", related=switch.related if switch else ())
         for scope in flow.flows(ctx):
             if scope.of(flow.SCALED_BACKWARD) and scope.of(flow.BACKWARD):
                 self._check_beside_scaled(ctx, scope, reported)
-        self._check_optional_scaler(ctx, reported)
-        self._check_float16_fsdp(ctx, paths, backwards)
+            self._check_optional_scaler(ctx, scope, reported)
+            function = None if isinstance(scope.scope, ast.Module) else scope.scope
+            for backward in paths.unscaled_backwards(function) if fsdp else ():
+                if id(backward) not in backwards:
+                    self._check_float16_fsdp(ctx, models, backward)
 
-    def _check_float16_fsdp(self, ctx: FileContext, paths: _TrainingPaths, reported: set[int]) -> None:
-        """An unscaled backward pass of a model that FSDP wraps with a float16 policy."""
-        models = Float16Models(ctx)
-        for function in (None, *ctx.nodes(cst.FunctionDef)):
-            for backward in paths.unscaled_backwards(function):
-                tensor = _backward_tensor(backward)
-                if id(backward) in reported or (  # `(loss * loss_scale).backward()`: scaled by hand
-                        isinstance(tensor, cst.BinaryOperation) and isinstance(tensor.operator, cst.Multiply)):
-                    continue
-                model = models.trained_by(backward)
-                if model is not None:
-                    when = f" {model.switch.when}" if model.switch else ""
-                    ctx.report(backward, f"FSDP computes in float16 here{when} ({model.evidence()}): no "
-                                         f"ShardedGradScaler scales `{ctx.code(backward.func)}()`, so small gradients "
-                                         "underflow to zero; scale the loss with a ShardedGradScaler "
-                                         "(torch.amp.GradScaler for `fully_shard`), or use a bfloat16 `param_dtype`",
-                               related=model.related())
+    def _check_float16_fsdp(self, ctx: AstContext, models: Float16Models, backward: ast.Call) -> None:
+        """An unscaled backward pass of a float16 FSDP model, not one scaled by hand (``(loss * k).backward()``)."""
+        tensor = _backward_tensor(backward)
+        by_hand = isinstance(tensor, ast.BinOp) and isinstance(tensor.op, ast.Mult)
+        model = None if by_hand else models.trained_by(backward)
+        if model is not None:
+            when = f" {model.switch.when}" if model.switch else ""
+            ctx.report(backward, f"FSDP computes in float16 here{when} ({model.evidence()}): no "
+                                 f"ShardedGradScaler scales `{ctx.code(backward.func)}()`, so small gradients "
+                                 "underflow to zero; scale the loss with a ShardedGradScaler "
+                                 "(torch.amp.GradScaler for `fully_shard`), or use a bfloat16 `param_dtype`",
+                       related=model.related())
 
-    def _check_optional_scaler(self, ctx: FileContext, reported: set[int]) -> None:
+    def _check_optional_scaler(self, ctx: AstContext, scope: flow.Flow, reported: set[int]) -> None:
         """A training step whose scaler parameter defaults to None (a library's
-        ``train_one_epoch(..., scaler=None)``) and that, on the branch where none was given,
-        backpropagates a float16 autocast loss unscaled: the region does not depend on it."""
-        for test in ctx.nodes(cst.If):
-            name, without = _without_scaler_branch(test)
-            function = enclosing_function(ctx, test) if name is not None else None
-            param = next((p for p in function.params.params if p.name.value == name), None) if function else None
-            if param is None or param.default is None or not _is_none(param.default):
-                continue
-            for call in ctx.nodes_within(cst.Call, without):
-                if not is_backward(ctx, call) or scaled_backward_scaler(ctx, call) is not None:
+        ``train_one_epoch(..., scaler=None)``) and that, on the paths where none was given (the
+        flow's branches on it), backpropagates a float16 autocast loss unscaled: the region does
+        not depend on it."""
+        params = _none_by_default(scope.scope)
+        for branch in flow.items(scope.block) if params else ():
+            param = params.get(name := branch.atom.text) if isinstance(branch, flow.Branch) else None
+            for event in flow.items(branch.orelse) if param is not None else ():
+                if not isinstance(event, Event) or event.kind != flow.BACKWARD \
+                        or scaled_backward_scaler(ctx, event.node) is not None:
                     continue
-                ac = _float16_region_of_loss(ctx, call)
-                if ac is None or id(ac.node) in reported or any(
-                        isinstance(n, cst.Name) and n.value == name for a in ac.node.args for n in subtree(a.value)):
+                ac = _float16_region_of_loss(ctx, event.node)
+                if ac is None or id(ac.node) in reported or any(isinstance(n, ast.Name) and n.id == name
+                                                                for a in argument_values(ac.node) for n in ast.walk(a)):
                     continue  # `enabled=scaler is not None`: no region without one
                 reported.add(id(ac.node))
-                param_row = ctx.location(ctx.offsets(param)[0]).row
                 ctx.report(ac.node, f"float16 autocast when called without a scaler (`{name}` defaults to None, "
-                                    f"line {param_row}): `{ctx.code(call.func)}()` on line {flow.line_of(ctx, call)} "
-                                    "then runs unscaled, so small gradients underflow to zero; pass a "
-                                    f"GradScaler, or turn the region off without one (`enabled={name} is not None`)",
-                           related=(Related(ctx.path, param_row, f"`{name}` defaults to None"),))
+                                    f"line {param.lineno}): `{ctx.code(event.node.func)}()` on line "
+                                    f"{event.node.lineno} then runs unscaled, so small gradients underflow to zero; "
+                                    f"pass a GradScaler, or turn the region off without one (`enabled={name} is not "
+                                    "None`)", related=(Related(ctx.path, param.lineno, f"`{name}` defaults to None"),))
 
-    def _check_beside_scaled(self, ctx: FileContext, scope: flow.Flow, reported: set[int]) -> None:
-        analysis = _BesideScaled()
-        flow.propagate(scope, analysis)
+    def _check_beside_scaled(self, ctx: AstContext, scope: flow.Flow, reported: set[int]) -> None:
+        flow.propagate(scope, analysis := _BesideScaled())
         for event in sorted(analysis.beside, key=lambda e: ctx.order(e.node)):
             ac = _float16_region_of_loss(ctx, event.node)
             if ac is None or id(ac.node) in reported:
                 continue
             reported.add(id(ac.node))
-            scaled = min(scope.of(flow.SCALED_BACKWARD),
-                         key=lambda e: abs(ctx.order(e.node) - ctx.order(event.node)))
+            at = ctx.offsets(event.node)[0]
+            scaled = min(scope.of(flow.SCALED_BACKWARD), key=lambda e: abs(ctx.offsets(e.node)[0] - at))
             ctx.report(ac.node, f"float16 autocast whose loss skips the GradScaler: "
-                                f"`{ctx.code(event.node.func)}()` on line {flow.line_of(ctx, event.node)} "
-                                f"runs unscaled beside the scaled backward on line {flow.line_of(ctx, scaled.node)}, "
+                                f"`{ctx.code(event.node.func)}()` on line {event.node.lineno} "
+                                f"runs unscaled beside the scaled backward on line {scaled.node.lineno}, "
                                 "so its small gradients underflow to zero; scale it too")
 
 
-def _is_none(expr: cst.BaseExpression) -> bool:
-    return isinstance(expr, cst.Name) and expr.value == "None"
+def _none_by_default(function: ast.AST) -> dict[str, ast.arg]:
+    """The parameters of a function (not positional-only ones) that default to None, by name."""
+    args = getattr(function, "args", None)  # none for the module
+    defaulted = [*zip(args.args[::-1], args.defaults[::-1]), *zip(args.kwonlyargs, args.kw_defaults)] if args else []
+    return {p.arg: p for p, d in defaulted if isinstance(d, ast.Constant) and d.value is None}
 
 
-def _without_scaler_branch(test: cst.If) -> tuple[str | None, cst.CSTNode | None]:
-    """For ``if scaler is not None:`` (``if scaler:``, ``if scaler is None:``, ``if not
-    scaler:``) with an ``else``, the name tested and the branch that runs without it."""
-    condition, given = test.test, True
-    if isinstance(condition, cst.UnaryOperation) and isinstance(condition.operator, cst.Not):
-        condition, given = condition.expression, False
-    if isinstance(condition, cst.Comparison) and len(condition.comparisons) == 1 \
-            and _is_none(condition.comparisons[0].comparator):
-        operator = condition.comparisons[0].operator
-        if not isinstance(operator, (cst.Is, cst.IsNot)):
-            return None, None
-        given = given == isinstance(operator, cst.IsNot)
-        condition = condition.left
-    if not isinstance(condition, cst.Name) or not isinstance(test.orelse, cst.Else):
-        return None, None
-    return condition.value, (test.orelse.body if given else test.body)
-
-
-def _float16_region_of_loss(ctx: FileContext, call: cst.Call) -> AutocastCall | None:
+def _float16_region_of_loss(ctx: AstContext, call: ast.Call) -> AutocastCall | None:
     """The float16 region (with a literal device or dtype) where the tensor ``call``
     backpropagates was last assigned; None when it is not a name assigned in one."""
     tensor = _backward_tensor(call)
-    if not isinstance(tensor, cst.Name) or _vector_jacobian(call):
-        return None
-    value = assigned_before(ctx, tensor)
+    value = value_before(ctx, tensor) if isinstance(tensor, ast.Name) and not _vector_jacobian(call) else None
     region = autocast_region(ctx, value) if value is not None else None
-    if region is None:
-        return None
-    ac = region[0]
-    if region_dtype(ctx, ac) != "float16" or (ac.device is None and ac.dtype is None):
-        return None
-    return ac
+    ac = region[0] if region is not None else None
+    float16 = ac is not None and region_dtype(ctx, ac) == "float16"
+    return ac if float16 and (ac.device is not None or ac.dtype is not None) else None

@@ -9,7 +9,6 @@ import shutil
 import stat
 import subprocess
 import sys
-from pathlib import Path
 
 import libcst as cst
 import pytest

@@ -2,18 +2,18 @@
 from real files; version gates and AMP004's advice follow its floor unless `torch-version`
 is configured. Real parses, the real CLI."""
 
+import ast
 import json
 from pathlib import Path
 
-import libcst as cst
 import pytest
 from click.testing import CliRunner
 
 from amplint.cli import main
-from amplint.engine.context import FileContext
+from amplint.engine.ast_context import AstContext
 from amplint.engine.project_index import forget, project_root
 from amplint.engine.torch_requirement import TorchRequirement, ceiling_of, declared_torch, floor_of
-from amplint.engine.tree import parse
+from amplint.engine.outline import Outline
 from amplint.engine.version_gates import gate_value
 from amplint.policy import loader
 
@@ -57,8 +57,9 @@ def test_the_lowest_declaration_of_every_file_wins(tmp_path):
 def _gate(tmp_path, torch_version=None):
     source = "import torch\nif torch.__version__ >= '2.4':\n    pass\n"
     (tmp_path / "train.py").write_text(source)
-    ctx = FileContext(str(tmp_path / "train.py"), source, parse(source), loader("cuda", torch_version))
-    return gate_value(ctx, ctx.nodes(cst.If)[0].test)
+    outline = Outline.parse(source)
+    ctx = AstContext(str(tmp_path / "train.py"), source, outline, loader("cuda", torch_version))
+    return gate_value(ctx, outline.nodes(ast.If)[0].test)
 
 
 def test_a_gate_is_known_only_where_the_declared_floor_agrees(tmp_path):
@@ -207,8 +208,9 @@ def test_a_requirement_of_an_extra_only_is_left_out(tmp_path):
 def _gate_in(folder, torch_version=None):
     source = "import torch\nif torch.__version__ >= '2.4':\n    pass\n"
     (folder / "loop.py").write_text(source)
-    ctx = FileContext(str(folder / "loop.py"), source, parse(source), loader("cuda", torch_version))
-    return ctx, gate_value(ctx, ctx.nodes(cst.If)[0].test)
+    outline = Outline.parse(source)
+    ctx = AstContext(str(folder / "loop.py"), source, outline, loader("cuda", torch_version))
+    return ctx, gate_value(ctx, outline.nodes(ast.If)[0].test)
 
 
 def test_version_gates_keep_reading_floors_only(tmp_path):

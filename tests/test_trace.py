@@ -8,7 +8,6 @@ CliRunner, or as a real subprocess) and the finding's code, file and line are as
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap

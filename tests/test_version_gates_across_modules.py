@@ -4,7 +4,6 @@ torch runs the code, reports where the branch that newer torch runs is wrong, an
 never rewrites the fallback."""
 
 import json
-import textwrap
 
 import pytest
 from click.testing import CliRunner

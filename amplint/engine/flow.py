@@ -20,26 +20,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Hashable, Iterator
 
-import libcst as cst
-
 from .ast_context import AstContext
-from .context import FileContext
-from .regions import autocast_of_with_item as ast_autocast_of_with_item, called_function as ast_called_function
-from .summaries import is_backward as ast_is_backward
-from .semantics import (
-    CLIP_GRAD,
-    GRAD_SCALER,
-    SCALER_PARAMETERS,
-    autocast_of_with_item,
-    called_function,
-    is_backward,
-    known_scalers,
-    method_call,
-    named_like_optimizer,
-    scaled_backward_scaler,
-)
-
-from .tree import children
+from .regions import autocast_of_with_item, called_function
+from .semantics import CLIP_GRAD, GRAD_SCALER, SCALER_PARAMETERS, named_like_optimizer, scaled_backward_scaler
+from .summaries import is_backward
 from .version_gates import gate_value
 
 BACKWARD = "backward"  # loss.backward(), torch.autograd.backward(...)
@@ -62,10 +46,10 @@ MAX_LOOP_ROUNDS = 4
 @dataclass(frozen=True)
 class Event:
     kind: str
-    node: cst.CSTNode  # the call (the with item for autocast enter/exit)
+    node: ast.AST  # the call (the with item's expression for autocast enter/exit)
     scaler: str | None = None  # canonical text of the GradScaler
     optimizer: str | None = None  # canonical text of the optimizer (S.step/S.unscale_ argument, opt.step receiver)
-    via: cst.Call | None = None  # for a helper's CLIP: the clip call inside the helper
+    via: ast.Call | None = None  # for a helper's CLIP: the clip call inside the helper
 
 
 @dataclass(frozen=True)
@@ -92,7 +76,7 @@ class Branch:
 
 @dataclass
 class Loop:
-    node: cst.CSTNode
+    node: ast.AST
     body: list
     orelse: list
     assigned: frozenset[str]  # what the body (and the loop's target) assigns
@@ -101,7 +85,7 @@ class Loop:
 @dataclass
 class Exit:
     kind: str  # "return", "raise", "break", "continue"
-    node: cst.CSTNode
+    node: ast.AST
 
 
 @dataclass
@@ -114,7 +98,7 @@ class Try:
 
 @dataclass
 class Flow:
-    scope: cst.CSTNode  # a FunctionDef, or the Module for module-level code
+    scope: ast.AST  # a FunctionDef or AsyncFunctionDef, or the Module for module-level code
     block: list
     events: list[Event]  # every event, in source order
 
@@ -133,307 +117,25 @@ def mentions(key: str, names: frozenset[str]) -> bool:
 
 # -- lowering --------------------------------------------------------------------------------
 
-def flows(ctx: FileContext | AstContext) -> list[Flow]:
+_NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def flows(ctx: AstContext) -> list[Flow]:
     """The module's own code and every function in the file, lowered (once per file)."""
     if "_flows" not in ctx.__dict__:
-        if isinstance(ctx, AstContext):
-            functions = [*ctx.outline.nodes(ast.FunctionDef), *ctx.outline.nodes(ast.AsyncFunctionDef)]
-            scopes = [ctx.outline.tree, *sorted(functions, key=ctx.order)]
-            ctx.__dict__["_flows"] = [_AstLowering(ctx, scope).flow() for scope in scopes]
-        else:
-            scopes = [ctx.module, *ctx.nodes(cst.FunctionDef)]
-            ctx.__dict__["_flows"] = [_Lowering(ctx, scope).flow() for scope in scopes]
+        functions = [*ctx.outline.nodes(ast.FunctionDef), *ctx.outline.nodes(ast.AsyncFunctionDef)]
+        scopes = [ctx.outline.tree, *sorted(functions, key=ctx.order)]
+        ctx.__dict__["_flows"] = [_Lowering(ctx, scope).flow() for scope in scopes]
     return ctx.__dict__["_flows"]
 
 
-def scalers(ctx: FileContext | AstContext) -> set[str]:
-    """Code of expressions that hold a GradScaler: ``known_scalers`` and receivers of
-    ``unscale_``, minus those the file only ever binds to another class's instance (a
-    project's own loss scaler with the same method names: ``self.scaler = DynamicLossScaler()``)."""
-    if isinstance(ctx, AstContext):
-        return _scalers_on_ast(ctx)
-    if "_flow_scalers" not in ctx.__dict__:
-        found = set(known_scalers(ctx))
-        for call in ctx.nodes(cst.Call):
-            mc = method_call(call)
-            if mc is not None and mc[1] == "unscale_":
-                found.add(ctx.code(mc[0]))
-        bindings: dict[str, list[cst.BaseExpression]] = {}
-        for node in ctx.nodes(cst.Assign):
-            for target in node.targets:
-                bindings.setdefault(ctx.code(target.target), []).append(node.value)
-        ctx.__dict__["_flow_scalers"] = {s for s in found if not _other_class(ctx, bindings.get(s, []))}
-    return ctx.__dict__["_flow_scalers"]
-
-
-def _other_class(ctx: FileContext, values: list[cst.BaseExpression]) -> bool:
-    """Every value is ``None`` or an instance of a class other than torch's GradScaler (either
-    branch of a conditional expression counted)."""
-    leaves: list[cst.BaseExpression] = []
-    stack = list(values)
-    while stack:
-        value = stack.pop()
-        if isinstance(value, cst.IfExp):
-            stack.extend((value.body, value.orelse))
-        elif not (isinstance(value, cst.Name) and value.value == "None"):
-            leaves.append(value)
-    return bool(leaves) and all(isinstance(v, cst.Call) and _class_like(v.func)
-                                and not ctx.resolves_to(v.func, GRAD_SCALER) for v in leaves)
-
-
-def _class_like(func: cst.BaseExpression) -> bool:
-    """``DynamicLossScaler`` or ``amp.LossScaler``: a class by its name (a factory function
-    such as ``make_scaler()`` may well return a GradScaler)."""
-    name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", "")
-    return isinstance(name, str) and name[:1].isupper()
-
-
-_NESTED = (cst.FunctionDef, cst.ClassDef, cst.Lambda)
-_NOT_ENTERED = (*_NESTED, cst.BaseSuite)  # what _events_in leaves to the lowering
-
-
-class _Lowering:
-    def __init__(self, ctx: FileContext, scope: cst.CSTNode):
-        self.ctx = ctx
-        self.scope = scope
-        self.scalers = scalers(ctx)
-        self.version: dict[str, int] = {}  # text -> the version its last assignment made
-        self.counter = 0
-        self.aliases: dict[str, str] = {}  # s -> self.scaler after `s = self.scaler`
-        self.assigned_stack: list[set[str]] = []
-        self.events: list[Event] = []
-
-    def flow(self) -> Flow:
-        body = self.scope.body.body if isinstance(self.scope, cst.FunctionDef) else self.scope.body
-        if isinstance(self.scope, cst.FunctionDef):
-            for param in _params(self.scope.params):
-                self._assign_text(param.name.value)
-        block = self._block(body)
-        # Only tests whose branches hold an event or an exit can tell paths apart: remembering
-        # the value of another one (`if args.log_every:` twice) only multiplies the states,
-        # and past the cap the atoms that keep contradicting paths apart are dropped.
-        branches = [b for b in items(block) if isinstance(b, Branch) and _steers(b)]
-        counts = Counter(b.atom for b in branches)
-        in_loops = {id(b) for loop in items(block) if isinstance(loop, Loop) for b in items(loop.body)}
-        last = {b.atom: b for b in branches}
-        for branch in branches:
-            branch.shared = counts[branch.atom] > 1
-            branch.last = branch.shared and last[branch.atom] is branch and id(branch) not in in_loops
-        return Flow(self.scope, block, sorted(self.events, key=lambda e: self.ctx.order(e.node)))
-
-    # -- statements
-
-    def _block(self, statements) -> list:
-        out: list = []
-        for statement in statements:
-            out.extend(self._statement(statement))
-        return out
-
-    def _suite(self, suite: cst.BaseSuite) -> list:
-        return self._block(suite.body)
-
-    def _statement(self, node: cst.CSTNode) -> list:
-        if isinstance(node, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
-            return self._block(node.body)
-        if isinstance(node, cst.If):
-            return self._events_in(node.test) + self._condition(node.test, self._suite(node.body),
-                                                                self._orelse(node.orelse))
-        if isinstance(node, cst.For):
-            head = self._events_in(node.iter)
-            self.assigned_stack.append(set())
-            self._assign(node.target)
-            body = self._suite(node.body)
-            assigned = self.assigned_stack.pop()
-            self._propagate_assigned(assigned)
-            orelse = self._suite(node.orelse.body) if node.orelse else []
-            return head + [Loop(node, body, orelse, frozenset(assigned))]
-        if isinstance(node, cst.While):
-            self.assigned_stack.append(set())
-            body = self._events_in(node.test) + self._suite(node.body)
-            assigned = self.assigned_stack.pop()
-            self._propagate_assigned(assigned)
-            orelse = self._suite(node.orelse.body) if node.orelse else []
-            return [Loop(node, body, orelse, frozenset(assigned))]
-        if isinstance(node, cst.With):
-            return self._with(node)
-        if isinstance(node, (cst.Try, cst.TryStar)):
-            body = self._suite(node.body)
-            handlers = []
-            for handler in node.handlers:
-                if handler.name is not None:
-                    self._assign(handler.name.name)
-                handlers.append(self._suite(handler.body))
-            orelse = self._suite(node.orelse.body) if node.orelse else []
-            final = self._suite(node.finalbody.body) if node.finalbody else []
-            return [Try(body, handlers, orelse, final)]
-        if isinstance(node, cst.Match):
-            return self._events_in(node.subject) + self._match(node, list(node.cases))
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-            self._assign_text(node.name.value)
-            return []
-        return self._small(node)
-
-    def _orelse(self, orelse) -> list:
-        if orelse is None:
-            return []
-        if isinstance(orelse, cst.If):
-            return self._statement(orelse)
-        return self._suite(orelse.body)
-
-    def _match(self, node: cst.Match, cases: list) -> list:
-        if not cases:
-            return []
-        case = cases[0]
-        # Cases are told apart by their own atoms: no two are ever correlated.
-        atom = Atom(f"<case {self.ctx.order(case)}>", 0, frozenset())
-        return [Branch(atom, self._suite(case.body), self._match(node, cases[1:]))]
-
-    def _with(self, node: cst.With) -> list:
-        out: list = []
-        regions = []
-        for item in node.items:
-            out.extend(self._events_in(item.item))
-            if autocast_of_with_item(self.ctx, item) is not None:
-                regions.append(self._event(Event(AUTOCAST_ENTER, item)))
-            if item.asname is not None:
-                self._assign(item.asname.name)
-        out.extend(regions)
-        out.extend(self._suite(node.body))
-        # Only the normal way out is modelled; a return inside the region skips the exit event.
-        out.extend(self._event(Event(AUTOCAST_EXIT, r.node)) for r in reversed(regions))
-        return out
-
-    def _small(self, node: cst.CSTNode) -> list:
-        if isinstance(node, cst.Break):
-            return [Exit("break", node)]
-        if isinstance(node, cst.Continue):
-            return [Exit("continue", node)]
-        out = self._events_in(node)
-        if isinstance(node, cst.Return):
-            out.append(Exit("return", node))
-        elif isinstance(node, cst.Raise):
-            out.append(Exit("raise", node))
-        elif isinstance(node, cst.Assign):
-            for target in node.targets:
-                self._assign(target.target, node.value)
-        elif isinstance(node, (cst.AnnAssign, cst.AugAssign)) and node.value is not None:
-            self._assign(node.target, node.value if isinstance(node, cst.AnnAssign) else None)
-        elif isinstance(node, (cst.Import, cst.ImportFrom)) and not isinstance(node.names, cst.ImportStar):
-            for alias in node.names:
-                target = alias.asname.name if alias.asname else alias.name
-                self._assign_text(self.ctx.code(target).split(".")[0])
-        return out
-
-    # -- assignments, aliases, versions
-
-    def _assign(self, target: cst.CSTNode, value: cst.BaseExpression | None = None) -> None:
-        if isinstance(target, (cst.Tuple, cst.List)):
-            for element in target.elements:
-                self._assign(element.value)
-            return
-        if isinstance(target, cst.StarredElement):
-            self._assign(target.value)
-            return
-        text = self.ctx.code(target)
-        self._assign_text(text)
-        if isinstance(target, cst.Name) and (isinstance(value, cst.Attribute) or isinstance(value, cst.Name)
-                                             and value.value not in ("None", "True", "False")):
-            self.aliases[text] = self.canonical(value)
-
-    def _assign_text(self, text: str) -> None:
-        self.counter += 1
-        self.version[text] = self.counter
-        self.aliases.pop(text, None)
-        for stale in [a for a, target in self.aliases.items() if mentions(target, frozenset({text}))]:
-            del self.aliases[stale]
-        if self.assigned_stack:
-            self.assigned_stack[-1].add(text)
-
-    def _propagate_assigned(self, assigned: set[str]) -> None:
-        if self.assigned_stack:  # an inner loop's assignments are the outer loop's too
-            self.assigned_stack[-1].update(assigned)
-
-    def canonical(self, expr: cst.BaseExpression) -> str:
-        text = _text(self.ctx, expr)
-        return self.aliases.get(text, text)
-
-    # -- conditions
-
-    def _condition(self, test: cst.BaseExpression, then: list, orelse: list) -> list:
-        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-            return self._condition(test.expression, orelse, then)
-        if isinstance(test, cst.BooleanOperation):
-            if isinstance(test.operator, cst.And):
-                return self._condition(test.left, self._condition(test.right, then, orelse), orelse)
-            return self._condition(test.left, then, self._condition(test.right, then, orelse))
-        gate = gate_value(self.ctx, test)  # a torch-version condition: one branch never runs
-        if gate is not None:
-            return then if gate else orelse
-        subject, positive = _truth_subject(test)
-        if not positive:
-            then, orelse = orelse, then
-        return [Branch(self._atom(subject), then, orelse)]
-
-    def _atom(self, expr: cst.BaseExpression) -> Atom:
-        text = _text(self.ctx, expr)
-        if text in self.aliases:  # `s` after `s = self.scaler` reads `self.scaler`
-            text = self.aliases[text]
-            parts = text.split(".")
-            reads = frozenset(".".join(parts[:i]) for i in range(1, len(parts) + 1))
-        else:
-            reads = frozenset(_reads(self.ctx, expr))
-        return Atom(text, max((self.version.get(r, 0) for r in reads), default=0), reads)
-
-    # -- events
-
-    def _events_in(self, node: cst.CSTNode) -> list:
-        """The events of the calls in ``node`` (not in the bodies of its compound statements,
-        nor in nested functions, classes and lambdas), in source order: the calls the file's
-        index ranks inside ``node``, less those below such a body or definition."""
-        return [e for call in _calls_within(self.ctx, node) if (e := self._call_event(call)) is not None]
-
-    def _event(self, event: Event) -> Event:
-        self.events.append(event)
-        return event
-
-    def _call_event(self, call: cst.Call) -> Event | None:
-        ctx = self.ctx
-        scaled = scaled_backward_scaler(ctx, call)
-        if scaled is not None and (scaled in self.scalers or self.aliases.get(scaled) in self.scalers):
-            return self._event(Event(SCALED_BACKWARD, call, self.aliases.get(scaled, scaled)))
-        if is_backward(ctx, call):
-            return self._event(Event(BACKWARD, call))
-        mc = method_call(call)
-        if mc is not None:
-            receiver, method = mc
-            is_scaler = _text(ctx, receiver) in self.scalers or self.canonical(receiver) in self.scalers
-            if is_scaler and method in ("unscale_", "step", "update"):
-                kind = {"unscale_": UNSCALE, "step": SCALER_STEP, "update": UPDATE}[method]
-                first = call.args[0] if call.args and call.args[0].keyword is None and not call.args[0].star else None
-                optimizer = self.canonical(first.value) if first is not None and kind != UPDATE else None
-                return self._event(Event(kind, call, self.canonical(receiver), optimizer))
-            if method == "step" and not call.args and not is_scaler \
-                    and named_like_optimizer(_text(ctx, receiver)):
-                return self._event(Event(STEP, call, None, self.canonical(receiver)))
-        if ctx.resolves_to(call.func, CLIP_GRAD):
-            return self._event(Event(CLIP, call))
-        inner = _helper_clip(ctx, call)
-        if inner is not None:
-            return self._event(Event(CLIP, call, via=inner))
-        if ctx.resolves_to(call.func, GRAD_SCALER):
-            parent = ctx.parent(call)
-            if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
-                return self._event(Event(SCALER_NEW, call, _text(ctx, parent.targets[0].target)))
-        return None
-
-
-# -- lowering on Python's ast ------------------------------------------------------------------
-
-_AST_NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
-_AST_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
-
-
-def _scalers_on_ast(ctx: AstContext) -> set[str]:
+def scalers(ctx: AstContext) -> set[str]:
+    """Text (``key``) of expressions that hold a GradScaler: targets of ``GradScaler(...)``,
+    receivers of ``.scale(loss).backward()`` and of ``unscale_``, and parameters named
+    ``scaler``, ``grad_scaler`` or ``amp_scaler``; minus those the file only ever binds to
+    another class's instance (a project's own loss scaler with the same method names:
+    ``self.scaler = DynamicLossScaler()``)."""
     if "_flow_scalers" not in ctx.__dict__:
         outline = ctx.outline
         found: set[str] = set()
@@ -453,11 +155,11 @@ def _scalers_on_ast(ctx: AstContext) -> set[str]:
                 found.add(scaled)
             elif isinstance(call.func, ast.Attribute) and call.func.attr == "unscale_":
                 found.add(key(ctx, call.func.value))
-        ctx.__dict__["_flow_scalers"] = {s for s in found if not _other_class_on_ast(ctx, bindings.get(s, []))}
+        ctx.__dict__["_flow_scalers"] = {s for s in found if not _other_class(ctx, bindings.get(s, []))}
     return ctx.__dict__["_flow_scalers"]
 
 
-def _other_class_on_ast(ctx: AstContext, values: list[ast.expr]) -> bool:
+def _other_class(ctx: AstContext, values: list[ast.expr]) -> bool:
     """Every value is ``None`` or an instance of a class other than torch's GradScaler (either
     branch of a conditional expression counted)."""
     leaves: list[ast.expr] = []
@@ -492,7 +194,7 @@ def scaled_by(ctx: AstContext, call: ast.Call) -> str | None:
     return None if scaled is None else _CONTINUATION.sub("\n", scaled)
 
 
-class _AstLowering:
+class _Lowering:
     def __init__(self, ctx: AstContext, scope: ast.AST):
         self.ctx = ctx
         self.scope = scope
@@ -504,7 +206,7 @@ class _AstLowering:
         self.events: list[Event] = []
 
     def flow(self) -> Flow:
-        if isinstance(self.scope, _AST_FUNCTIONS):
+        if isinstance(self.scope, _FUNCTIONS):
             args = self.scope.args
             for param in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg):
                 if param is not None:
@@ -554,7 +256,7 @@ class _AstLowering:
             return [Try(body, handlers, self._block(node.orelse), self._block(node.finalbody))]
         if isinstance(node, ast.Match):
             return self._events_in(node.subject) + self._match(node.cases)
-        if isinstance(node, (*_AST_FUNCTIONS, ast.ClassDef)):
+        if isinstance(node, (*_FUNCTIONS, ast.ClassDef)):
             self._assign_text(node.name)
             return []
         return self._small(node)
@@ -578,7 +280,7 @@ class _AstLowering:
         regions = []
         for item in node.items:
             out.extend(self._events_in(item.context_expr))
-            if ast_autocast_of_with_item(self.ctx, item) is not None:
+            if autocast_of_with_item(self.ctx, item) is not None:
                 regions.append(self._event(Event(AUTOCAST_ENTER, item.context_expr)))
             if item.optional_vars is not None:
                 self._assign(item.optional_vars)
@@ -653,7 +355,7 @@ class _AstLowering:
         gate = gate_value(self.ctx, test)  # a torch-version condition: one branch never runs
         if gate is not None:
             return then if gate else orelse
-        subject, positive = _ast_truth_subject(test)
+        subject, positive = _truth_subject(test)
         if not positive:
             then, orelse = orelse, then
         return [Branch(self._atom(subject), then, orelse)]
@@ -678,7 +380,7 @@ class _AstLowering:
             if isinstance(current, ast.Attribute):
                 stack.append(current.value)
             else:
-                stack.extend(c for c in ast.iter_child_nodes(current) if not isinstance(c, _AST_NESTED))
+                stack.extend(c for c in ast.iter_child_nodes(current) if not isinstance(c, _NESTED))
 
     # -- events
 
@@ -695,7 +397,7 @@ class _AstLowering:
         scaled = scaled_by(ctx, call)
         if scaled is not None and (scaled in self.scalers or self.aliases.get(scaled) in self.scalers):
             return self._event(Event(SCALED_BACKWARD, call, self.aliases.get(scaled, scaled)))
-        if ast_is_backward(ctx.outline, call):
+        if is_backward(ctx.outline, call):
             return self._event(Event(BACKWARD, call))
         if isinstance(call.func, ast.Attribute):
             receiver, method = call.func.value, call.func.attr
@@ -722,13 +424,13 @@ class _AstLowering:
     def _helper_clip(self, call: ast.Call) -> ast.Call | None:
         """The clip inside a helper of this file that ``call`` runs (``helper``), whose own body
         clips gradients and never unscales them."""
-        helper = ast_called_function(self.ctx, call)
+        helper = called_function(self.ctx, call)
         if helper is None:
             return None
         # Once per helper, not once per call of it.
         cache = self.ctx.__dict__.setdefault("_helper_clips", {})
         if id(helper) not in cache:
-            clips, stack = [], [s for s in helper.body if not isinstance(s, _AST_NESTED)]
+            clips, stack = [], [s for s in helper.body if not isinstance(s, _NESTED)]
             while stack:
                 node = stack.pop()
                 if isinstance(node, ast.Call):
@@ -737,7 +439,7 @@ class _AstLowering:
                         break
                     if self.ctx.resolves_to(node.func, CLIP_GRAD):
                         clips.append(node)
-                stack.extend(c for c in ast.iter_child_nodes(node) if not isinstance(c, _AST_NESTED))
+                stack.extend(c for c in ast.iter_child_nodes(node) if not isinstance(c, _NESTED))
             cache[id(helper)] = min(clips, key=self.ctx.order) if clips else None
         return cache[id(helper)]
 
@@ -750,26 +452,26 @@ def calls_in(ctx: AstContext, node: ast.AST) -> list[ast.Call]:
         current = stack.pop()
         if isinstance(current, ast.Call):
             calls.append(current)
-        stack.extend(c for c in ast.iter_child_nodes(current) if not isinstance(c, _AST_NESTED))
+        stack.extend(c for c in ast.iter_child_nodes(current) if not isinstance(c, _NESTED))
     return sorted(calls, key=ctx.order)
 
 
-def _ast_truth_subject(test: ast.expr) -> tuple[ast.expr, bool]:
+def _truth_subject(test: ast.expr) -> tuple[ast.expr, bool]:
     """``x is not None``, ``x != None``, ``bool(x)`` and ``x`` test one thing, ``x``; ``x is None``
     its negation."""
     if isinstance(test, ast.Compare) and len(test.ops) == 1:
         comparator = test.comparators[0]
         if isinstance(comparator, ast.Constant) and comparator.value is None:
             if isinstance(test.ops[0], (ast.IsNot, ast.NotEq)):
-                return _ast_truth_subject(test.left)
+                return _truth_subject(test.left)
             if isinstance(test.ops[0], (ast.Is, ast.Eq)):
-                subject, positive = _ast_truth_subject(test.left)
+                subject, positive = _truth_subject(test.left)
                 return subject, not positive
     if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "bool" \
             and len(test.args) == 1 and not test.keywords and not isinstance(test.args[0], ast.Starred):
-        return _ast_truth_subject(test.args[0])
+        return _truth_subject(test.args[0])
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        subject, positive = _ast_truth_subject(test.operand)
+        subject, positive = _truth_subject(test.operand)
         return subject, not positive
     return test, True
 
@@ -792,106 +494,6 @@ def items(block: list) -> Iterator:
         elif isinstance(item, Try):
             for part in (item.body, *item.handlers, item.orelse, item.final):
                 yield from items(part)
-
-
-def _params(params: cst.Parameters) -> Iterator[cst.Param]:
-    yield from params.posonly_params
-    yield from params.params
-    yield from params.kwonly_params
-    for star in (params.star_arg, params.star_kwarg):
-        if isinstance(star, cst.Param):
-            yield star
-
-
-def _calls_within(ctx: FileContext, node: cst.CSTNode) -> list[cst.Call]:
-    found = []
-    for call in ctx.nodes_within(cst.Call, node):
-        if call is node:
-            found.append(call)
-            continue
-        ancestor = ctx.parent(call)
-        while ancestor is not node and not isinstance(ancestor, _NOT_ENTERED):
-            ancestor = ctx.parent(ancestor)
-        if ancestor is node:
-            found.append(call)
-    return found
-
-
-def _walk(node: cst.CSTNode, into_suites: bool = False) -> Iterator[cst.CSTNode]:
-    """``node`` and what it holds, minus nested functions, classes and lambdas, and minus the
-    bodies of compound statements (which the lowering walks itself) unless ``into_suites``."""
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        for child in children(current):
-            if not isinstance(child, _NESTED) and (into_suites or not isinstance(child, cst.BaseSuite)):
-                stack.append(child)
-
-
-def _reads(ctx: FileContext, expr: cst.CSTNode) -> Iterator[str]:
-    """The names and attribute chains an expression reads (``self.amp`` and ``self``)."""
-    stack = [expr]
-    while stack:
-        current = stack.pop()
-        if isinstance(current, (cst.Name, cst.Attribute)):
-            yield _text(ctx, current)
-        if isinstance(current, cst.Attribute):
-            stack.append(current.value)
-        else:
-            stack.extend(c for c in children(current) if not isinstance(c, _NESTED))
-
-
-def _text(ctx: FileContext, expr: cst.BaseExpression) -> str:
-    if getattr(expr, "lpar", None):
-        expr = expr.with_changes(lpar=(), rpar=())
-        return ctx.module.code_for_node(expr)
-    return ctx.code(expr)
-
-
-def _truth_subject(test: cst.BaseExpression) -> tuple[cst.BaseExpression, bool]:
-    """``x is not None``, ``x != None``, ``bool(x)`` and ``x`` test one thing, ``x``; ``x is None``
-    its negation."""
-    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
-        target = test.comparisons[0]
-        if isinstance(target.comparator, cst.Name) and target.comparator.value == "None":
-            if isinstance(target.operator, (cst.IsNot, cst.NotEqual)):
-                return _truth_subject(test.left)
-            if isinstance(target.operator, (cst.Is, cst.Equal)):
-                subject, positive = _truth_subject(test.left)
-                return subject, not positive
-    if isinstance(test, cst.Call) and isinstance(test.func, cst.Name) and test.func.value == "bool" \
-            and len(test.args) == 1 and test.args[0].keyword is None and not test.args[0].star:
-        return _truth_subject(test.args[0].value)
-    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        subject, positive = _truth_subject(test.expression)
-        return subject, not positive
-    return test, True
-
-
-def _helper_clip(ctx: FileContext, call: cst.Call) -> cst.Call | None:
-    """The clip inside a helper of this file that ``call`` runs (``helper``), whose own body
-    clips gradients and never unscales them."""
-    helper_def = called_function(ctx, call)
-    if helper_def is None:
-        return None
-    # Once per helper, not once per call of it.
-    cache = ctx.__dict__.setdefault("_helper_clips", {})
-    if id(helper_def) not in cache:
-        cache[id(helper_def)] = _clip_in(ctx, helper_def)
-    return cache[id(helper_def)]
-
-
-def _clip_in(ctx: FileContext, helper_def: cst.FunctionDef) -> cst.Call | None:
-    clips = []
-    for node in _walk(helper_def.body, into_suites=True):
-        if isinstance(node, cst.Call):
-            mc = method_call(node)
-            if mc is not None and mc[1] == "unscale_":
-                return None
-            if ctx.resolves_to(node.func, CLIP_GRAD):
-                clips.append(node)
-    return min(clips, key=ctx.order) if clips else None
 
 
 # -- analysis ---------------------------------------------------------------------------------
@@ -1033,7 +635,7 @@ def _loop(item: Loop, states: set, analysis: Analysis, trace, out: Outcome) -> s
     # rest of the body to filter items (`if i != k: continue`) to let some item through, so
     # its states end the loop only where no path runs the whole body.
     ended = body.fall or body.exits["continue"]
-    if isinstance(item.node, (cst.While, ast.While)):
+    if isinstance(item.node, ast.While):
         ended = ended | states
     orelse = _run(item.orelse, ended, analysis, trace)
     out.exits["return"] |= body.exits["return"] | orelse.exits["return"]
@@ -1074,6 +676,6 @@ def _try(item: Try, states: set, analysis: Analysis, trace, out: Outcome) -> set
     return final.fall
 
 
-def line_of(ctx: FileContext, node: cst.CSTNode) -> int:
+def line_of(ctx: AstContext, node: ast.AST) -> int:
     """The 1-based line where ``node`` starts (for messages that name another place)."""
     return ctx.location(ctx.offsets(node)[0]).row

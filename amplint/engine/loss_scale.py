@@ -55,7 +55,7 @@ def scaled(ctx: AstContext, expr: ast.expr | None, depth: int = 2) -> Scaled | N
         return next((s for e in unstarred(expr.elts) if (s := scaled(ctx, e, depth)) is not None), None)
     if isinstance(expr, ast.Call):
         found = receiver(expr)
-        if found is not None and found[1] == "scale" and ctx.code(found[0]) in flow.scalers(ctx):
+        if found is not None and found[1] == "scale" and flow.key(ctx, found[0]) in flow.scalers(ctx):
             return Scaled(ctx.code(found[0]), expr)
     elif isinstance(expr, ast.Name) and depth:
         return scaled(ctx, value_before(ctx, expr), depth - 1)

@@ -393,7 +393,7 @@ def _arguments(call: ast.Call) -> list[ast.expr]:
 _ROOT = re.compile(r"[A-Za-z_]\w*")
 
 
-class _Inlining(flow._AstLowering):
+class _Inlining(flow._Lowering):
     def __init__(self, ctx: AstContext, scope: ast.AST, hierarchy: _Hierarchy | None, hops_: tuple[Hop, ...]):
         super().__init__(ctx, scope)
         self.hierarchy = hierarchy

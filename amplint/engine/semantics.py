@@ -485,24 +485,6 @@ def scaled_backward_scaler(ctx, call: cst.Call | ast.Call) -> str | None:
 SCALER_PARAMETERS = frozenset({"scaler", "grad_scaler", "amp_scaler"})
 
 
-def known_scalers(ctx: FileContext) -> set[str]:
-    """Code of expressions that hold a GradScaler: targets of ``GradScaler(...)`` anywhere in
-    the file, receivers of ``.scale(loss).backward()``, and parameters named ``scaler``,
-    ``grad_scaler`` or ``amp_scaler``."""
-    if "_scalers" not in ctx.__dict__:
-        found: set[str] = set()
-        for node in ctx.nodes(cst.Assign):
-            if isinstance(node.value, cst.Call) and ctx.resolves_to(node.value.func, GRAD_SCALER):
-                found.update(ctx.code(t.target) for t in node.targets)
-        for node in ctx.nodes(cst.AnnAssign):
-            if isinstance(node.value, cst.Call) and ctx.resolves_to(node.value.func, GRAD_SCALER):
-                found.add(ctx.code(node.target))
-        found.update(p.name.value for p in ctx.nodes(cst.Param) if p.name.value in SCALER_PARAMETERS)
-        found.update(s for s in map(lambda c: scaled_backward_scaler(ctx, c), calls(ctx)) if s)
-        ctx.__dict__["_scalers"] = found
-    return ctx.__dict__["_scalers"]
-
-
 def named_like_optimizer(code: str) -> bool:
     """``optimizer``, ``self.opt``, ``opt_g``, ``self._optimizer``: named like one, not a scheduler."""
     last = code.split(".")[-1].lower().lstrip("_")

@@ -16,9 +16,6 @@ project and be imported (``from .compat import TORCH_GE_2_4``, ``utils.torch_at_
 re-exported by a package's ``__init__``): they are evaluated in their own module, and the
 file's findings then depend on its text. Anything else is unknown, and so is a condition that
 depends on it. Names resolve through imports with Python's scoping (``ast_names``).
-
-A rule that reads libcst's tree asks about its ``if``'s condition (``flow.py``): the ``if`` is
-found in the ``ast`` by its rank among the ``if`` statements of both trees, the same text.
 """
 
 from __future__ import annotations
@@ -29,8 +26,6 @@ import weakref
 from functools import cached_property
 from pathlib import Path
 from typing import Callable, Iterator
-
-import libcst as cst
 
 from ..policy import PolicyError
 from .ast_names import AstImportResolver, dotted, file_resolver
@@ -320,19 +315,15 @@ def _declared_floor(ctx: CheckedFile, newest: str) -> TorchRequirement | None:
     return required if required is not None and Version(required.floor) < Version(newest) else None
 
 
-def gate_value(ctx: CheckedFile, test: ast.expr | cst.BaseExpression) -> bool | None:
+def gate_value(ctx: CheckedFile, test: ast.expr) -> bool | None:
     """What ``test`` (an ``if``'s condition, or a part of one that ``not``/``and``/``or``
-    join; in either tree) is under the torch version in use, and under the project's declared
+    join) is under the torch version in use, and under the project's declared
     floor below it; None when those differ, or it does not depend only on the torch version
     (and constants)."""
     version = torch_version(ctx)
     code = checked_code(ctx) if version is not None else None
     if code is None:
         return None
-    if isinstance(test, cst.CSTNode):
-        test = _ast_test(ctx, code, test)
-        if test is None:
-            return None
     value = _Evaluator(ctx, code, version).gate(test, 0)
     if value is None:
         return None
@@ -343,53 +334,11 @@ def gate_value(ctx: CheckedFile, test: ast.expr | cst.BaseExpression) -> bool | 
 
 
 class _Operands:
-    """The first ``count`` operands of a ``BoolOp`` joined by its operator: libcst nests
-    ``a and b and c`` as ``(a and b) and c``, where Python's ``ast`` has one ``BoolOp``."""
+    """The first ``count`` operands of a ``BoolOp`` joined by its operator (``a and b`` of
+    ``a and b and c``): how the evaluator reads a chain one operator at a time."""
 
     def __init__(self, node: ast.BoolOp, count: int):
         self.node, self.count = node, count
-
-
-def _ast_test(ctx, code: ModuleCode, test: cst.BaseExpression) -> ast.expr | _Operands | None:
-    """The ``ast`` of libcst's ``test``: the ``if`` whose condition holds it, by its rank among
-    both trees' ``if`` statements in source order, then the same steps down through ``not``,
-    ``and`` and ``or``. None where the trees do not count the same ``if`` statements."""
-    steps, node = [], test
-    while True:
-        parent = ctx.parent(node)
-        if isinstance(parent, cst.If) and parent.test is node:
-            break
-        if isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not):
-            steps.append("not")
-        elif isinstance(parent, cst.BooleanOperation):
-            steps.append("left" if parent.left is node else "right")
-        else:
-            return None
-        node = parent
-    ranks = ctx.__dict__.get("_gates_if_ranks")
-    if ranks is None:
-        ranks = ctx.__dict__["_gates_if_ranks"] = {id(n): i for i, n in enumerate(ctx.nodes(cst.If))}
-    ordered = code.in_order(ast.If)
-    rank = ranks.get(id(parent))
-    if rank is None or len(ordered) != len(ranks):
-        return None
-    found: ast.expr | _Operands = ordered[rank].test
-    for step in reversed(steps):
-        if step == "not":
-            if not (isinstance(found, ast.UnaryOp) and isinstance(found.op, ast.Not)):
-                return None
-            found = found.operand
-            continue
-        if isinstance(found, ast.BoolOp):
-            found = _Operands(found, len(found.values))
-        if not isinstance(found, _Operands):
-            return None
-        values, count = found.node.values, found.count
-        if step == "right":
-            found = values[count - 1]
-        else:
-            found = values[0] if count == 2 else _Operands(found.node, count - 1)
-    return found.node if isinstance(found, _Operands) and found.count == len(found.node.values) else found
 
 
 def missing_on_supported_torch(ctx: CheckedFile, name: str) -> str | None:

@@ -149,7 +149,7 @@ class _Gradients:
             if ctx.resolves_to(call.func, _SCALING_FUNCTIONS) and any(self.unscales(a, held) for a in given):
                 return False
             # A helper given the scaler or the scale may unscale them itself.
-            if any(ctx.code(a) in flow.scalers(ctx) or self.unscales(a, held) for a in given):
+            if any(flow.key(ctx, a) in flow.scalers(ctx) or self.unscales(a, held) for a in given):
                 return False
             helper = called_function(ctx, call)
             return helper is None or not reads_scale(ctx, helper.body, set())

@@ -16,7 +16,7 @@ from .diagnostics import Edit, Fix, Related
 from .names import ImportResolver
 from .outline import Outline
 from .project_index import star_dependency, star_imports
-from .tree import Index, parse, render
+from .tree import Index, render
 
 if TYPE_CHECKING:
     from ..policy import PolicyLoader
@@ -34,12 +34,6 @@ def _ast_statements(tree: ast.AST) -> Iterator[ast.stmt]:
             yield child
         if isinstance(child, (ast.stmt, ast.excepthandler, ast.match_case)):
             yield from _ast_statements(child)
-
-
-# Other modules of a project that checks asked about (``FileContext.project_module``), by path
-# and text: a module that many files import is parsed once.
-_PROJECT_MODULES: dict[tuple[Path, str], "FileContext | None"] = {}
-_KEPT_MODULES = 32
 
 
 def _dotted_code(node: cst.CSTNode) -> str | None:
@@ -289,22 +283,6 @@ class FileContext(CheckedFile):
         return self.module.default_newline
 
     # -- reporting -------------------------------------------------------------------------
-
-    def project_module(self, module: str | None, level: int) -> "FileContext | None":
-        """The module of this file's project that ``from <level dots><module> import ...``
-        reads here (``project_source``), as a context of its own (without tables: what is
-        asked of it is its code); None where there is none or it does not parse."""
-        found = self.project_source(module, level)
-        if found is None:
-            return None
-        if found not in _PROJECT_MODULES:
-            if len(_PROJECT_MODULES) >= _KEPT_MODULES:
-                _PROJECT_MODULES.pop(next(iter(_PROJECT_MODULES)))
-            try:
-                _PROJECT_MODULES[found] = FileContext(str(found[0]), found[1], parse(found[1]))
-            except (cst.ParserSyntaxError, RecursionError):
-                _PROJECT_MODULES[found] = None
-        return _PROJECT_MODULES[found]
 
     def report(self, node: cst.CSTNode, message: str, fix: Fix | None = None,
                related: tuple[Related, ...] = (), preview: bool = False) -> None:

@@ -32,7 +32,6 @@ _LEAVES_GRAPH_FUNCTIONS = frozenset({"len", "print", "float", "int", "bool", "st
 _SCALE_FREE_METHODS = frozenset({"sign", "sgn", "argmax", "argmin", "argsort", "isfinite", "isnan", "isinf"})
 _SCALE_FREE_FUNCTIONS = frozenset({"torch.sign", "torch.sgn", "torch.nn.functional.normalize", "torch.argmax",
                                    "torch.argmin", "torch.argsort", "torch.isfinite", "torch.isnan", "torch.isinf"})
-_NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 _STATEMENTS = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr, ast.Return, ast.For, ast.AsyncFor)
 _WORDS = re.compile(r"_+|(?<=[a-z0-9])(?=[A-Z])")
 _LOSS_WORDS = frozenset({"loss", "losses", "cost", "objective"})
@@ -53,17 +52,6 @@ def _statements(ctx: AstContext, scope: ast.AST) -> list[ast.stmt]:
         cache[id(scope)] = sorted((n for n in checked_module(ctx).scope_nodes(scope) if isinstance(n, _STATEMENTS)),
                                   key=ctx.order)
     return cache[id(scope)]
-
-
-def _calls_in(ctx: AstContext, statement: ast.stmt) -> list[ast.Call]:
-    """The calls of a simple statement, in source order (not those inside a lambda)."""
-    found, stack = [], [statement]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.Call):
-            found.append(node)
-        stack.extend(c for c in ast.iter_child_nodes(node) if not isinstance(c, _NESTED))
-    return sorted(found, key=ctx.order)
 
 
 def _scope(ctx: AstContext, node: ast.AST) -> ast.AST:
@@ -186,7 +174,7 @@ class _Gradients:
                 else:
                     held.difference_update(names)
                 continue
-            for call in _calls_in(ctx, statement):
+            for call in flow.calls_in(ctx, statement):
                 if self._unscaled_in_place(call, held):
                     return None
                 if self._into_backward(call, held):

@@ -182,6 +182,8 @@ def _other_class(ctx: AstContext, values: list[ast.expr]) -> bool:
 def key(ctx: AstContext, node: ast.AST) -> str:
     """The node's text as a name for what it reads: a condition or a receiver spelled over
     several lines is the same at any indentation."""
+    if isinstance(node, ast.Name):  # most of what is asked: its text is its name
+        return node.id
     return _CONTINUATION.sub("\n", ctx.code(node))
 
 

@@ -19,6 +19,7 @@ from .semantics import enclosing_function
 
 if TYPE_CHECKING:
     from .ast_context import AstContext
+    from .checked_file import CheckedFile
     from .context import FileContext
     from .outline import Outline
 
@@ -150,7 +151,7 @@ def imported_as(func: ast.expr, qualified: Iterable[str], imports: Iterable[ast.
     return found
 
 
-def located(ctx: FileContext, path: Path, row: int, message: str) -> tuple[str, Related]:
+def located(ctx: CheckedFile, path: Path, row: int, message: str) -> tuple[str, Related]:
     """How a finding names a line of another file of the project: ``pkg/utils.py:12`` (from
     the project's root) in its message, and as a related location (``message`` says what is
     there)."""

@@ -84,7 +84,7 @@ def receiver_text(ctx: AstContext, attribute: ast.Attribute) -> str:
 def new_method_text_fix(ctx: AstContext, call: ast.Call, factory: str, device: ast.Attribute,
                         safety: str) -> Fix | None:
     """``new_method_fix`` on the ast: ``torch.zeros(s, device=x.device, ...)`` -> ``x.new_zeros(s)``,
-    ``x`` the value of ``device``, as a text edit; the same text libcst renders: the kept
+    ``x`` the value of ``device``, as a text edit; the text ``new_method_fix`` makes: the kept
     arguments with the commas (and blanks, comments) that followed them, none after the last."""
     arguments = sorted([*call.args, *call.keywords], key=lambda a: (a.lineno, a.col_offset))
     kept = _kept_arguments([a.arg if isinstance(a, ast.keyword) else None for a in arguments])

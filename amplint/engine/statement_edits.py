@@ -18,10 +18,9 @@ _INDENTATION = re.compile(r"[ \t\f]*")
 
 def insert_before(ctx: AstContext, node: ast.AST, statement: str) -> Edit:
     """An edit that puts ``statement`` before the statement that holds ``node``: on a line of
-    its own just above it, at its indentation, with the file's first line ending (as libcst
-    renders a new line), the comments above staying above both; in a one-line suite
-    (`if c: a(); b()`), before it on the same line. The edit starts where the statement's own
-    text does, as the edit libcst makes of the changed block does."""
+    its own just above it, at its indentation, with the file's first line ending, the comments
+    above staying above both; in a one-line suite (`if c: a(); b()`), before it on the same
+    line. The edit starts where the statement's own text does."""
     stmt = node
     while not isinstance(stmt, ast.stmt):
         stmt = ctx.parent(stmt)

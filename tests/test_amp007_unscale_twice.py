@@ -4,12 +4,12 @@ of an accumulation loop; the scaler's `enabled=` flag defined in another file of
 and the correct loops that look alike, on which it stays silent."""
 
 import json
-import textwrap
 
 import pytest
 from click.testing import CliRunner
 
 from amplint.cli import main
+from projects import write_files
 
 CLI = """\
 import argparse
@@ -25,8 +25,7 @@ def parse_args():
 
 def _findings(tmp_path, files):
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'trainer'\n")
-    for name, text in files.items():
-        (tmp_path / name).write_text(textwrap.dedent(text))
+    write_files(tmp_path, files)
     result = CliRunner().invoke(main, ["check", "--select", "AMP007", "--output-format", "json", "--no-cache",
                                        str(tmp_path)])
     assert result.exit_code in (0, 1), result.output

@@ -4,11 +4,11 @@ through a helper that takes the scaled value, and from a helper that returns the
 its caller; and the same code unscaling the gradients first, on which it stays silent."""
 
 import json
-import textwrap
 
 from click.testing import CliRunner
 
 from amplint.cli import main
+from projects import write_files
 
 MODELS = """\
 import torch
@@ -27,8 +27,7 @@ class Critic(torch.nn.Module):
 def _findings(tmp_path, files):
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'gan'\n")
     (tmp_path / "models.py").write_text(MODELS)
-    for name, text in files.items():
-        (tmp_path / name).write_text(textwrap.dedent(text))
+    write_files(tmp_path, files)
     result = CliRunner().invoke(main, ["check", "--select", "AMP021", "--output-format", "json", "--no-cache",
                                        str(tmp_path)])
     assert result.exit_code in (0, 1), result.output

@@ -113,3 +113,76 @@ def float32_outside_autocast(ctx: AstContext, expr: ast.expr, depth: int = 3) ->
         return True
     return ctx.resolves_to(expr.func, FLOAT32_FACTORIES) is not None \
         and not any(k.arg == "dtype" for k in expr.keywords) and not has_star_args(expr)
+
+
+# Factories whose result, given no `dtype=`, is the default dtype (float32) or, for `full` and
+# `tensor`, follows their data.
+FACTORIES = frozenset({"torch.zeros", "torch.ones", "torch.empty", "torch.full", "torch.tensor", "torch.rand",
+                       "torch.randn"})
+_FLOAT_CONSTANTS = frozenset({"math.inf", "math.nan", "math.pi", "math.e", "math.tau",
+                              "numpy.inf", "numpy.nan", "numpy.pi", "numpy.e"})
+
+
+def factory(ctx: AstContext, call: ast.Call) -> str | None:
+    """The torch factory ``call`` runs, as ``torch.zeros``: a torch factory, or a function of
+    that name given a device (a package's re-export of torch's)."""
+    name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", None)
+    if f"torch.{name}" not in FACTORIES:  # what it resolves to ends in that name too
+        return None
+    found = ctx.resolves_to(call.func, FACTORIES)
+    return found if found is not None or not any(k.arg == "device" for k in call.keywords) else f"torch.{name}"
+
+
+def evidently_float(ctx: AstContext, expr: ast.expr) -> bool:
+    """A Python number that is a float whatever the variables hold: ``0.5``, ``-1e9``,
+    ``float("-inf")``, ``1 / n``, ``math.pi``, ``torch.finfo(t).min``."""
+    if isinstance(expr, ast.UnaryOp):
+        return evidently_float(ctx, expr.operand)
+    if isinstance(expr, ast.Constant):
+        return type(expr.value) is float
+    if isinstance(expr, ast.Call):
+        return isinstance(expr.func, ast.Name) and expr.func.id == "float"
+    if isinstance(expr, ast.BinOp):
+        return isinstance(expr.op, ast.Div) or evidently_float(ctx, expr.left) or evidently_float(ctx, expr.right)
+    if isinstance(expr, ast.Attribute):
+        if isinstance(expr.value, ast.Call) and ctx.resolves_to(expr.value.func, {"torch.finfo"}):
+            return True
+        return ctx.resolves_to(expr, _FLOAT_CONSTANTS) is not None
+    return False
+
+
+def _float_data(ctx: AstContext, expr: ast.expr) -> bool:
+    """``torch.tensor`` data that makes a floating tensor of one dimension or more: a list or
+    tuple with a float in it (``[0.5, 2]``). A lone number makes a 0-dim tensor; ints, and data
+    whose type the code does not show, are left alone."""
+    return isinstance(expr, (ast.List, ast.Tuple)) and any(
+        evidently_float(ctx, e) or _float_data(ctx, e) for e in expr.elts if not isinstance(e, ast.Starred))
+
+
+def float32_factory(ctx: AstContext, call: ast.Call) -> str | None:
+    """The torch factory ``call`` runs (``factory``) where it makes a float32 tensor of one
+    dimension or more: given no ``dtype=`` nor ``*args``/``**kwargs``, and ``_makes_float32``."""
+    made_by = factory(ctx, call)
+    if made_by is None or any(k.arg == "dtype" for k in call.keywords) or has_star_args(call) \
+            or not _makes_float32(ctx, call, made_by):
+        return None
+    return made_by
+
+
+def _makes_float32(ctx: AstContext, call: ast.Call, made_by: str) -> bool:
+    """Whether ``call`` of the factory ``made_by``, without ``dtype=``, makes a float32 tensor of
+    one dimension or more (a 0-dim tensor does not change the dtype of the tensors it meets):
+    zeros, ones, empty and the random ones always make a float; ``torch.full`` takes the type
+    of its fill value (an int fill makes int64); ``torch.tensor`` infers it from its data."""
+    positional = call.args
+    keywords = {k.arg: k.value for k in call.keywords}
+    if made_by == "torch.tensor":
+        data = keywords.get("data", positional[0] if positional else None)
+        return data is not None and _float_data(ctx, data)
+    size = keywords.get("size", positional[0] if positional else None)
+    if isinstance(size, (ast.Tuple, ast.List)) and not size.elts:
+        return False
+    if made_by == "torch.full":
+        fill = keywords.get("fill_value", positional[1] if len(positional) > 1 else None)
+        return fill is not None and evidently_float(ctx, fill)
+    return True

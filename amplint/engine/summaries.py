@@ -452,7 +452,7 @@ class _Module:
         (``x += ...``, a ``for`` or ``with`` target, unpacking, an import), or when a binding
         later in a loop around the read may reach it on the next iteration: each read has one
         answer or none."""
-        bindings = self._placed(scope).get(name.id, ())
+        bindings = self.placed(scope).get(name.id, ())
         at = _order(name)
         value = None
         for binding, bound in bindings:
@@ -468,7 +468,7 @@ class _Module:
             return None
         return value
 
-    def _placed(self, scope: ast.AST) -> dict[str, list[tuple[ast.AST, ast.expr | None]]]:
+    def placed(self, scope: ast.AST) -> dict[str, list[tuple[ast.AST, ast.expr | None]]]:
         """Every binding of each name in ``scope``'s own code, in source order, with the value
         a plain assignment binds (else None)."""
         known = self._scope(scope)

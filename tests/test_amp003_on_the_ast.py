@@ -310,3 +310,38 @@ def test_an_index_bound_to_a_tuple(tmp_path, monkeypatch):
     results = findings(tmp_path, "AMP003", monkeypatch, "--preview")
     assert [(r[0], r[1]) for r in results] == [("spectral.py", 10)]
     assert "line 12 index-puts `self.gate(x)` into it" in results[0][2]
+
+
+def test_outside_preview_a_finding_needs_its_half_value_shown_in_the_file(tmp_path, monkeypatch):
+    """Without ``--preview``, a float32 tensor is reported only where the file shows what makes
+    the other value half: an autocast region or a half producer. An activation alone (a module's forward, no region) is a preview finding,
+    and the prefilter leaves such files unparsed."""
+    root = write_files(tmp_path, {
+        "pyproject.toml": "[project]\nname = 'seg'\n",
+        "seg/__init__.py": "",
+        "seg/head.py": """
+            import torch
+            from torch import nn
+
+            class Head(nn.Module):
+                def forward(self, feats, w):
+                    with torch.autocast("cuda"):
+                        logits = feats @ w
+                        bias = torch.ones(logits.shape[0], 1, device=logits.device)
+                        return torch.cat([logits, bias], dim=1)
+            """,
+        "seg/pool.py": """
+            import torch
+            from torch import nn
+
+            class Pool(nn.Module):
+                def forward(self, hidden):
+                    pad = torch.zeros(hidden.shape[0], 1, hidden.shape[2], device=hidden.device)
+                    return torch.cat([hidden, pad], dim=1)
+            """,
+    })
+    default = findings(root, "AMP003", monkeypatch)
+    assert [(path, row) for path, row, *_ in default] == [("seg/head.py", 9)]
+    assert "line 10 concatenates it with `logits`" in default[0][2]
+    preview = findings(root, "AMP003", monkeypatch, "--preview")
+    assert [(path, row) for path, row, *_ in preview] == [("seg/head.py", 9), ("seg/pool.py", 7)]

@@ -10,7 +10,6 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from amplint.cli import main
-from amplint.engine import runner
 
 
 def _project(root: Path, files: dict[str, str]) -> Path:
@@ -140,15 +139,3 @@ def test_the_fix_keeps_the_indentation_of_a_call_over_several_lines(tmp_path):
         "    )",
         "    return loss, scaler",
     ]
-
-
-def test_a_file_checked_for_amp004_alone_is_never_parsed_with_libcst(tmp_path, monkeypatch):
-    parsed = []
-    real_parse = runner.parse
-    monkeypatch.setattr(runner, "parse", lambda source: parsed.append(source) or real_parse(source))
-    root = _project(tmp_path, {"train.py": """
-        import torch
-        scaler = torch.cuda.amp.GradScaler()
-        """})
-    assert [(name, row) for name, row, _, _ in _findings(root)] == [("train.py", 2)]
-    assert parsed == []

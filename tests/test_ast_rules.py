@@ -1,11 +1,8 @@
-"""Rules whose analysis reads Python's ``ast`` (``AstRule``): a file whose selected rules all
-read it is never parsed with libcst, positions count characters (``ast`` counts bytes), a file
-Python cannot parse is still reported, and ``# noqa`` bookkeeping (AMP100) sees their findings."""
+"""Rules read Python's ``ast``: positions count characters (``ast`` counts bytes), a file
+Python cannot parse is reported, ``# noqa`` bookkeeping (AMP100) sees their findings, and a
+fix edits the text at the nodes' offsets, the rest as it was."""
 
-import libcst as cst
-
-from amplint.engine import runner
-from amplint.engine.rule import AstRule, rule_by_code
+from amplint.engine.rule import rule_by_code
 from amplint.engine.runner import lint_source
 from amplint.policy import loader
 
@@ -24,26 +21,6 @@ for x, y in loader:
 
 def _lint(source, codes, **kw):
     return lint_source("train.py", source, [rule_by_code(c) for c in codes], policy_loader=_TABLES, **kw)
-
-
-def test_half_model_trained_reads_the_ast():
-    assert issubclass(rule_by_code("AMP016"), AstRule)
-
-
-def test_a_file_whose_rules_read_the_ast_is_never_parsed_with_libcst(monkeypatch):
-    parsed = []
-
-    def counting_parse(source):
-        parsed.append(source)
-        return cst.parse_module(source)
-
-    monkeypatch.setattr(runner, "parse", counting_parse)
-    result = _lint(HALF_TRAINING, ["AMP016"])
-    assert [(d.code, d.location.row, d.location.column) for d in result.diagnostics] == [("AMP016", 4, 13)]
-    assert parsed == []
-    # With a rule that reads libcst's tree run too, the file is parsed once, for it.
-    _lint(HALF_TRAINING, ["AMP016", "AMP100"], use_prefilter=False)
-    assert len(parsed) == 1
 
 
 def test_columns_count_characters_not_bytes():

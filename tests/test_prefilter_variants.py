@@ -1,6 +1,6 @@
 """The prefilter keeps every finding on spelling variants of every rule's invalid examples.
 
-A rule's fragments and ``may_fire`` are written apart from its ``check``; these variants (the
+A rule's fragments are written apart from its ``check``; these variants (the
 same code with other spacing, line breaks and import aliases) are where the two drift apart:
 ``check`` reads a syntax tree and does not mind them, a regular expression may.
 """

@@ -10,13 +10,11 @@ import sys
 import textwrap
 from pathlib import Path
 
-import libcst
 import pytest
 
 from conftest import ROOT
 from lsp_client import Client, apply_edits, rss_kib
 
-from amplint.engine import tree
 from amplint.engine.rule import rule_by_code
 from amplint.engine.source import MAX_FILE_BYTES
 
@@ -247,62 +245,6 @@ def test_a_change_back_to_the_text_checked_last_gives_its_findings_for_the_new_v
     assert server.diagnostics(uri, 4) == []
     server.change(uri, CLIP_BEFORE_UNSCALE, 5)
     assert server.diagnostics(uri, 5) == [found]
-
-
-# Layouts where a top-level statement's surroundings decide libcst's tree: comments above it
-# at column 0 and indented (a block's footer), a file's header and footer, clauses and strings
-# at column 0, a backslash, brackets closed at column 0, line breaks and indentations. With
-# whether the pieces can stand for the whole text: not where the line breaks or the blocks'
-# indentations differ, nor where only blank lines with spaces lie between the statements.
-_LAYOUTS = [
-    ("# header\n\nimport torch\n\n\ndef step(model):\n    loss = model()\n    # indented, after the body\n\n"
-     "# above the next\n\nscaler = torch.cuda.amp.GradScaler()\n# footer\n", True),
-    ("def f():\n    x = 1\n# at column 0\n    # indented again\ny = 2\nif y:\n    pass\nelse:\n    pass\n"
-     "try:\n    pass\nexcept OSError:\n    pass\nfinally:\n    pass\nz = 3\n", True),
-    ('HELP = """\nat column 0 inside a string\ndef not_a_function():\n"""\nx = (\n1)\ncall(\n    x,\n)\n'
-     "y = 1 + \\\n2\nz = 3\n", True),
-    ("import torch\r\n\r\ndef f():\r\n  return 1\r\n\r\n\r\ndef g():\r\n  return 2\r\n", True),
-    ("import torch\r\n\r\ndef f():\r\n  return 1\r\n\r\n\r\ndef g():\r\n    return 2\r\nx = 1\n", False),
-    ("def f():\n\treturn 1\n\n\ndef g():\n    return 2\n\n\n@decorated\nclass C:\n    pass\n", False),
-    ("x = 1\n\n  \ny = 2\n\f\nz = 3", False),
-    ("import torch\n\n\nscaler.update()\n\n\nscaler.update()\n\n\nscaler.update()\n", True),
-]
-
-
-def _walked(module: libcst.Module) -> tree.Index:
-    """The index of ``module`` from one walk of the whole tree (``Index`` takes each top-level
-    statement's part from its own index)."""
-    index = tree.Index.__new__(tree.Index)
-    index.by_type, index.parents, index.spans, index._count = {}, {}, {}, 0
-    index._visit(module, None)
-    return index
-
-
-def test_an_edited_document_is_parsed_in_pieces_into_the_tree_libcst_builds_whole(monkeypatch):
-    """The server's checks parse again only the top-level statements an edit touched
-    (``tree.parse`` after ``tree.parse_in_pieces``): after each edit, the tree is the one
-    libcst builds from the whole text."""
-    monkeypatch.setattr(tree, "_KEEP_PIECES", [True])
-    for base, in_pieces in _LAYOUTS:
-        edits = [base, base.replace("\n", "\n\n", 1), "# new first line\n" + base, base + "\n# last\n",
-                 base.replace("\n", "\n    # indented\n", 2), "x = [\n" + base]
-        for text in edits:
-            try:
-                whole = libcst.parse_module(text)
-            except libcst.ParserSyntaxError:
-                with pytest.raises(libcst.ParserSyntaxError):
-                    tree.parse(text)
-                continue
-            parsed = tree.parse(text)
-            assert parsed.deep_equals(whole) and parsed.code == text, text
-            # Each node stands in one place (a statement written twice is two nodes), and the
-            # index assembled from the statements' own is the whole tree's.
-            index, walked = tree.Index(parsed), _walked(parsed)
-            assert len(index.spans) == index._count == walked._count
-            assert index.spans == walked.spans and list(index.spans) == list(walked.spans)
-            assert index.parents == walked.parents and {k: list(map(id, v)) for k, v in index.by_type.items()} == \
-                {k: list(map(id, v)) for k, v in walked.by_type.items()}
-        assert (tree._in_pieces(base) is not None) == in_pieces, base
 
 
 def _log_messages(client: Client) -> list[dict]:

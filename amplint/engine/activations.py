@@ -260,13 +260,14 @@ def promoting_ops(ctx: AstContext, within: set[int]) -> list[tuple[ast.AST, list
     return sorted(found, key=lambda f: ctx.order(f[0]))
 
 
-def float32_makers(ctx: AstContext, casts: bool) -> list[ast.Call]:
+def float32_makers(ctx: AstContext, casts: set[int] | None) -> list[ast.Call]:
     """The calls that make a float32 tensor where the model may run in half: a factory without
-    ``dtype=`` (``dtypes.float32_factory``) and, with ``casts``, ``.float()`` of integers
-    (``integral``)."""
+    ``dtype=`` (``dtypes.float32_factory``) and ``.float()`` of integers (``integral``) in the
+    functions ``casts`` (by id as ``outline.scopes`` gives them; None: in every function)."""
+    scopes = ctx.outline.scopes
     return [c for c in ctx.outline.nodes(ast.Call) if float32_factory(ctx, c) is not None or (
-        casts and isinstance(c.func, ast.Attribute) and c.func.attr == "float" and not c.args and not c.keywords
-        and integral(ctx, c.func.value))]
+        isinstance(c.func, ast.Attribute) and c.func.attr == "float" and not c.args and not c.keywords
+        and (casts is None or scopes[id(c)] in casts) and integral(ctx, c.func.value))]
 
 
 def argument_values(call: ast.Call) -> list[ast.expr]:

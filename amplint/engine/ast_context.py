@@ -1,7 +1,5 @@
-"""One file as the rules that read Python's ``ast`` see it: the outline (its tree, names
-resolved through the imports, nodes by type), the source of a node, and ``report``. Python
-parses a file several times faster than libcst: a file whose selected rules all read the
-``ast`` is never parsed with libcst."""
+"""One file as the rules see it: the outline (its tree, names resolved through the imports,
+nodes by type), the source of a node, edits of its text, and ``report``."""
 
 from __future__ import annotations
 

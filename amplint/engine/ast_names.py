@@ -1,5 +1,4 @@
-"""What an imported name stands for on Python's ``ast``, with Python's scoping: the twin of
-``names.ImportResolver`` (libcst's tree), answering the same for the same code. A function's
+"""What an imported name stands for, with Python's scoping. A function's
 parameter or assignment named like an import hides that import inside the function; class
 bodies do not enclose their methods; a function's decorators, defaults and annotations, and a
 class's header, belong to the scope around it. ``Outline.qualified_names`` is the prefilter's
@@ -169,9 +168,8 @@ class AstImportResolver:
 
 
 def file_resolver(ctx: "CheckedFile", outline: Outline) -> AstImportResolver:
-    """The checked file's resolver (``outline``: the file's), made once per check: its star
-    imports of the project's modules as ``FileContext``'s resolver reads them (the file's
-    findings then depend on them)."""
+    """The checked file's resolver (``outline``: the file's), made once per check, with its
+    star imports of the project's modules (the file's findings then depend on them)."""
     found = ctx.__dict__.get("_ast_imports")
     if found is None:
         def star() -> dict[str, frozenset[str]]:

@@ -1,7 +1,7 @@
-"""What every check of one file may ask, whichever tree its rule reads (libcst's,
-``context.FileContext``, or Python's ``ast``, ``ast_context.AstContext``): the file's path and
-text, positions by offset, the op-policy tables, and the facts of the project it belongs to
-(``project_index``), each answer recorded as a ``Dependency`` of the file's findings."""
+"""What a check of one file may ask apart from its tree (``ast_context.AstContext`` adds what
+the tree says): the file's path and text, positions by offset, the op-policy tables, and the
+facts of the project it belongs to (``project_index``), each answer recorded as a
+``Dependency`` of the file's findings."""
 
 from __future__ import annotations
 

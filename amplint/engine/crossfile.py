@@ -9,38 +9,28 @@ import ast
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
-import libcst as cst
-
 from .diagnostics import Related
 from .outline import dotted
 from .project_index import AutocastSite, function_dependency, relative_name
 from .project_index import project_function as lookup
-from .semantics import enclosing_function
 
 if TYPE_CHECKING:
     from .ast_context import AstContext
     from .checked_file import CheckedFile
-    from .context import FileContext
-    from .outline import Outline
 
 # The methods a training framework runs under the autocast its precision setting opens
 # (Lightning's LightningModule hooks).
 STEP_HOOKS = frozenset({"training_step", "validation_step", "test_step", "predict_step"})
 
 
-def loss_place(ctx, node: cst.CSTNode | ast.AST) -> str | None:
-    """Where a loss is computed, if ``node`` (of either tree) is in one: a module's ``forward``
+def loss_place(ctx: AstContext, node: ast.AST) -> str | None:
+    """Where a loss is computed, if ``node`` is in one: a module's ``forward``
     or step hook, a function or method named like a loss (``compute_loss``,
     ``balance_bce_loss``), or any method of a class named like one (``GAILLoss``). How the code
     there is reached is not followed."""
-    if isinstance(node, ast.AST):
-        function = ctx.enclosing_function(node)
-        cls = ctx.enclosing(function, ast.ClassDef) if function is not None else None
-        name, cls_name = (function.name if function else None), (cls.name if cls else None)
-    else:
-        function = enclosing_function(ctx, node)
-        cls = next((a for a in ctx.ancestors(function) if isinstance(a, cst.ClassDef)), None) if function else None
-        name, cls_name = (function.name.value if function else None), (cls.name.value if cls else None)
+    function = ctx.enclosing_function(node)
+    cls = ctx.enclosing(function, ast.ClassDef) if function is not None else None
+    name, cls_name = (function.name if function else None), (cls.name if cls else None)
     if name is None:
         return None
     if "loss" in name.lower() or (cls_name is not None and (name == "forward" or name in STEP_HOOKS)):
@@ -50,7 +40,7 @@ def loss_place(ctx, node: cst.CSTNode | ast.AST) -> str | None:
     return None
 
 
-def named_loss_place(ctx: FileContext, node: cst.CSTNode) -> str | None:
+def named_loss_place(ctx: AstContext, node: ast.AST) -> str | None:
     """``loss_place``, where the loss is one by its name or its module's
     (``losses/distillation.py``): a module's ``forward`` elsewhere may well run on raw
     float32 data (a feature extractor's spectrum) or end in an op autocast runs in float32."""
@@ -61,33 +51,7 @@ def named_loss_place(ctx: FileContext, node: cst.CSTNode) -> str | None:
     return place
 
 
-def loss_places_on_ast(outline: Outline) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
-    """``loss_place`` on Python's ast, loosely: the functions that may be one (a method is
-    any function directly in a class body)."""
-    found = []
-    for cls in outline.nodes(ast.ClassDef):
-        loss_class = "loss" in cls.name.lower()
-        for f in cls.body:
-            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
-                    loss_class or f.name == "forward" or f.name in STEP_HOOKS or "loss" in f.name.lower()):
-                found.append(f)
-    for kind in (ast.FunctionDef, ast.AsyncFunctionDef):
-        found.extend(f for f in outline.nodes(kind) if "loss" in f.name.lower())
-    return found
-
-
-def named_loss_places_on_ast(outline: Outline, path: str | Path) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
-    """``named_loss_place`` on Python's ast, loosely: ``loss_places_on_ast``, where the file's
-    ``path`` does not name a loss only those named like one or methods of a class named like
-    one (a function in them is a place by that name too)."""
-    places = loss_places_on_ast(outline)
-    if any("loss" in part.lower() for part in Path(path).parts[-2:]):
-        return places
-    in_loss_classes = {id(f) for cls in outline.nodes(ast.ClassDef) if "loss" in cls.name.lower() for f in cls.body}
-    return [f for f in places if "loss" in f.name.lower() or id(f) in in_loss_classes]
-
-
-def enabling_site(ctx: FileContext, float16: bool = False) -> tuple[AutocastSite, str, Related] | None:
+def enabling_site(ctx: CheckedFile, float16: bool = False) -> tuple[AutocastSite, str, Related] | None:
     """The project's first autocast call or framework setting (``float16``: one that may run
     in float16), with how to name it in a message (``trainer.py:12 and 2 more``) and as a
     related location; None for a file in no project, or a project that enables none."""

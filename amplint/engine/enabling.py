@@ -1,7 +1,7 @@
 """Which switch turns a region or a scaler on, when an expression decides (``enabled=args.amp``):
 the words a finding there applies under, and where the switch is set — a command-line flag or
 a config key of the project (``switches``), a parameter and its default, or else the expression
-itself. Asked of libcst's nodes or of Python's ``ast``'s alike."""
+itself."""
 
 from __future__ import annotations
 
@@ -9,15 +9,12 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-import libcst as cst
-
 from .ast_context import AstContext
-from .checked_file import CheckedFile
 from .diagnostics import Related
 from .project_index import relative_name
 from .flow import key
 from .regions import literal_bool, value_before
-from .semantics import GRAD_SCALER, assigned_before, enclosing_function
+from .semantics import GRAD_SCALER
 from .switches import ConfigKey, Flag
 
 
@@ -27,8 +24,8 @@ class Switch:
     related: tuple[Related, ...] = ()
 
 
-def region_switch(ctx: CheckedFile, ac, device: bool = True) -> Switch | None:
-    """What an autocast region (``regions.AutocastCall``, or ``semantics``' of libcst) applies
+def region_switch(ctx: AstContext, ac, device: bool = True) -> Switch | None:
+    """What an autocast region (``regions.AutocastCall``) applies
     under when expressions decide it: its ``enabled=`` (``switch_of``) and, with ``device``,
     its device (``device_type=str(device)``: judged as the configured device, "when `device`
     is cuda"); None when literals do."""
@@ -47,21 +44,16 @@ def region_switch(ctx: CheckedFile, ac, device: bool = True) -> Switch | None:
     return Switch(when, tuple(r for p in parts for r in p.related))
 
 
-def _arguments(call: cst.Call | ast.Call) -> tuple[dict, list]:
+def _arguments(call: ast.Call) -> tuple[dict, list]:
     """A call's arguments by keyword, and its positional ones before any ``*args``."""
-    if isinstance(call, ast.Call):
-        positional = [a for a in call.args if not isinstance(a, ast.Starred)]
-        return {k.arg: k.value for k in call.keywords if k.arg is not None}, positional
-    return ({a.keyword.value: a.value for a in call.args if a.keyword is not None},
-            [a.value for a in call.args if a.keyword is None and not a.star])
+    positional = [a for a in call.args if not isinstance(a, ast.Starred)]
+    return {k.arg: k.value for k in call.keywords if k.arg is not None}, positional
 
 
-def _chosen(ctx: CheckedFile, condition, when: bool) -> Switch:
+def _chosen(ctx: AstContext, condition, when: bool) -> Switch:
     """The switch of a region chosen by ``condition`` over a context that does nothing: when it
     holds (``when``), or when it does not (``nullcontext() if not amp else autocast(...)``)."""
-    if not when and isinstance(condition, cst.UnaryOperation) and isinstance(condition.operator, cst.Not):
-        condition, when = condition.expression, True
-    elif not when and isinstance(condition, ast.UnaryOp) and isinstance(condition.op, ast.Not):
+    if not when and isinstance(condition, ast.UnaryOp) and isinstance(condition.op, ast.Not):
         condition, when = condition.operand, True
     return switch_of(ctx, condition) if when else Switch(f"when `{ctx.code(condition)}` is false")
 
@@ -79,23 +71,23 @@ def scaler_switch(ctx: AstContext, scaler: str) -> Switch | None:
     return switch_of(ctx, enabled[0])
 
 
-def switch_of(ctx: CheckedFile, expr) -> Switch:
+def switch_of(ctx: AstContext, expr) -> Switch:
     """The switch ``expr`` stands for: ``args.amp`` for the project's ``--amp`` flag,
     ``cfg.SOLVER.AMP.ENABLED`` for that key of a config file, a parameter for its default."""
     chain = _chain(expr)
     found = named_switch(ctx, chain) if chain is not None else None
     if found is not None:
         return found
-    if isinstance(expr, (cst.Name, ast.Name)):
+    if isinstance(expr, ast.Name):
         found = _parameter(ctx, expr)
         if found is not None:
             return found
     return Switch(f"when `{ctx.code(expr)}` is true")
 
 
-def named_switch(ctx: CheckedFile, chain: list[str]) -> Switch | None:
+def named_switch(ctx: AstContext, chain: list[str]) -> Switch | None:
     """The command-line flag or config key of the project that a chain of names read from an
-    object stands for (``args.amp`` → [args, amp]), whichever tree it was read from."""
+    object stands for (``args.amp`` → [args, amp])."""
     # `self.use_amp` is the object's own attribute, not a flag or a key
     if len(chain) < 2 or chain[0] == "self" and len(chain) == 2:
         return None
@@ -114,27 +106,17 @@ def _chain(expr) -> list[str] | None:
         key = expr.slice
         return [*head, key.value] if head is not None and isinstance(key, ast.Constant) \
             and isinstance(key.value, str) else None
-    if isinstance(expr, cst.Name):
-        return [expr.value]
-    if isinstance(expr, cst.Attribute):
-        head = _chain(expr.value)
-        return None if head is None else [*head, expr.attr.value]
-    if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
-        key = expr.slice[0].slice.value
-        head = _chain(expr.value)
-        if head is not None and isinstance(key, cst.SimpleString) and key.value[:1] in "'\"":
-            return [*head, key.evaluated_value]
     return None
 
 
-def _ordered(ctx: CheckedFile, found: list[Flag] | list[ConfigKey]) -> list:
+def _ordered(ctx: AstContext, found: list[Flag] | list[ConfigKey]) -> list:
     """This file's own first, then by place."""
     root = ctx.project_root()
     here = relative_name(Path(ctx.path).resolve(), root.resolve()) if root is not None else None
     return sorted(found, key=lambda f: (f.path != here, f.path, f.row))
 
 
-def _place(ctx: CheckedFile, found: list[Flag] | list[ConfigKey], what: str) -> tuple[str, Related]:
+def _place(ctx: AstContext, found: list[Flag] | list[ConfigKey], what: str) -> tuple[str, Related]:
     """How a finding names the first of ``found``: ``configs/base.yaml:12`` (and how many
     more), and as a related location."""
     first, root = found[0], ctx.project_root()
@@ -143,7 +125,7 @@ def _place(ctx: CheckedFile, found: list[Flag] | list[ConfigKey], what: str) -> 
     return f"{first.path}:{first.row}{more}", Related(shown, first.row, what)
 
 
-def _flag(ctx: CheckedFile, chain: list[str]) -> Switch | None:
+def _flag(ctx: AstContext, chain: list[str]) -> Switch | None:
     flags = _ordered(ctx, list(ctx.flags_named(chain[-1])))
     if not flags:
         return None
@@ -153,7 +135,7 @@ def _flag(ctx: CheckedFile, chain: list[str]) -> Switch | None:
     return Switch(f"when `{flag.option}` {state} ({where})", (related,))
 
 
-def _config_key(ctx: CheckedFile, chain: list[str]) -> Switch | None:
+def _config_key(ctx: AstContext, chain: list[str]) -> Switch | None:
     """The config keys whose path ends as ``chain`` does past its first name (the config
     object): all of it, or its last two names (`cfg.train.amp` and `train: {amp: true}`)."""
     wanted = chain[1:]
@@ -169,25 +151,8 @@ def _config_key(ctx: CheckedFile, chain: list[str]) -> Switch | None:
     return Switch(f"when `{name}` is true ({where} has `{key.value}`)", (related,))
 
 
-def _parameter(ctx: CheckedFile, name: cst.Name | ast.Name) -> Switch | None:
+def _parameter(ctx: AstContext, name: ast.Name) -> Switch | None:
     """The parameter ``name`` reads, not rebound before, and its default."""
-    if isinstance(name, ast.Name):
-        return _ast_parameter(ctx, name)
-    function = enclosing_function(ctx, name)
-    if function is None or assigned_before(ctx, name) is not None:
-        return None
-    params = function.params
-    param = next((p for p in (*params.params, *params.kwonly_params, *params.posonly_params)
-                  if p.name.value == name.value), None)
-    if param is None or param.default is None:
-        return None
-    row = ctx.location(ctx.offsets(param)[0]).row
-    return Switch(f"when `{name.value}` is true (a parameter of `{function.name.value}`, "
-                  f"default `{ctx.code(param.default)}`)",
-                  (Related(ctx.path, row, f"`{name.value}` defaults to `{ctx.code(param.default)}`"),))
-
-
-def _ast_parameter(ctx, name: ast.Name) -> Switch | None:
     function = ctx.enclosing_function(name)
     if function is None or value_before(ctx, name) is not None:
         return None

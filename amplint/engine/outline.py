@@ -1,10 +1,5 @@
-"""A file as Python's own ``ast`` sees it: the prefilter's second stage.
-
-``ast.parse`` is about ten times faster than libcst, so files whose fragments match are
-first outlined here; a rule with a ``may_fire`` test is run only where that test passes. The
-tests ask for less than the rules do (imports in any scope count, any call inside a method
-counts), so they can only let a file through that the rule then finds clean.
-"""
+"""A file as Python's own ``ast`` sees it, once parsed for every rule: its tree, its nodes by
+type, what its names stand for by its imports, the innermost function around each node."""
 
 from __future__ import annotations
 
@@ -53,13 +48,13 @@ def contains(outer: ast.AST, node: ast.AST) -> bool:
 
 _NOTHING: frozenset[str] = frozenset()
 
-# Statements that bind names, as libcst-side flow analysis reads them.
+# Statements that bind names.
 BINDING_STATEMENTS = (ast.Assign, ast.AnnAssign, ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)
 
 
 class Scopes(dict):
     """The innermost function (by id; 0 at module level) around every binding statement, call
-    and binary operation (by id), as a libcst rule's ``enclosing_function`` finds it; and which
+    and binary operation (by id); and which
     of them sit in a class body (whose assignments bind no name of a function). One sweep in
     source order with a stack of the functions and classes still open (they nest, so the
     stack's top is the innermost)."""
@@ -97,7 +92,7 @@ _CARRIED = ("_by_type", "scopes")
 
 class Outline:
     # What the prefilter may ask of the checked file's project (``project_index.ProjectHints``;
-    # None for text whose path names no file on disk): set by the runner before ``may_fire``.
+    # None for text whose path names no file on disk): set by the runner.
     project = None
 
     def __init__(self, tree: ast.Module):
@@ -106,7 +101,7 @@ class Outline:
 
     @classmethod
     def parse(cls, source: str, keep: bool = False) -> "Outline | None":
-        """None when Python cannot parse it (libcst then reports why). With ``keep``, the
+        """None when Python cannot parse it. With ``keep``, the
         outline is also kept for the next ``parse`` of the same text, which takes it (its tree
         and node index, ``_CARRIED``)."""
         kept = _KEPT.pop(source, None)
@@ -216,57 +211,8 @@ class Outline:
             self._qualified[id(expr)] = known
         return known
 
-    @cached_property
-    def _module_level_imports(self) -> dict[str, set[str]]:
-        """What each name an import outside every function and class binds may stand for."""
-        found: dict[str, set[str]] = {}
-        statements = list(self.tree.body)
-        while statements:
-            statement = statements.pop()
-            if isinstance(statement, ast.Import):
-                for alias in statement.names:
-                    local = alias.asname or alias.name.split(".")[0]
-                    found.setdefault(local, set()).add(alias.name if alias.asname else local)
-            elif isinstance(statement, ast.ImportFrom):
-                if statement.module and not statement.level:
-                    for alias in statement.names:
-                        found.setdefault(alias.asname or alias.name, set()).add(f"{statement.module}.{alias.name}")
-            elif not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                for name in ("body", "orelse", "finalbody", "handlers", "cases"):
-                    statements.extend(getattr(statement, name, ()))
-        return found
-
-    @cached_property
-    def _bound_otherwise(self) -> set[str]:
-        """Names something other than an import at module level binds somewhere in the file (an
-        assignment, a parameter, a definition, an import in a function or class)."""
-        found = {n.id for n in self.nodes(ast.Name) if not isinstance(n.ctx, ast.Load)}
-        found |= {a.arg for a in self.nodes(ast.arg)}
-        found |= {d.name for kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef) for d in self.nodes(kind)}
-        found |= {h.name for h in self.nodes(ast.ExceptHandler) if h.name}
-        found |= {m.name for kind in (ast.MatchAs, ast.MatchStar) for m in self.nodes(kind) if m.name}
-        imported = {a.asname or a.name.split(".")[0] for kind in (ast.Import, ast.ImportFrom)
-                    for i in self.nodes(kind) for a in i.names}
-        return found | (imported - set(self._module_level_imports))
-
-    def surely_qualified_names(self, expr: ast.expr) -> frozenset[str]:
-        """What a name or attribute stands for when imports alone decide it wherever it is
-        used: by the imports at module level, of a name nothing else in the file binds; empty
-        otherwise. What libcst's resolver (``names.ImportResolver``) finds includes these, as
-        ``qualified_names`` includes what it finds: a test that a rule's check() surely sees
-        an import asks this one."""
-        parts = dotted(expr)
-        if parts is None or parts[0] in self._bound_otherwise or parts[0] not in self._module_level_imports:
-            return _NOTHING
-        tail = "".join("." + p for p in parts[1:])
-        return frozenset(q + tail for q in self._module_level_imports[parts[0]])
-
     def calls_to(self, names: frozenset[str] | set[str]) -> list[ast.Call]:
         return [c for c in self.nodes(ast.Call) if not self.qualified_names(c.func).isdisjoint(names)]
-
-    def calls_under(self, prefix: str) -> bool:
-        """Whether something under ``prefix`` (e.g. ``torch.optim.``) is called."""
-        return any(q.startswith(prefix) for c in self.nodes(ast.Call) for q in self.qualified_names(c.func))
 
     def method_calls(self, name: str) -> list[ast.Call]:
         """``<anything>.name(...)`` calls."""
@@ -278,12 +224,3 @@ class Outline:
         return any(node.id in imported and not self.qualified_names(node).isdisjoint(names)
                    for node in self.nodes(ast.Name)) or any(
             not self.qualified_names(node).isdisjoint(names) for node in self.nodes(ast.Attribute))
-
-    def calls_in_methods(self, name: str) -> set[int]:
-        """ids of the calls anywhere inside a method called ``name`` of some class."""
-        cache = self.__dict__.setdefault("_in_methods", {})
-        if name not in cache:
-            methods = [m for cls in self.nodes(ast.ClassDef) for m in cls.body
-                       if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and m.name == name]
-            cache[name] = {id(node) for m in methods for node in ast.walk(m) if isinstance(node, ast.Call)}
-        return cache[name]

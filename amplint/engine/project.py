@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import difflib
 import gc
 import multiprocessing
@@ -14,7 +15,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
-from libcst import ParserSyntaxError
 
 from ..policy import PolicyError, loader, user_tables_digest
 from . import noqa, notebook, project_index, source as source_io
@@ -25,7 +25,6 @@ from .discovery import python_files
 from .outline import Outline
 from .rule import Rule
 from .runner import FileResult, TextMatch, lint_source, prefilter
-from .tree import parse
 
 @dataclass
 class Options:
@@ -341,11 +340,11 @@ def _io_diagnostic(path: str, message: str) -> Diagnostic:
 
 @contextmanager
 def collector_paused():
-    """Python's cycle collector paused while one file is checked: a libcst tree is a million
-    tracked objects without a cycle among them, and collections that walk it again and again
-    as it is built cost a fifth of a whole run (in a language server, they walk what it keeps
-    between checks too). What cycles the file leaves behind are freed by the collection the
-    next allocation triggers."""
+    """Python's cycle collector paused while one file is checked: its tree and the models the
+    rules build on it are many tracked objects without a cycle among them, which collections
+    would walk again and again as they grow (in a language server, with what it keeps between
+    checks). What cycles the file leaves behind are freed by the collection the next
+    allocation triggers."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -392,7 +391,7 @@ def _settled_by_text(path: Path, data: bytes, rules: list[type[Rule]], options: 
     if cached is not None:
         return cached
     hints = project_index.ProjectHints(display)
-    found = prefilter(tuple(rules), getattr(load, "policies", None) is not None).matching(text.text, hints)
+    found = prefilter(tuple(rules), options.preview).matching(text.text, hints)
     if found:
         return TextMatch(zlib.crc32(data), tuple(found), frozenset(hints.read))
     result = FileResult(display, dependencies=set(hints.read))
@@ -489,8 +488,8 @@ def _add_noqa(path: Path, display: str, data: bytes, text: source_io.SourceText,
     if not added.lines:
         return checked
     try:
-        parse(added.text)  # never write code that does not parse
-    except (ParserSyntaxError, RecursionError) as exc:
+        compile(added.text, display, "exec", ast.PyCF_ONLY_AST)  # never write code that does not parse
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         checked.diagnostics.append(_io_diagnostic(
             display, f"adding noqa comments to {display} would produce code that does not parse "
             f"({type(exc).__name__}); nothing was written"))

@@ -12,8 +12,7 @@ processes, by one of them for all (``project_facts``): the torch it declares (``
 and a literal scan of the project's ``.py`` files for ``autocast`` (and the words of the
 framework settings that turn it on: Lightning's ``precision="16-mixed"``, accelerate's
 ``mixed_precision="fp16"``, transformers' ``TrainingArguments(fp16=True)``). Each module that
-mentions one is summarized from Python's ``ast`` (never libcst: a project is thousands of
-files), by its content alone (``_summary``), and a run with a result cache keeps the summaries
+mentions one is summarized from Python's ``ast``, by its content alone (``_summary``), and a run with a result cache keeps the summaries
 there, so that a later run parses only the modules that changed. Folders the default
 configuration excludes (virtual environments, build output, hidden folders) are not read;
 neither is anything outside the project. What a file's findings read of these facts is
@@ -933,12 +932,11 @@ def keyword_dependency(root: Path, name: str) -> Dependency:
 
 
 class ProjectHints:
-    """What the prefilter may ask of the project a checked file belongs to, asked lazily: the
-    names of the project's autocast wrappers (a backward inside ``with amp_ctx():`` is inside
-    autocast although the file never says ``autocast``) and whether the project enables
-    float16 autocast somewhere (a loss here may run under it). Each answer read is recorded
-    as a ``Dependency`` (``read``), so a cached result that the prefilter decided stays valid
-    only while the answer does."""
+    """What the prefilter and the file's outline may ask of the project a checked file belongs
+    to, asked lazily: the names of the project's autocast wrappers (a backward inside ``with
+    amp_ctx():`` is inside autocast although the file never says ``autocast``) and what the
+    file's star imports bring in. Each answer read is recorded as a ``Dependency`` (``read``),
+    so a cached result that it decided stays valid only while the answer does."""
 
     def __init__(self, path: str | Path | None):
         self._path = path
@@ -975,22 +973,6 @@ class ProjectHints:
         path = Path(self._path).resolve()
         self.read.add(star_dependency(root, path))
         return star_imports(root, path)
-
-    @property
-    def float16_autocast(self) -> bool:
-        root = self.root
-        if root is None:
-            return False
-        self.read.add(dependency("autocast-sites", root))
-        return any(s.may_be_float16() for s in autocast_sites(root))
-
-    @property
-    def autocast(self) -> bool:
-        root = self.root
-        if root is None:
-            return False
-        self.read.add(dependency("autocast-sites", root))
-        return bool(autocast_sites(root))
 
 
 @dataclass(frozen=True, order=True)

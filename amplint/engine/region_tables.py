@@ -1,6 +1,6 @@
 """What the policy tables make of an autocast region: its device's table, whether torch turns
-it off for its dtype, the dtype it runs in. Asked of either tree's autocast call
-(``regions.AutocastCall``, ``semantics.AutocastCall``): only its device and dtype are read."""
+it off for its dtype, the dtype it runs in, for an autocast call (``regions.AutocastCall``):
+only its device and dtype are read."""
 
 from __future__ import annotations
 

@@ -9,12 +9,10 @@ import re
 import textwrap
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Callable, ClassVar, Iterator
+from typing import TYPE_CHECKING, ClassVar, Iterator
 
 if TYPE_CHECKING:
     from .ast_context import AstContext
-    from .context import FileContext
-    from .outline import Outline
 
 CODE_PATTERN = re.compile(r"^AMP\d{3}$")
 
@@ -139,16 +137,6 @@ class AnyOf:
 
 
 @dataclass(frozen=True)
-class TextTest:
-    """In a fragment's all-of tuple: a test of the whole text, for what a regular expression
-    cannot say (that a name a pattern found is also assigned something). Run only when the
-    patterns before it in the tuple are found. Like a pattern, it must hold wherever ``check``
-    could report; the prefilter's soundness tests try it on the same spelling variants."""
-
-    test: Callable[[str], bool]
-
-
-@dataclass(frozen=True)
 class Valid:
     """Code on which the rule must stay silent. ``project``: the other files of the project
     the example belongs to, as (path, text) pairs (the example is ``example.py`` at its root):
@@ -175,7 +163,9 @@ class Invalid:
 
 
 class Rule:
-    """One AMP mistake. Subclasses set the class attributes and implement ``check``.
+    """One AMP mistake. Subclasses set the class attributes and implement ``check``, which
+    reads the file's ``ast`` (``ast_context.AstContext``); a fix is edits of the text at the
+    nodes' offsets (``AstContext.replace``), the rest of the text as it was.
 
     The class docstring is the rule's documentation, in markdown, with the sections
     "What it does", "Why is this bad?", "Example", "Fix", "Fix safety" and "False positives".
@@ -186,21 +176,18 @@ class Rule:
     summary: ClassVar[str]
     fixable: ClassVar[bool] = False
     # Regular expressions without which the rule cannot fire (a tuple inside: all of them, in
-    # order; an ``AnyOf`` inside a tuple: one of its patterns; a ``TextTest``: its test, once
-    # the patterns before it are found): files that contain none of any
+    # order; an ``AnyOf`` inside a tuple: one of its patterns): files that contain none of any
     # selected rule's fragments are never parsed. Start a file-wide search with a literal: the
     # regex engine finds literal prefixes fast, while a leading `\b`, class or alternation
     # makes it try every position.
-    fragments: ClassVar[tuple[str | tuple[str | AnyOf | TextTest, ...], ...]]
-    # Optionally, a cheaper test on Python's `ast` of a file whose fragments match: the file is
-    # parsed with libcst for this rule only if it passes. It must hold wherever `check` could
-    # report with the committed tables (the prefilter tests compare findings with and without
-    # it); with a project's own tables it is not asked of a rule that `uses_policy`.
-    may_fire: ClassVar[Callable[["Outline"], bool] | None] = None
+    fragments: ClassVar[tuple[str | tuple[str | AnyOf, ...], ...]]
+    # Where the rule's preview paths need less of a file than its other paths: the fragments
+    # of all its paths, which the prefilter asks instead in preview mode.
+    preview_fragments: ClassVar[tuple[str | tuple[str | AnyOf, ...], ...] | None] = None
     # A fragment (one of the patterns in `fragments`) that a call of one of the project's own
     # autocast wrappers also satisfies (`with amp_ctx():` is a region although the file never
     # says `autocast`): the prefilter then also asks the file's project for their names
-    # (`project_index.ProjectHints`), which `may_fire` reads as `outline.project`.
+    # (`project_index.ProjectHints`).
     project_wrappers_for: ClassVar[str | None] = None
     # Whether the rule reads the op-policy tables in policies/.
     uses_policy: ClassVar[bool] = False
@@ -215,7 +202,7 @@ class Rule:
     valid: ClassVar[tuple[Valid, ...]] = ()
     invalid: ClassVar[tuple[Invalid, ...]] = ()
 
-    def check(self, ctx: "FileContext") -> None:
+    def check(self, ctx: "AstContext") -> None:
         raise NotImplementedError
 
     @classmethod
@@ -225,15 +212,6 @@ class Rule:
     @classmethod
     def url(cls) -> str:
         return f"https://github.com/amplint/amplint/blob/main/docs/rules.md#{cls.code.lower()}-{cls.name}"
-
-
-class AstRule(Rule):
-    """A rule whose analysis reads Python's ``ast`` (``ast_context.AstContext``): a file whose
-    selected rules are all such is never parsed with libcst. Its fixes are edits of the text at
-    the offsets of the nodes (``AstContext.replace``), the rest of the text as it was."""
-
-    def check(self, ctx: "AstContext") -> None:
-        raise NotImplementedError
 
 
 def _rule_classes(package: str) -> Iterator[type[Rule]]:

@@ -12,17 +12,12 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Callable, Sequence
 
-import libcst as cst
-
 from . import noqa
 from .ast_context import AstContext
-from .checked_file import CheckedFile
-from .context import FileContext
 from .diagnostics import INTERNAL_ERROR, SYNTAX_ERROR, Diagnostic, Edit, Fix, Location
 from .outline import Outline
 from .project_index import Dependency, ProjectHints
-from .rule import AnyOf, AstRule, Rule, TextTest, tolerant_of_spacing
-from .tree import parse
+from .rule import AnyOf, Rule, tolerant_of_spacing
 
 MAX_FIX_ROUNDS = 10
 
@@ -53,35 +48,28 @@ class TextMatch:
 
 
 class Prefilter:
-    """Which selected rules can fire on a text, from the rules' fragments, then (for rules
-    that have one) their ``may_fire`` test on the file's ``ast``.
+    """Which selected rules can fire on a text, from the rules' fragments.
 
     A fragment is a regular expression, or a tuple of them that must all match, tried in
     order. Each pattern is searched on its own (one big alternation defeats the regex
     engine's literal scan and is many times slower) and at most once per text, however many
-    rules share it.
-
-    With a project's own tables (``project_tables``), the ``may_fire`` of a rule that reads the
-    tables is not asked: it knows only the committed tables, and the project's may make any of
-    its calls an op they list.
+    rules share it. In ``preview`` mode a rule's ``preview_fragments`` stand for its fragments.
     """
 
-    def __init__(self, rules: Sequence[type[Rule]], project_tables: bool = False):
-        self.project_tables = project_tables
+    def __init__(self, rules: Sequence[type[Rule]], preview: bool = False):
         compiled: dict[str, re.Pattern | str] = {}
 
         def searcher(pattern: str) -> re.Pattern | str:
             # A plain word is found faster by ``in`` than by the regex engine.
             return pattern if re.escape(pattern) == pattern else re.compile(tolerant_of_spacing(pattern))
 
-        def alternatives(item: str | AnyOf | TextTest) -> tuple[re.Pattern | str | TextTest, ...]:
-            if isinstance(item, TextTest):
-                return (item,)
+        def alternatives(item: str | AnyOf) -> tuple[re.Pattern | str, ...]:
             patterns = item.patterns if isinstance(item, AnyOf) else (item,)
             return tuple(compiled.setdefault(p, searcher(p)) for p in patterns)
 
         self.rules = [(rule, [[alternatives(item) for item in (f if isinstance(f, tuple) else (f,))]
-                              for f in rule.fragments])
+                              for f in (rule.preview_fragments if preview and rule.preview_fragments
+                                        else rule.fragments)])
                       for rule in rules]
         # For each rule whose fragment a project's autocast wrapper also satisfies: that
         # fragment's compiled pattern.
@@ -93,13 +81,11 @@ class Prefilter:
         """The rules whose fragments the text contains; with the file's ``project``, a rule
         whose ``project_wrappers_for`` fragment is missing also when the text calls one of
         the project's autocast wrappers by name (asked only where the rest of a group is found)."""
-        seen: dict[re.Pattern | str | TextTest, bool] = {}
+        seen: dict[re.Pattern | str, bool] = {}
 
-        def found(pattern: re.Pattern | str | TextTest) -> bool:
+        def found(pattern: re.Pattern | str) -> bool:
             if pattern not in seen:
-                kind = type(pattern)
-                seen[pattern] = pattern in text if kind is str else pattern.test(text) if kind is TextTest \
-                    else pattern.search(text) is not None
+                seen[pattern] = pattern in text if type(pattern) is str else pattern.search(text) is not None
             return seen[pattern]
 
         wrapper_called: list[bool] = []
@@ -140,37 +126,11 @@ class Prefilter:
                     break
         return matched
 
-    def select(self, text: str) -> list[type[Rule]]:
-        """The rules worth running on the text: fragments found and ``may_fire`` passed. When
-        Python cannot parse the text, every rule whose fragments match (libcst reports why)."""
-        return self.select_with_outline(text)[0]
-
-    def select_with_outline(self, text: str, project: "ProjectHints | None" = None,
-                            candidates: Sequence[type[Rule]] | None = None
-                            ) -> tuple[list[type[Rule]], Outline | None]:
-        """``select``, and the outline it read (None if no rule needed one). ``project``: what
-        the rules' tests may ask of the file's project (``project_index.ProjectHints``);
-        ``candidates``: what ``matching`` found in this text already."""
-        if candidates is None:
-            candidates = self.matching(text, project)
-        # the outline, with the project's facts, for the tests and for the rules that read it
-        if all(rule.may_fire is None and not issubclass(rule, AstRule) for rule in candidates):
-            return candidates, None
-        outline = Outline.parse(text)
-        if outline is not None:
-            outline.project = project
-        return [rule for rule in candidates
-                if rule.may_fire is None or outline is None or (self.project_tables and rule.uses_policy)
-                or rule.may_fire(outline)], outline
-
-    def search(self, text: str) -> bool:
-        """Whether the text is worth parsing with libcst for any of the rules."""
-        return bool(self.select(text))
 
 
 @lru_cache(maxsize=64)
-def prefilter(rules: tuple[type[Rule], ...], project_tables: bool = False) -> Prefilter:
-    return Prefilter(rules, project_tables)
+def prefilter(rules: tuple[type[Rule], ...], preview: bool = False) -> Prefilter:
+    return Prefilter(rules, preview)
 
 
 def _engine_diagnostic(kind, path, message, row=1, col=1, detail=None) -> Diagnostic:
@@ -178,17 +138,17 @@ def _engine_diagnostic(kind, path, message, row=1, col=1, detail=None) -> Diagno
                       detail=detail)
 
 
-def _syntax_error(path: str, source: str, exc: cst.ParserSyntaxError) -> Diagnostic:
-    # Python's own parser places the error precisely; libcst's positions can be off.
+def _syntax_error(path: str, source: str) -> Diagnostic:
+    """Why Python's parser refuses the text, where it says."""
     try:
         compile(source, path, "exec", ast.PyCF_ONLY_AST)
-    except SyntaxError as py_exc:
-        return _engine_diagnostic(SYNTAX_ERROR, path, f"syntax error: {py_exc.msg}",
-                                  py_exc.lineno or 1, py_exc.offset or 1)
-    except ValueError:  # e.g. NUL bytes; reported by libcst's message below
-        pass
-    return _engine_diagnostic(SYNTAX_ERROR, path, f"libcst cannot parse this file: {exc.message}",
-                              exc.raw_line, exc.raw_column + 1)
+    except SyntaxError as exc:
+        return _engine_diagnostic(SYNTAX_ERROR, path, f"syntax error: {exc.msg}", exc.lineno or 1, exc.offset or 1)
+    except (RecursionError, MemoryError):
+        return _engine_diagnostic(SYNTAX_ERROR, path, "syntax error: too deeply nested for Python's parser")
+    except ValueError as exc:  # a NUL byte
+        return _engine_diagnostic(SYNTAX_ERROR, path, f"syntax error: {exc}")
+    return _engine_diagnostic(SYNTAX_ERROR, path, "syntax error: Python's parser refuses this file")
 
 
 def _too_deep(exc: BaseException) -> bool:
@@ -200,27 +160,10 @@ def _too_deep(exc: BaseException) -> bool:
     return False
 
 
-def _nesting_error(path: str, source: str) -> Diagnostic | None:
-    """Python's own error for code nested deeper than its parser allows (libcst accepts some
-    such code). Other errors of Python's parser are not reported here: libcst reads syntax of
-    newer Pythons than the one amplint runs on."""
-    try:
-        compile(source, path, "exec", ast.PyCF_ONLY_AST)
-    except SyntaxError as exc:
-        if "nested" in (exc.msg or ""):
-            return _engine_diagnostic(SYNTAX_ERROR, path, f"syntax error: {exc.msg}", exc.lineno or 1, exc.offset or 1)
-    except (RecursionError, MemoryError):
-        return _engine_diagnostic(SYNTAX_ERROR, path, "syntax error: too deeply nested for Python's parser")
-    except ValueError:
-        pass
-    return None
-
-
-# Code Python accepts can nest thousands of levels deep (a 2,000-term sum compiles): libcst's
-# native parser and the rules' walks of it need more C stack than a main thread has (past it,
-# the process crashes) and more than Python's default recursion limit. Files are parsed and
-# checked in a thread with a large stack and a higher limit; what still reaches the limit is
-# reported as too deep.
+# Code Python accepts can nest thousands of levels deep (a 2,000-term sum compiles): the rules'
+# recursive walks of its tree need more C stack than a main thread has (past it, the process
+# crashes) and more than Python's default recursion limit. Files are checked in a thread with
+# a large stack and a higher limit; what still reaches the limit is reported as too deep.
 _DEEP_STACK_BYTES = 256 * 1024 * 1024
 _DEEP_RECURSION_LIMIT = 20_000
 
@@ -251,49 +194,22 @@ def _in_deep_stack(work: Callable[[], tuple]) -> tuple:
 
 
 def run_rules(path: str, source: str, rules: Sequence[type[Rule]], policy_loader: Callable | None,
-              outline: Outline | None = None, preview: bool = False) -> tuple[list[Diagnostic], set[Dependency]]:
-    """Every diagnostic of ``rules`` on ``source`` (noqa not yet applied), and the summaries of
-    the project's other files the rules read for them."""
-    if outline is None:  # Python's parser has not read it: what it refuses as too deep, libcst never sees
-        nesting = _nesting_error(path, source)
-        if nesting is not None:
-            return [nesting], set()
+              outline: Outline | None, preview: bool = False) -> tuple[list[Diagnostic], set[Dependency]]:
+    """Every diagnostic of ``rules`` on ``source`` (noqa not yet applied), read from its
+    ``outline``, and the summaries of the project's other files the rules read for them. No
+    outline: Python's parser refuses the text, and why is the one diagnostic."""
+    if outline is None:
+        return [_syntax_error(path, source)], set()
     return _in_deep_stack(lambda: _run_rules(path, source, rules, policy_loader, outline, preview))
 
 
-def _run_rules(path: str, source: str, rules: Sequence[type[Rule]],
-               policy_loader: Callable | None, outline: Outline | None,
-               preview: bool) -> tuple[list[Diagnostic], set[Dependency]]:
-    out: list[Diagnostic] = []
-    dependencies: set[Dependency] = set()
-    on_ast = [rule for rule in rules if issubclass(rule, AstRule)]
-    on_libcst = [rule for rule in rules if not issubclass(rule, AstRule)]
-    if on_ast:
-        hints = None
-        if outline is None:  # no prefilter read it: parsed here, with what it may ask of the project
-            outline = Outline.parse(source)
-            if outline is not None:
-                outline.project = hints = ProjectHints(path)
-        if outline is not None:
-            ast_ctx = AstContext(path, source, outline, policy_loader, preview)
-            out += _each_rule(path, on_ast, ast_ctx)
-            dependencies |= ast_ctx.dependencies | (hints.read if hints is not None else set())
-            if not on_libcst:
-                return out, dependencies
-    # libcst's parse: for the rules that read its tree, and to say why Python could not parse it
-    try:
-        module = parse(source)
-    except cst.ParserSyntaxError as exc:
-        return [_syntax_error(path, source, exc)], set()
-    except RecursionError:
-        return [_nesting_error(path, source) or _engine_diagnostic(
-            INTERNAL_ERROR, path, f"cannot check {path}: nested too deeply for libcst's parser")], set()
-    ctx = FileContext(path, source, module, policy_loader, outline, preview)
-    out += _each_rule(path, on_libcst, ctx)
-    return out, dependencies | ctx.dependencies
+def _run_rules(path: str, source: str, rules: Sequence[type[Rule]], policy_loader: Callable | None,
+               outline: Outline, preview: bool) -> tuple[list[Diagnostic], set[Dependency]]:
+    ctx = AstContext(path, source, outline, policy_loader, preview)
+    return _each_rule(path, rules, ctx), ctx.dependencies
 
 
-def _each_rule(path: str, rules: Sequence[type[Rule]], ctx: CheckedFile) -> list[Diagnostic]:
+def _each_rule(path: str, rules: Sequence[type[Rule]], ctx: AstContext) -> list[Diagnostic]:
     """The findings of each rule on the file; a rule that fails is reported, and the others'
     findings stand."""
     out: list[Diagnostic] = []
@@ -397,20 +313,22 @@ def lint_source(path: str, source: str, rules: Sequence[type[Rule]], *,
     ``source`` already."""
     result = FileResult(path)
     text = source
-    project_tables = getattr(policy_loader, "policies", None) is not None
     for _ in range(MAX_FIX_ROUNDS if fix else 1):
         # Rules that cannot fire on this text are not run; a fix can change that, so again
         # each round.
         hints = ProjectHints(path)
         matched = text_match if text_match is not None and text is source else None
-        selected, outline = prefilter(tuple(rules), project_tables).select_with_outline(
-            text, hints, None if matched is None else matched.rules) if use_prefilter else (rules, None)
-        result.dependencies |= hints.read | (matched.read if matched else frozenset())  # what the answer read
+        selected = rules if not use_prefilter else matched.rules if matched is not None \
+            else prefilter(tuple(rules), preview).matching(text, hints)
         if not selected:
+            result.dependencies |= hints.read | (matched.read if matched else frozenset())  # what the answer read
             result.diagnostics = []  # nothing left to find in this text
             break
+        outline = Outline.parse(text)
+        if outline is not None:
+            outline.project = hints  # the project's re-exports, for the file's star imports
         diagnostics, dependencies = run_rules(path, text, selected, policy_loader, outline, preview)
-        result.dependencies |= dependencies
+        result.dependencies |= dependencies | hints.read | (matched.read if matched else frozenset())
         suppressions = noqa.parse(text, outline) if diagnostics else noqa.Suppressions()
         kept, suppressed = [], []
         for d in diagnostics:
@@ -423,11 +341,9 @@ def lint_source(path: str, source: str, rules: Sequence[type[Rule]], *,
         if not fixes:
             break
         new_text, applied = apply(text, fixes)
-        try:
-            parse(new_text)
-        except cst.ParserSyntaxError as exc:  # never hand back code that does not parse
+        if Outline.parse(new_text, keep=True) is None:  # never hand back code that does not parse
             result.diagnostics.append(_engine_diagnostic(
-                INTERNAL_ERROR, path, f"a fix produced code that does not parse ({exc.message}); "
+                INTERNAL_ERROR, path, f"a fix produced code that does not parse ({_syntax_error(path, new_text).message}); "
                 "the file was left as it was before that fix"))
             break
         if new_text == text:

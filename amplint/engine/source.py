@@ -35,7 +35,7 @@ _LINE_END = re.compile(r"\r\n|\r|\n")
 
 
 def split_lines(text: str, keepends: bool = False) -> list[str]:
-    """Lines as Python and libcst count them: only \\r\\n, \\r and \\n end one.
+    """Lines as Python counts them: only \\r\\n, \\r and \\n end one.
     (``str.splitlines`` also splits at form feeds and other separators, which would shift
     every line number after them.)"""
     lines, start = [], 0

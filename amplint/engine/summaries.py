@@ -26,18 +26,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import libcst as cst
-
-from .names import dotted
-from .outline import Outline, contains
-from .outline import dotted as ast_dotted
-from .semantics import backward_by_shape, named_like_optimizer
+from .outline import Outline, contains, dotted
+from .semantics import named_like_optimizer
 from .project_index import dependency, module_dependency, module_text, project_module, relative_name, summarized_by
 
 if TYPE_CHECKING:
     from .ast_context import AstContext
     from .checked_file import CheckedFile
-    from .context import FileContext
 
 # How many calls deep a summary follows its callees (a helper of a helper of a helper).
 CALL_DEPTH = 3
@@ -101,9 +96,12 @@ def receiver(call: ast.Call) -> tuple[ast.expr, str] | None:
 
 
 def is_backward(outline: Outline, call: ast.Call) -> bool:
-    """``semantics.backward_by_shape`` of Python's call."""
+    """A tensor's backward pass, by the call's shape: ``loss.backward()``,
+    ``S.scale(loss).backward()`` (no positional argument), ``torch.autograd.backward(...)``.
+    ``accelerator.backward(loss)`` and other wrappers that take the loss as an argument are
+    not; ``torch.autograd.backward(loss)`` is one, with the loss positional."""
     method = call.func.attr if isinstance(call.func, ast.Attribute) else None
-    return backward_by_shape(method, bool(call.args), outline.qualified_names(call.func))
+    return method == "backward" and not call.args or "torch.autograd.backward" in outline.qualified_names(call.func)
 
 
 def _root_name(expr: ast.expr) -> str | None:
@@ -273,12 +271,6 @@ class _Module:
                         self.imported[alias.asname] = (alias.name, 0, None)
                     elif "." not in alias.name:
                         self.imported[alias.name] = (alias.name, 0, None)
-
-    def calls_in_order(self) -> list[ast.Call]:
-        """The module's calls in source order, an outer call before the calls inside it."""
-        if "_in_order" not in self.__dict__:
-            self._in_order = sorted(self.outline.nodes(ast.Call), key=_order)
-        return self._in_order
 
     def function_at(self, row: int) -> ast.AST | None:
         """The innermost function of ``functions`` around line ``row`` (methods in a class body)."""
@@ -757,23 +749,13 @@ def _constant(test: ast.expr):
     raise ValueError
 
 
-def callee_summary(ctx: "CheckedFile", call: cst.Call | ast.Call) -> Summary | None:
+def callee_summary(ctx: "CheckedFile", call: ast.Call) -> Summary | None:
     """What the project function ``call`` runs does (None when the code does not show which
-    function that is), asked of libcst's call or of Python's. The file's findings then depend
-    on the text of each other module read."""
+    function that is). The file's findings then depend on the text of each other module read."""
     module = checked_module(ctx)
-    if module is None:
+    if module is None or len(dotted(call.func) or ()) not in (1, 2):
         return None
-    if isinstance(call, ast.Call):
-        target = call
-    else:
-        code = dotted(call.func)
-        target = _ast_call(ctx, module, call) if code is not None else None
-        if target is None or ast_dotted(target.func) != code:
-            return None
-    if len(ast_dotted(target.func) or ()) not in (1, 2):
-        return None
-    callee = module.callee(module.function_at(target.lineno), target)
+    callee = module.callee(module.function_at(call.lineno), call)
     if callee is None:
         return None
     path, name, consulted = callee
@@ -796,21 +778,8 @@ def checked_module(ctx: "CheckedFile") -> _Module | None:
     that the check's outline was given); kept with the check, not among the project's modules,
     since an editor's document is another text after each edit."""
     if "_summary_module" not in ctx.__dict__:
-        ctx.__dict__["_summary_module"] = _module(Path(ctx.path), ctx.source, ctx.project_root()) \
-            if ctx.outline is None else _Module(Path(ctx.path), Outline(ctx.outline.tree), ctx.project_root())
+        ctx.__dict__["_summary_module"] = _Module(Path(ctx.path), Outline(ctx.outline.tree), ctx.project_root())
     return ctx.__dict__["_summary_module"]
-
-
-def _ast_call(ctx: "FileContext", module: _Module, call: cst.Call) -> ast.Call | None:
-    """The ``ast`` call that is libcst's ``call``: both trees' calls in source order (an outer
-    call before the calls inside it), matched by rank, never by rendering the file for
-    positions. None where the two trees do not count the same calls."""
-    ranks = ctx.__dict__.get("_call_ranks")
-    if ranks is None:
-        ranks = ctx.__dict__["_call_ranks"] = {id(c): i for i, c in enumerate(ctx.nodes(cst.Call))}
-    ordered = module.calls_in_order()
-    rank = ranks.get(id(call))
-    return ordered[rank] if rank is not None and len(ordered) == len(ranks) else None
 
 
 def _summary_of(root: Path, where: str) -> object:

@@ -48,8 +48,8 @@ class CallText:
     arguments: tuple[str, ...]
 
     def rewritten(self, callee: str, arguments: list[str]) -> str:
-        """The call with another callee and arguments, the blanks as libcst renders such a
-        change: those after the callee and the ``(`` kept, one space after each comma."""
+        """The call with another callee and arguments, the blanks as
+        a rewrite of the call's parts leaves them: those after the callee and the ``(`` kept, one space after each comma."""
         return f"{callee}{self.after_callee}({self.before_arguments}{', '.join(arguments)})"
 
 

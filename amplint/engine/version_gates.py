@@ -254,20 +254,15 @@ class ModuleCode:
         return split_lines(self.source)
 
 
-def checked_code(ctx: CheckedFile) -> ModuleCode | None:
-    """The checked file as the gates read it, from the ``ast`` its check parsed (a rule that
-    reads libcst's tree may have none yet: then parsed here); None where Python cannot parse
-    it."""
+def checked_code(ctx: CheckedFile) -> ModuleCode:
+    """The checked file as the gates read it, from the ``ast`` its check parsed."""
     if "_gates_code" not in ctx.__dict__:
-        outline = ctx.outline or Outline.parse(ctx.source)
-        code = None
-        if outline is not None:
-            # held by the context: it reaches the context weakly, or the two make a cycle that
-            # keeps the file's trees alive while the collector is paused
-            checked = weakref.ref(ctx)
-            code = ModuleCode(ctx.path, ctx.source, outline, ctx.project_root(),
-                              lambda: file_resolver(checked(), outline))
-        ctx.__dict__["_gates_code"] = code
+        outline = ctx.outline
+        # held by the context: it reaches the context weakly, or the two make a cycle that
+        # keeps the file's trees alive while the collector is paused
+        checked = weakref.ref(ctx)
+        ctx.__dict__["_gates_code"] = ModuleCode(ctx.path, ctx.source, outline, ctx.project_root(),
+                                                 lambda: file_resolver(checked(), outline))
     return ctx.__dict__["_gates_code"]
 
 
@@ -820,7 +815,7 @@ class _Evaluator:
         if keywords:
             raise _Unknown(name)
         if not self.code.on_own_line(function.body[0]):
-            raise _Unknown(name)  # `def f(): return x`: read as libcst would, not as a block
+            raise _Unknown(name)  # `def f(): return x`: its body is not read as a block
         returned = self._run(function.body, local, depth)
         if returned is _FELL_THROUGH:
             return None

@@ -8,7 +8,7 @@ from ..engine.diagnostics import Fix, Related
 from ..engine.enabling import region_switch
 from ..engine.region_tables import disables_itself
 from ..engine.regions import autocast_region, project_autocast_wrapper
-from ..engine.rule import AnyOf, AstRule, Invalid, Valid
+from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.summaries import callee_summary
 
 _AUTOGRAD = frozenset({"torch.autograd.backward", "torch.autograd.grad"})
@@ -66,7 +66,7 @@ def _statement_of(ctx: AstContext, node: ast.AST) -> ast.AST:
     return node
 
 
-class BackwardInsideAutocast(AstRule):
+class BackwardInsideAutocast(Rule):
     """
     ## What it does
     Finds backward passes — `loss.backward()`, `scaler.scale(loss).backward()`,

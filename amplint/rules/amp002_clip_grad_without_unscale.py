@@ -11,7 +11,7 @@ from ..engine.diagnostics import Fix
 from ..engine.flow import Event, Flow, line_of
 from ..engine.gradient_hooks import CLAMP_WORDS, called_name, calls_in, clamping, hook_clamp, registered_clamp
 from ..engine.regions import called_function
-from ..engine.rule import AnyOf, AstRule, Invalid, Valid
+from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import GRAD_SCALER, SCALER_PARAMETERS, scaled_backward_scaler
 from ..engine.statement_edits import insert_before
 
@@ -21,7 +21,7 @@ _TENSOR_CLAMPS = frozenset({"clamp", "clamp_", "clip", "clip_", "clamp_min", "cl
                             "clamp_max_"})
 
 
-class ClipGradWithoutUnscale(AstRule):
+class ClipGradWithoutUnscale(Rule):
     """
     ## What it does
     Finds gradient clipping (`torch.nn.utils.clip_grad_norm_` / `clip_grad_value_`, any

@@ -16,7 +16,7 @@ from ..engine.enabling import region_switch
 from ..engine.factories import (MOVED_WITHOUT_DTYPE, PLACED_WITHOUT_DTYPE, parenthesized_code, placed_on_device,
                                  same_dtype_fix)
 from ..engine.regions import reaching_region
-from ..engine.rule import AnyOf, AstRule, Invalid, Valid
+from ..engine.rule import AnyOf, Invalid, Rule, Valid
 
 _PROMOTING = {ast.Add: "adds it to", ast.Sub: "subtracts", ast.Mult: "multiplies it with", ast.Div: "divides"}
 _HALF_NOTE = ", which is float16/bfloat16 in a half model or under autocast"
@@ -123,7 +123,7 @@ def _meetings(flow: Activations, within: set[int]) -> list[_Meeting]:
     return sorted(found, key=lambda m: ctx.order(m.node))
 
 
-class TensorFactoryDropsDtype(AstRule):
+class TensorFactoryDropsDtype(Rule):
     """
     ## What it does
     Finds a float32 tensor that meets the activations: a tensor factory
@@ -198,10 +198,13 @@ class TensorFactoryDropsDtype(AstRule):
     # A factory call without `dtype=` given a device or moved to one (`.to(` that may only move
     # it), or a `.float()` where an op that needs equal dtypes (an index-put, a scatter) or a
     # half module may take it. Each group starts with what most files lack.
-    fragments = (("device", r"device\s*=", AnyOf(*PLACED_WITHOUT_DTYPE)),
-                 (r"\.\s*(?:to|cuda)\s*\(", r"\)[\s)]*\.\s*(?:to|cuda)\s*\(", AnyOf(*MOVED_WITHOUT_DTYPE)),
-                 (r"\.float\(\)",
-                  AnyOf(rf"\.(?:{'|'.join(STRICT_METHODS)})\s*\(", r"\][\s)\\]*=(?!=)", "half", "float16")))
+    preview_fragments = (("device", r"device\s*=", AnyOf(*PLACED_WITHOUT_DTYPE)),
+                         (r"\.\s*(?:to|cuda)\s*\(", r"\)[\s)]*\.\s*(?:to|cuda)\s*\(", AnyOf(*MOVED_WITHOUT_DTYPE)),
+                         (r"\.float\(\)",
+                          AnyOf(rf"\.(?:{'|'.join(STRICT_METHODS)})\s*\(", r"\][\s)\\]*=(?!=)", "half", "float16")))
+    # Outside preview, a finding's half value needs a producer in the file (`.half()`,
+    # `torch.float16`, `.bfloat16()`) or an autocast region there.
+    fragments = tuple((*group, AnyOf(r"\.half\b", "float16", "autocast")) for group in preview_fragments)
 
     valid = (
         # An `nn.Softmax` built and called in one expression runs softmax (float32 under
@@ -564,11 +567,12 @@ class Attention(torch.nn.Module):
 
     def check(self, ctx: AstContext) -> None:
         # Values meet only in a function that makes one of them (a name is its function's); a
-        # `.float()` is reported only where dtypes must agree (an index-put, a scatter, a module
-        # made half).
+        # `.float()` is reported only where dtypes must agree: an index-put or a scatter in its
+        # function, or a call of a module the file made half.
         outline = ctx.outline
-        casts = any(isinstance(t, ast.Subscript) for a in outline.nodes(ast.Assign) for t in a.targets) or any(
-            getattr(c.func, "attr", None) in STRICT_METHODS for c in outline.nodes(ast.Call)) or modules_made_half(ctx)
+        casts = None if modules_made_half(ctx) else \
+            {outline.scopes[id(a)] for a in outline.nodes(ast.Assign) if any(isinstance(t, ast.Subscript) for t in a.targets)} \
+            | {outline.scopes[id(c)] for c in outline.nodes(ast.Call) if getattr(c.func, "attr", None) in STRICT_METHODS}
         within = {outline.scopes[id(c)] for c in float32_makers(ctx, casts)
                   if _float_cast(c) or placed_on_device(ctx, c)}
         flow = Activations(ctx)

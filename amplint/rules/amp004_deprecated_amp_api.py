@@ -7,7 +7,7 @@ from ..engine.ast_names import (AstImportResolver, dotted, file_resolver, in_ann
                                 type_check_classes)
 from ..engine.diagnostics import Edit, Fix
 from ..engine.regions import has_star_args
-from ..engine.rule import AstRule, Invalid, Valid
+from ..engine.rule import Invalid, Rule, Valid
 from ..engine.text_parts import call_text, name_span
 from ..engine.version_gates import (
     DEPRECATED_AMP,
@@ -71,7 +71,7 @@ def _compat_reference(ctx: AstContext, imports: AstImportResolver, ref: ast.expr
         for q in imports.qualified_names(n))
 
 
-class DeprecatedAmpApi(AstRule):
+class DeprecatedAmpApi(Rule):
     """
     ## What it does
     Finds the deprecated per-device AMP API — `torch.cuda.amp.autocast`,

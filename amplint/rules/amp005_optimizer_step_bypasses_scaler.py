@@ -8,10 +8,10 @@ from ..engine import flow
 from ..engine.ast_context import AstContext
 from ..engine.diagnostics import Edit, Fix
 from ..engine.flow import Event, Flow, line_of
-from ..engine.rule import AstRule, Invalid, Valid
+from ..engine.rule import Invalid, Rule, Valid
 
 
-class OptimizerStepBypassesScaler(AstRule):
+class OptimizerStepBypassesScaler(Rule):
     """
     ## What it does
     Finds `optimizer.step()` called directly where some path reaches it after

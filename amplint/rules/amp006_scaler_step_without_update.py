@@ -8,11 +8,11 @@ from ..engine import flow
 from ..engine.ast_context import AstContext
 from ..engine.flow import Event
 from ..engine.method_calls import RETURN, MethodFlow, Reached, evidence, hops, method_flows, order, place, site, through
-from ..engine.rule import AstRule, Invalid, Valid
+from ..engine.rule import Invalid, Rule, Valid
 from ..engine.enabling import scaler_switch
 
 
-class ScalerStepWithoutUpdate(AstRule):
+class ScalerStepWithoutUpdate(Rule):
     """
     ## What it does
     In a function that runs a whole scaled iteration (`S.scale(loss).backward()` and

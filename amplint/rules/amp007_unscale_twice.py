@@ -6,11 +6,11 @@ from dataclasses import dataclass, replace
 from ..engine import flow
 from ..engine.ast_context import AstContext
 from ..engine.flow import Event, line_of
-from ..engine.rule import AstRule, Invalid, Valid
+from ..engine.rule import Invalid, Rule, Valid
 from ..engine.enabling import scaler_switch
 
 
-class UnscaleTwice(AstRule):
+class UnscaleTwice(Rule):
     """
     ## What it does
     Finds `S.unscale_(opt)` reached on some path where `S` already unscaled or stepped the same

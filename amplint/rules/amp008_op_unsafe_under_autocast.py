@@ -10,7 +10,7 @@ from ..engine.diagnostics import Fix, Related
 from ..engine.reach import used
 from ..engine.region_tables import region_table
 from ..engine.regions import autocast_of_with_item, autocast_region
-from ..engine.rule import AnyOf, AstRule, Invalid, Valid
+from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..policy import PolicyError, PolicyTable, committed_tables, user_tables
 
 _SIGMOID = frozenset({"torch.sigmoid", "torch.nn.functional.sigmoid", "torch.special.expit"})
@@ -135,7 +135,7 @@ def _enabling_site(ctx: AstContext, project, call: ast.Call, spelling_of):
     return None
 
 
-class OpUnsafeUnderAutocast(AstRule):
+class OpUnsafeUnderAutocast(Rule):
     """
     ## What it does
     Inside an enabled autocast region, finds calls that reach an op the policy tables mark

@@ -10,7 +10,7 @@ from ..engine.enabling import region_switch
 from ..engine.flow import Event
 from ..engine.region_tables import region_dtype
 from ..engine.regions import AutocastCall, autocast_calls, autocast_region, called_function, calls_of, value_before
-from ..engine.rule import AnyOf, AstRule, Invalid, Valid
+from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import scaled_backward_scaler
 from ..engine.sharded_precision import Float16Models
 from ..engine.summaries import is_backward, receiver
@@ -125,7 +125,7 @@ def _backward_tensor(call: ast.Call) -> ast.expr | None:
     return method[0] if method is not None and method[1] == "backward" and positional is None else positional
 
 
-class Fp16TrainingWithoutScaler(AstRule):
+class Fp16TrainingWithoutScaler(Rule):
     """
     ## What it does
     Finds a float16 autocast region — `dtype=torch.float16`, or no dtype on a device whose

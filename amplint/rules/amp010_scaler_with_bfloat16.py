@@ -5,7 +5,7 @@ import ast
 from ..engine.ast_context import AstContext
 from ..engine.region_tables import region_dtype
 from ..engine.regions import AutocastCall, autocast_calls, dtype_of, literal_str
-from ..engine.rule import AstRule, Invalid, Valid
+from ..engine.rule import Invalid, Rule, Valid
 from ..engine.semantics import GRAD_SCALER, scaled_backward_scaler
 
 
@@ -96,7 +96,7 @@ def _gated(ctx: AstContext, creation: ast.Call, code: str) -> bool:
     return False
 
 
-class ScalerWithBfloat16(AstRule):
+class ScalerWithBfloat16(Rule):
     """
     ## What it does
     Finds `S.scale(loss).backward()` in a function whose autocast regions all run in bfloat16

@@ -3,10 +3,10 @@ from __future__ import annotations
 from ..engine.ast_context import AstContext
 from ..engine.region_tables import disables_itself, region_table
 from ..engine.regions import autocast_calls
-from ..engine.rule import AstRule, Invalid, Valid
+from ..engine.rule import Invalid, Rule, Valid
 
 
-class AutocastSilentlyDisabled(AstRule):
+class AutocastSilentlyDisabled(Rule):
     """
     ## What it does
     Finds autocast regions that do nothing or fail, judged by the policy tables for the

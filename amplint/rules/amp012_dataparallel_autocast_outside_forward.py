@@ -4,7 +4,7 @@ import ast
 
 from ..engine.ast_context import AstContext
 from ..engine.regions import autocast_calls, autocast_decorator, autocast_of_with_item, autocast_region, value_before
-from ..engine.rule import AstRule, Invalid, Valid
+from ..engine.rule import Invalid, Rule, Valid
 
 _DATA_PARALLEL = frozenset({"torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
                             "torch.nn.parallel.data_parallel.DataParallel"})
@@ -28,7 +28,7 @@ def _forward_has_autocast(ctx: AstContext, cls: ast.ClassDef) -> bool:
         if isinstance(node, (ast.With, ast.AsyncWith)) for item in node.items)
 
 
-class DataParallelAutocastOutsideForward(AstRule):
+class DataParallelAutocastOutsideForward(Rule):
     """
     ## What it does
     Finds a `torch.nn.DataParallel` model called inside an autocast region when the wrapped

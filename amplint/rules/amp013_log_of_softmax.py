@@ -4,13 +4,13 @@ import ast
 
 from ..engine.ast_context import AstContext
 from ..engine.diagnostics import Fix
-from ..engine.rule import AnyOf, AstRule, Invalid, Valid
+from ..engine.rule import AnyOf, Invalid, Rule, Valid
 
 _SOFTMAX = frozenset({"torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax"})
 _LOG = frozenset({"torch.log"})
 
 
-class LogOfSoftmax(AstRule):
+class LogOfSoftmax(Rule):
     """
     ## What it does
     Finds `torch.log(torch.softmax(x, d))`, `F.softmax(x, d).log()`, `x.softmax(d).log()` and

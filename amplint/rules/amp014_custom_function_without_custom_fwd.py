@@ -19,7 +19,7 @@ from ..engine.autograd_functions import (
 )
 from ..engine.crossfile import enabling_site, located
 from ..engine.regions import autocast_calls
-from ..engine.rule import AstRule, Invalid, Valid
+from ..engine.rule import Invalid, Rule, Valid
 from ..policy import PolicyError
 
 _DECORATOR = {"forward": "custom_fwd", "backward": "custom_bwd"}
@@ -46,7 +46,7 @@ loss.backward()
 """
 
 
-class CustomFunctionWithoutCustomFwd(AstRule):
+class CustomFunctionWithoutCustomFwd(Rule):
     """
     ## What it does
     Finds `torch.autograd.Function` subclasses that autocast can break:

@@ -11,7 +11,7 @@ from ..engine.checkpoints import (FUNCTIONS, Scaler, ScalerTest, ancestors, argu
 from ..engine.crossfile import located
 from ..engine.diagnostics import Related
 from ..engine.outline import contains
-from ..engine.rule import AnyOf, AstRule, Invalid, Valid
+from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.summaries import callee_summary
 
 
@@ -26,7 +26,7 @@ def _scaler_test(unit_scalers: list[Scaler]) -> ScalerTest:
     return lambda code, is_named: is_named and named_like_scaler(code) or any(holds(code, s.code) for s in unit_scalers)
 
 
-class ScalerStateNotCheckpointed(AstRule):
+class ScalerStateNotCheckpointed(Rule):
     """
     ## What it does
     Where a file uses a GradScaler, finds training checkpoints (state that holds an

@@ -4,7 +4,7 @@ import ast
 
 from ..engine.ast_context import AstContext
 from ..engine.half_models import Half, made_float32_here, made_half_here
-from ..engine.rule import AstRule, Invalid, Valid
+from ..engine.rule import Invalid, Rule, Valid
 from ..engine.summaries import checked_module, is_backward, receiver
 
 # torch.optim's modules that hold no optimizer classes.
@@ -134,7 +134,7 @@ class HalfMixin:
 """)
 
 
-class HalfModelTrained(AstRule):
+class HalfModelTrained(Rule):
     """
     ## What it does
     Finds a `torch.optim` optimizer built over the parameters of a model that the file

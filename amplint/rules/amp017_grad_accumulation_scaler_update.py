@@ -3,11 +3,11 @@ from __future__ import annotations
 from ..engine import flow
 from ..engine.ast_context import AstContext
 from ..engine.flow import Event, Flow, line_of
-from ..engine.rule import AnyOf, AstRule, Invalid, Valid
+from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.enabling import scaler_switch
 
 
-class GradAccumulationScalerUpdate(AstRule):
+class GradAccumulationScalerUpdate(Rule):
     """
     ## What it does
     Finds `S.update()` that some path reaches in an iteration (of the loop around it, or a

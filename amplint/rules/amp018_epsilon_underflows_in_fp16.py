@@ -24,7 +24,7 @@ from ..engine.outline import contains
 from ..engine.promotion import FP32_FAMILY, policies_of
 from ..engine.region_tables import region_dtype, region_table
 from ..engine.regions import reaching_region
-from ..engine.rule import AnyOf, AstRule, Invalid, Valid
+from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..policy import PolicyError
 
 _EPS_KEYWORDS = frozenset({"eps", "epsilon", "min"})
@@ -78,7 +78,7 @@ def _number(expr: ast.expr) -> bool:
     return False
 
 
-class EpsilonUnderflowsInFp16(AstRule):
+class EpsilonUnderflowsInFp16(Rule):
     """
     ## What it does
     Finds an epsilon smaller than float16's smallest subnormal (2**-24 ≈ 5.96e-8) where the

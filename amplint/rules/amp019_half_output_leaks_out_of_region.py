@@ -7,7 +7,7 @@ from ..engine.dtypes import call_spelling, float32_outside_autocast, inferred_dt
 from ..engine.promotion import casts_back, policies_of
 from ..engine.region_tables import region_table
 from ..engine.regions import autocast_calls, autocast_region, value_before
-from ..engine.rule import AnyOf, AstRule, Invalid, Valid
+from ..engine.rule import AnyOf, Invalid, Rule, Valid
 
 # Ops that need all tensor inputs in one dtype when autocast is not there to cast them.
 _EQUAL_DTYPE_OPS = frozenset({"mm", "matmul", "bmm", "addmm", "baddbmm", "addbmm", "mv", "dot",
@@ -20,7 +20,7 @@ def _base(op: str) -> str:
     return op.split("::")[-1].split(".")[0]
 
 
-class HalfOutputLeaksOutOfRegion(AstRule):
+class HalfOutputLeaksOutOfRegion(Rule):
     """
     ## What it does
     Light dtype inference over the policy tables: a value made inside an autocast region by an

@@ -5,7 +5,7 @@ import ast
 from ..engine.ast_context import AstContext
 from ..engine.factories import NEW_METHODS, new_method_text_fix, receiver_text
 from ..engine.regions import autocast_region
-from ..engine.rule import PARENTHESIZED, AnyOf, AstRule, Invalid, Valid, call_with
+from ..engine.rule import AnyOf, Invalid, PARENTHESIZED, Rule, Valid, call_with
 
 _FACTORIES = frozenset(NEW_METHODS)
 _FACTORY_NAMES = tuple(method.removeprefix("torch.") for method in NEW_METHODS)
@@ -61,7 +61,7 @@ def _in_module_forward(ctx: AstContext, node: ast.AST) -> bool:
     return func is not None and func.name == "forward" and isinstance(ctx.parent(func), ast.ClassDef)
 
 
-class FactoryDtypeSpelledOut(AstRule):
+class FactoryDtypeSpelledOut(Rule):
     """
     ## What it does
     Inside `forward` of a module class, or inside an autocast region, finds

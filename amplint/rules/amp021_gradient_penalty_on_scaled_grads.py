@@ -10,7 +10,7 @@ from ..engine.diagnostics import Related
 from ..engine.flow import line_of
 from ..engine.loss_scale import Scaled, arguments, bound_names, last_name, reads_scale, scale_names, scaled, unstarred
 from ..engine.regions import bind, called_function, calls_of, value_before
-from ..engine.rule import AstRule, Invalid, Valid
+from ..engine.rule import Invalid, Rule, Valid
 from ..engine.summaries import checked_module, receiver
 
 _GRAD = frozenset({"torch.autograd.grad"})
@@ -206,7 +206,7 @@ class _Gradients:
         return use
 
 
-class GradientPenaltyOnScaledGrads(AstRule):
+class GradientPenaltyOnScaledGrads(Rule):
     """
     ## What it does
     Finds `torch.autograd.grad(S.scale(loss), ...)`, for a GradScaler `S`, whose gradients then

@@ -2,10 +2,8 @@ from __future__ import annotations
 
 from ..engine import noqa
 from ..engine.ast_context import AstContext
-from ..engine.context import FileContext
 from ..engine.diagnostics import Diagnostic, Fix
-from ..engine.outline import Outline
-from ..engine.rule import AstRule, Invalid, Rule, Valid, all_rules
+from ..engine.rule import Invalid, Rule, Valid, all_rules
 from ..engine.diagnostics import INTERNAL_ERROR, SYNTAX_ERROR
 from ..engine.runner import prefilter
 
@@ -120,7 +118,7 @@ logits = model(x)  # -- kept from the old loss
          (5, 5, "AMP013 (no such finding"), (6, 20, "AMP013 (no such finding"))),
     )
 
-    def check(self, ctx: FileContext) -> None:
+    def check(self, ctx: AstContext) -> None:
         directives = noqa.directives(ctx.source)
         if not directives:
             return
@@ -150,32 +148,25 @@ logits = model(x)  # -- kept from the old loss
                 self._report(ctx, directive, unused)
 
     @staticmethod
-    def _rows_reported(ctx: FileContext, rules: list[type[Rule]]) -> dict[str, set[int] | None]:
+    def _rows_reported(ctx: AstContext, rules: list[type[Rule]]) -> dict[str, set[int] | None]:
         """The rows each rule reports on (None: unknown, the rule failed; its codes count as
         used). Each runs in a context of its own on the same tree."""
         rows: dict[str, set[int] | None] = {r.code: set() for r in rules}
         if not rules:
             return rows
-        own = FileContext(ctx.path, ctx.source, ctx.module, ctx.policy_loader, preview=ctx.preview)
-        outline = Outline.parse(ctx.source)
-        on_ast = AstContext(ctx.path, ctx.source, outline, ctx.policy_loader, ctx.preview) if outline else None
-        for rule in prefilter(tuple(rules)).matching(ctx.source):
-            target = on_ast if issubclass(rule, AstRule) else own
-            if target is None:  # Python cannot parse the file: the rule never ran
-                rows[rule.code] = None
-                continue
-            target._rule, target.diagnostics = rule, []
+        own = AstContext(ctx.path, ctx.source, ctx.outline, ctx.policy_loader, ctx.preview)
+        for rule in prefilter(tuple(rules), ctx.preview).matching(ctx.source):
+            own._rule, own.diagnostics = rule, []
             try:
-                rule().check(target)
+                rule().check(own)
             except Exception:  # the engine reports a failing rule where it runs it
                 rows[rule.code] = None
                 continue
-            rows[rule.code] = {d.location.row for d in target.diagnostics}
-        for checked in (own, on_ast):  # then so do this rule's findings
-            ctx.dependencies |= checked.dependencies if checked is not None else set()
+            rows[rule.code] = {d.location.row for d in own.diagnostics}
+        ctx.dependencies |= own.dependencies  # then so do this rule's findings
         return rows
 
-    def _report(self, ctx: FileContext, directive: noqa.Directive, unused: dict[int, str]) -> None:
+    def _report(self, ctx: AstContext, directive: noqa.Directive, unused: dict[int, str]) -> None:
         whole = len(unused) == len(directive.codes)
         edit = noqa.removal(ctx.source, directive, set(unused))
         fix = Fix("Remove the `# noqa` comment" if whole else

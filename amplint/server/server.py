@@ -22,7 +22,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import from_fs_path, to_fs_path
 
 from .. import __version__
-from ..engine import noqa, notebook, project_index, tree
+from ..engine import noqa, notebook, project_index
 from ..engine.diagnostics import Diagnostic
 from ..engine.rule import all_rules
 from ..engine.diagnostics import INTERNAL_ERROR, SYNTAX_ERROR
@@ -260,8 +260,7 @@ async def hover(ls: AmplintServer, params: types.HoverParams) -> types.Hover | N
 def serve() -> None:
     """Answer the client on stdin / stdout until it says exit."""
     logging.basicConfig(level=logging.WARNING, format="amplint server: %(message)s")  # stderr: the client's log
-    # Each check reads the project's other modules again, and the document's statements that
-    # an edit left alone: those unchanged since an earlier check are not parsed again.
+    # Each check reads the project's other modules again: those unchanged since an earlier
+    # check are not parsed again.
     project_index.keep_summaries_by_content()
-    tree.parse_in_pieces()
     server.start_io()

@@ -95,10 +95,10 @@ def timed_in_turns(commands: dict[str, tuple[list[str], Path | None]], runs: int
 
 
 PARSE_FLOOR = """
-import sys, pathlib, libcst
+import ast, sys, pathlib
 for p in sorted(pathlib.Path(sys.argv[1]).rglob("*.py")):
     try:
-        libcst.parse_module(p.read_text(encoding="utf-8", errors="replace"))
+        ast.parse(p.read_text(encoding="utf-8", errors="replace"))
     except Exception:
         pass
 """
@@ -132,7 +132,7 @@ def main() -> None:
     parser.add_argument("--verify", action="store_true")
     parser.add_argument("--corpus", type=Path, help="a folder to check instead of the pinned corpus")
     parser.add_argument("--quick", action="store_true",
-                        help="leave out the single runs of the libcst parse floor, flake8 and TorchFix "
+                        help="leave out the single runs of the parse floor, flake8 and TorchFix "
                              "(most of a whole-corpus run's half hour) and the target against TorchFix")
     parser.add_argument("--against", metavar="REV",
                         help="also time the git revision REV, cold with default jobs, in turns with this tree "
@@ -163,7 +163,7 @@ def main() -> None:
         commands[against] = ([*amplint, str(corpus)], checkout(args.against))
     rows = timed_in_turns(commands, args.runs)
     if not args.quick:
-        rows["libcst parse only (1 process)"] = timed([sys.executable, "-c", PARSE_FLOOR, str(corpus)], 1)
+        rows["Python's ast parse of every file (1 process)"] = timed([sys.executable, "-c", PARSE_FLOOR, str(corpus)], 1)
         rows["flake8 (default rules)"] = timed([str(tools / "flake8"), "--exit-zero", str(corpus)], 1)
         rows["TorchFix"] = timed([str(tools / "torchfix"), str(corpus)], 1)
     single = timed_in_turns({

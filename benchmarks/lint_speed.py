@@ -148,7 +148,8 @@ def main() -> None:
     lines = sum(p.read_bytes().count(b"\n") for p in files)
     amplint = [sys.executable, "-m", "amplint", "check", "--exit-zero", "--no-cache"]
     warm = [sys.executable, "-m", "amplint", "check", "--exit-zero", str(corpus)]
-    subprocess.run(warm, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=CORPUS)  # fill the cache
+    # the cache is the checked folder's: filled and read from there
+    subprocess.run(warm, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=corpus)  # fill the cache
     one_file = str(ROOT / "fixtures" / "faulty" / "train_amp.py")
 
     commands = {
@@ -156,7 +157,7 @@ def main() -> None:
                                               str(corpus)], None),
         "amplint, --jobs 1": ([*amplint, "--jobs", "1", str(corpus)], None),
         "amplint, default jobs": ([*amplint, str(corpus)], ROOT),
-        "amplint, warm cache (nothing changed)": (warm, CORPUS),
+        "amplint, warm cache (nothing changed)": (warm, corpus),
     }
     against = f"amplint at {args.against}, default jobs" if args.against else None
     if against:

@@ -202,8 +202,7 @@ class TensorFactoryDropsDtype(Rule):
                          (r"\.\s*(?:to|cuda)\s*\(", r"\)[\s)]*\.\s*(?:to|cuda)\s*\(", AnyOf(*MOVED_WITHOUT_DTYPE)),
                          (r"\.float\(\)",
                           AnyOf(rf"\.(?:{'|'.join(STRICT_METHODS)})\s*\(", r"\][\s)\\]*=(?!=)", "half", "float16")))
-    # Outside preview, a finding's half value needs a producer in the file (`.half()`,
-    # `torch.float16`, `.bfloat16()`) or an autocast region there.
+    # Outside preview, the half value needs a producer (`.half()`, `float16`) or a region here.
     fragments = tuple((*group, AnyOf(r"\.half\b", "float16", "autocast")) for group in preview_fragments)
 
     valid = (
@@ -570,9 +569,9 @@ class Attention(torch.nn.Module):
         # `.float()` is reported only where dtypes must agree: an index-put or a scatter in its
         # function, or a call of a module the file made half.
         outline = ctx.outline
-        casts = None if modules_made_half(ctx) else \
-            {outline.scopes[id(a)] for a in outline.nodes(ast.Assign) if any(isinstance(t, ast.Subscript) for t in a.targets)} \
-            | {outline.scopes[id(c)] for c in outline.nodes(ast.Call) if getattr(c.func, "attr", None) in STRICT_METHODS}
+        casts = None if modules_made_half(ctx) else {outline.scopes[id(n)] for n in (
+            *(a for a in outline.nodes(ast.Assign) if any(isinstance(t, ast.Subscript) for t in a.targets)),
+            *(c for c in outline.nodes(ast.Call) if getattr(c.func, "attr", None) in STRICT_METHODS))}
         within = {outline.scopes[id(c)] for c in float32_makers(ctx, casts)
                   if _float_cast(c) or placed_on_device(ctx, c)}
         flow = Activations(ctx)

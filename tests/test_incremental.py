@@ -140,6 +140,10 @@ def test_processes_share_one_reading_of_the_project_and_find_the_same(tmp_path, 
                   f"def step{i}(model, x):\n    with amp_context():\n        model(x).sum().backward()\n"
                   for i in range(70)})
     files["demo/steps/__init__.py"] = ""
+    # found only in preview mode, whose prefilter asks less of the text than the default one
+    files["demo/pool.py"] = ("import torch\n\n\nclass Pool(torch.nn.Module):\n    def forward(self, hidden):\n"
+                             "        pad = torch.zeros(hidden.shape[0], 1, device=hidden.device)\n"
+                             "        return torch.cat([hidden, pad], dim=1)\n")
     _write(tmp_path, files)
     monkeypatch.chdir(tmp_path)
     runs = [CliRunner().invoke(main, ["check", "--preview", "--no-cache", "--output-format", "concise", "--jobs", jobs, "demo"])
@@ -147,6 +151,7 @@ def test_processes_share_one_reading_of_the_project_and_find_the_same(tmp_path, 
     assert runs[0].exit_code == runs[1].exit_code == 1
     assert runs[0].stdout == runs[1].stdout
     assert runs[0].stdout.count("AMP001") == 70 and "demo/losses.py:5:" in runs[0].stdout
+    assert "demo/pool.py:6:15: AMP003" in runs[0].stdout
 
 
 def test_several_projects_and_loose_files_come_back_from_the_pool_in_order(tmp_path, monkeypatch):

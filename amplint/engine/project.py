@@ -314,7 +314,9 @@ def _read_project_in_worker(root: Path, tasks: dict[int, tuple], options: Option
     with collector_paused():
         for index, (path, rules, key) in tasks.items():
             data = None if index in settled else project_index.bytes_read(Path(os.path.abspath(path)))
-            result = None if data is None else _settled_by_text(path, data, rules, options, *_worker_state[key][:2])
+            load, cache, preview = _worker_state[key]
+            result = None if data is None else _settled_by_text(path, data, rules, replace(options, preview=preview),
+                                                                 load, cache)
             if isinstance(result, TextMatch):
                 matched[index] = result
             elif result is not None:

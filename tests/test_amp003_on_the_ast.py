@@ -124,11 +124,11 @@ def test_index_puts_and_scatters(tmp_path, monkeypatch):
             full[row_idx] = scores
             return full
 
-        def word_mean(hidden, word_ids):
-            valid = word_ids >= 0
-            counts = torch.zeros_like(hidden[:, :, 0])
-            counts.scatter_add_(1, word_ids.clamp(min=0), valid.float())
-            return counts
+        def class_totals(logits, labels, num_classes):
+            hits = logits.argmax(-1).eq(labels)
+            totals = logits.new_zeros(num_classes)
+            totals.index_add_(0, labels, hits.float())
+            return totals
 
         def copy_rows(hidden, n):
             out = torch.zeros(n, hidden.shape[-1], device=hidden.device)
@@ -138,10 +138,10 @@ def test_index_puts_and_scatters(tmp_path, monkeypatch):
     results = findings(tmp_path, "AMP003", monkeypatch, "--preview")
     assert [(r[0], r[1]) for r in results] == [("pool.py", 6), ("pool.py", 13)]
     assert "line 7 index-puts `scores` into it" in results[0][2]
-    assert "`valid.float()` makes a float32 tensor, and line 13 `scatter_add_`s it into `counts`" in results[1][2]
+    assert "`hits.float()` makes a float32 tensor, and line 13 `index_add_`s it into `totals`" in results[1][2]
     assert fixes(tmp_path, monkeypatch) == {
         6: "scores.new_zeros(scores.shape[0], n)",
-        13: "valid.to(counts.dtype)"}
+        13: "hits.to(totals.dtype)"}
 
 
 def test_a_recurrent_state_and_a_module_made_half(tmp_path, monkeypatch):

@@ -310,21 +310,27 @@ def in_model(ctx: AstContext, node: ast.AST) -> bool:
         isinstance(s, _FUNCTIONS) and s.name == "forward" for s in cls.body))
 
 
+def _makes_half(ctx: AstContext, call: ast.Call) -> bool:
+    """``x.half()``, ``x.bfloat16()``, ``x.to(torch.float16)``."""
+    func = call.func
+    if not isinstance(func, ast.Attribute):
+        return False
+    if func.attr in ("half", "bfloat16"):
+        return not call.args and not call.keywords
+    return func.attr == "to" and any(dtype_of(ctx, a) in ("float16", "bfloat16")
+                                     for a in [*call.args, *(k.value for k in call.keywords)])
+
+
 def modules_made_half(ctx: AstContext) -> dict[str, ast.Call]:
     """What the file makes half with `model.half()` (or `.bfloat16()`, `.to(torch.float16)`)
     as a statement of its own, or `model = ....half()`: by its code, the call that does."""
     if "_modules_made_half" not in ctx.__dict__:
         found = {}
-        for call in sorted(ctx.outline.nodes(ast.Call), key=ctx.order):
-            method = receiver(call)
-            cast = method is not None and (
-                (method[1] in ("half", "bfloat16") and not call.args and not call.keywords)
-                or (method[1] == "to" and any(dtype_of(ctx, a) in ("float16", "bfloat16")
-                                              for a in [*call.args, *(k.value for k in call.keywords)])))
+        for call in sorted((c for c in ctx.outline.nodes(ast.Call) if _makes_half(ctx, c)), key=ctx.order):
             parent = ctx.parent(call)
-            if cast and isinstance(parent, ast.Expr):
-                found[ctx.code(method[0])] = call
-            elif cast and isinstance(parent, ast.Assign) and len(parent.targets) == 1:
+            if isinstance(parent, ast.Expr):
+                found[ctx.code(call.func.value)] = call
+            elif isinstance(parent, ast.Assign) and len(parent.targets) == 1:
                 found[ctx.code(parent.targets[0])] = call
         ctx.__dict__["_modules_made_half"] = found
     return ctx.__dict__["_modules_made_half"]

@@ -10,11 +10,15 @@ from click.testing import CliRunner
 from amplint.cli import main
 
 
-def write_files(root: Path, files: dict[str, str]) -> Path:
-    """Each file of ``files`` (path from ``root``: text, dedented), its folders made."""
+def write_files(root: Path, files: dict[str, str | bytes]) -> Path:
+    """Each file of ``files`` (path from ``root``: text, dedented; bytes as they are), its
+    folders made."""
     for name, text in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(textwrap.dedent(text))
+        if isinstance(text, bytes):
+            (root / name).write_bytes(text)
+        else:
+            (root / name).write_text(textwrap.dedent(text))
     return root
 
 

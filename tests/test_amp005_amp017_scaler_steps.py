@@ -10,6 +10,7 @@ import textwrap
 from click.testing import CliRunner
 
 from amplint.cli import main
+from projects import write_files
 
 CLI = """\
 import argparse
@@ -24,14 +25,7 @@ def parse_args():
 
 
 def _write(root, files):
-    (root / "pyproject.toml").write_text("[project]\nname = 'trainer'\n")
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(text, bytes):
-            path.write_bytes(text)
-        else:
-            path.write_text(textwrap.dedent(text))
+    write_files(root, {"pyproject.toml": "[project]\nname = 'trainer'\n", **files})
 
 
 def _findings(root, code, files):

@@ -5,6 +5,7 @@ on disk, the real CLI; `-v` says how many files the cache answered."""
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -127,8 +128,48 @@ def test_a_warm_run_reads_the_project_summaries_instead_of_parsing_the_modules(t
         patched.setattr(project_index.Outline, "parse", staticmethod(no_parse))
         assert _check(tmp_path) == (0, 6, cold)
     entries[0].write_text("{not json")
+    # Without the digests kept for the unchanged project, the summaries are read to confirm them.
+    shutil.rmtree(next((tmp_path / ".amplint_cache").rglob("project")))
     assert _check(tmp_path) == (0, 6, cold)
     assert set(json.loads(entries[0].read_text())["summary"]) == {"sites", "defs", "functions", "classes", "aliases"}
+
+
+def test_a_warm_run_over_an_unchanged_project_takes_the_kept_digests_of_its_summaries(tmp_path, monkeypatch):
+    """The digests of the summaries a run read are kept by the contents of the project's
+    modules and config files: over the same contents, a warm run computes none of them; a
+    change anywhere in the project (a module, a config file, a new file) and a kept digest
+    that does not load are computed again, never trusted."""
+    from amplint.engine import project_index
+
+    _write(tmp_path, FILES)
+    monkeypatch.chdir(tmp_path)
+    checked, cached, cold = _check(tmp_path)
+    kept = sorted((tmp_path / ".amplint_cache").rglob("project/*/*.json"))
+    assert kept and all(set(json.loads(e.read_text())) == {"digest"} for e in kept)
+    computed = []
+    original = project_index.autocast_sites
+
+    def counted(root):
+        computed.append(root)
+        return original(root)
+
+    monkeypatch.setattr(project_index, "autocast_sites", counted)
+    assert _check(tmp_path) == (0, 6, cold) and computed == []
+
+    # A config file that names no AMP key still makes the project's contents new.
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs/data.yaml").write_text("batch_size: 8\n")
+    assert _check(tmp_path) == (0, 6, cold) and len(computed) == 1
+    assert _check(tmp_path) == (0, 6, cold) and len(computed) == 1
+
+    for entry in (tmp_path / ".amplint_cache").rglob("project/*/*.json"):
+        entry.write_text("{not json")
+    assert _check(tmp_path) == (0, 6, cold) and len(computed) == 2
+
+    # The wrapper stops opening a region: the file that read it is checked again and loses its finding.
+    (tmp_path / "demo/utils.py").write_text(UTILS.replace("torch.autocast(", "torch.no_grad(") + "\n")
+    checked, cached, findings = _check(tmp_path)
+    assert (checked, cached) == (3, 3) and "demo/losses.py" not in findings
 
 
 def test_processes_share_one_reading_of_the_project_and_find_the_same(tmp_path, monkeypatch):

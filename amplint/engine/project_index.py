@@ -1025,10 +1025,56 @@ def summarized_by(prefix: str, handler: Callable[[Path, str], object]) -> None:
     _PREFIXED[prefix] = handler
 
 
+# Summaries read from files beyond the project's modules and config files (requirements files, an
+# installed distribution's METADATA beside the root): their digests are never taken from a store.
+_READ_BEYOND_FILES = frozenset({"torch-requirement"})
+
+
+def _fingerprint(root: Path) -> str:
+    """What every other summary of the project is computed from: the paths and contents of its
+    modules and config files (of a config file the scans never read, its size)."""
+    key = ("fingerprint", root)
+    if key not in _FACTS:
+        digest = hashlib.blake2b(digest_size=20)
+        python, configs = _files(root)
+        for index, path in enumerate(configs):
+            try:
+                size = path.stat().st_size
+            except OSError:
+                size = -1
+            read = index < MAX_CONFIG_FILES and 0 <= size <= MAX_CONFIG_BYTES
+            digest.update(f"{relative_name(path, root)}\0{size}\0".encode())
+            if read:
+                digest.update(hashlib.blake2b(_read(path) or b"", digest_size=20).digest())
+        for path in python:
+            data = _read(path)
+            digest.update(f"{relative_name(path, root)}\0".encode())
+            digest.update(b"-" if data is None else hashlib.blake2b(data, digest_size=20).digest())
+        _FACTS[key] = digest.hexdigest()
+    return _FACTS[key]
+
+
+def _stored(kind: str, root: Path) -> Path | None:
+    """Where a run with a result cache keeps the digest of summary ``kind`` of the project as
+    its files are now (``_fingerprint``), for a later run over the unchanged project."""
+    if not _STORE or kind in _READ_BEYOND_FILES:
+        return None
+    folder, linter = _STORE[0]
+    key = hashlib.sha256("\0".join((linter, str(root), _fingerprint(root), kind)).encode()).hexdigest()
+    return folder / "project" / key[:2] / f"{key}.json"
+
+
 def dependency(kind: str, root: Path) -> Dependency:
     """The summary ``kind`` of the project at ``root`` as it is now."""
     key = (f"dependency:{kind}", root)
     if key not in _FACTS:
+        entry = _stored(kind, root)
+        try:
+            if entry is not None:
+                _FACTS[key] = Dependency(kind, str(root), json.loads(entry.read_text(encoding="utf-8"))["digest"])
+                return _FACTS[key]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
         if kind.startswith("star-imports:"):
             text = json.dumps(_star_summary(root, kind.split(":", 1)[1]))
         elif kind.startswith("module:"):
@@ -1051,6 +1097,8 @@ def dependency(kind: str, root: Path) -> Dependency:
         else:
             text = json.dumps(SUMMARIES[kind](root))
         _FACTS[key] = Dependency(kind, str(root), hashlib.sha256(text.encode()).hexdigest())
+        if entry is not None:
+            source_io.write_entry(entry, {"digest": _FACTS[key].digest})
     return _FACTS[key]
 
 

@@ -132,10 +132,19 @@ def test_call_fragment_reads_the_call_own_arguments(code, found):
     ("AMP018", "import torch\nwith torch.autocast('cuda'):\n    y = x + 1e-6\n", False),
     ("AMP018", "import torch\nwith torch.autocast('cuda'):\n    y = x + 1e-8\n", True),
     ("AMP018", "import torch\nwith torch.autocast('cuda'):\n    y = x + 0.0000000_1\n", True),
-    ("AMP018", "import torch\ndef f(x: torch.Tensor):\n    return x / (x.norm() + 1e-8)\n", True),
+    # Outside preview, AMP018 needs the value's float16 shown in the file: a region or a `.half()`.
+    ("AMP018", "import torch\ndef f(x: torch.Tensor):\n    return x / (x.norm() + 1e-8)\n", False),
+    ("AMP018", "import torch\ndef f(x: torch.Tensor):\n    return x / (x.norm() + 1e-8)\nnet = Net().half()\n", True),
 ])
 def test_fragments_ask_what_the_check_needs(rule_code, code, fires):
     rule = next(r for r in all_rules() if r.code == rule_code)
     assert bool(Prefilter([rule]).matching(code)) is fires
+
+
+def test_preview_fragments_ask_what_the_preview_paths_need():
+    """AMP018's guess that a caller passes float16 needs no producer in the file."""
+    rule = next(r for r in all_rules() if r.code == "AMP018")
+    code = "import torch\ndef f(x: torch.Tensor):\n    return x / (x.norm() + 1e-8)\n"
+    assert Prefilter([rule], preview=True).matching(code) == [rule]
 
 

@@ -152,7 +152,10 @@ class EpsilonUnderflowsInFp16(Rule):
     name = "epsilon-underflows-in-fp16"
     summary = "Epsilon below float16's smallest value where the value it guards is float16"
     uses_policy = True
-    fragments = ((_TINY,),)
+    preview_fragments = ((_TINY,),)
+    # Outside preview the guarded value's float16 is shown in the file: a torch autocast
+    # region, or a class the file makes half (`.half()`, `.to(torch.float16)`).
+    fragments = ((_TINY, AnyOf(r"\.half\b", "float16", "autocast")),)
 
     valid = (
         Valid("""

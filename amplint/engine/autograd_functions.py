@@ -29,7 +29,7 @@ from typing import Callable, Iterator, Union
 from .ast_context import AstContext
 from .dtypes import call_spelling, inferred_dtype
 from .outline import Outline, contains
-from .project_index import mentions_dependency, module_text, modules_mentioning, project_module
+from .project_index import module_text, project_module
 from .promotion import policies_of
 from .regions import value_before
 
@@ -497,13 +497,12 @@ def _shown(node: ast.AST) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _modules_mentioning(ctx: AstContext, root: Path, word: str) -> list[tuple[Path, Outline]]:
+def _modules_mentioning(ctx: AstContext, word: str) -> list[tuple[Path, Outline]]:
     """The project's modules whose text has ``word``, parsed (this file as it is checked); the
     file's findings then depend on which modules these are and on their texts."""
     here = Path(ctx.path).resolve()
-    ctx.dependencies.add(mentions_dependency(root, word))
     found = []
-    for path in modules_mentioning(root, word):
+    for path in ctx.project_mentions(word):
         text = ctx.source if path.resolve() == here else module_text(path)
         outline = Outline.parse(text) if text is not None else None
         if outline is not None:
@@ -670,7 +669,7 @@ def parameter_passes(ctx: AstContext, cls: ast.ClassDef, positions: set[int]) ->
     # (helper's module, its name, {the Function's position: the helper's position and name},
     # where it hands them to apply: its call, or the assignment of a name to apply)
     helpers: list[tuple[Path, str, dict[int, tuple[int, str]], ast.AST]] = []
-    for path, outline in _modules_mentioning(ctx, root, name):
+    for path, outline in _modules_mentioning(ctx, name):
         direct, modules = _bindings(root, path, outline, here, name)
         if not direct and not modules:
             continue
@@ -694,7 +693,7 @@ def parameter_passes(ctx: AstContext, cls: ast.ClassDef, positions: set[int]) ->
                     helpers.append((path, function.name, {position: (own, params[own])}, call))
     for path, helper, mapping, applied in helpers:
         target = path.resolve()
-        for where, outline in _modules_mentioning(ctx, root, helper):
+        for where, outline in _modules_mentioning(ctx, helper):
             direct, modules = _bindings(root, where, outline, target, helper)
             for call in outline.nodes(ast.Call):
                 if not _refers(call.func, direct, modules, helper):

@@ -15,14 +15,18 @@ from .project_index import (
     AutocastSite,
     AutocastWrapper,
     Dependency,
+    DtypeChoice,
     autocast_sites,
     autocast_wrappers,
     config_keys,
     dependency,
+    dtype_choices,
     flags_named,
     keyword_dependency,
     keyword_passes,
+    mentions_dependency,
     module_dependency,
+    modules_mentioning,
     module_text,
     project_module,
     project_root,
@@ -125,6 +129,25 @@ class CheckedFile:
             return ()
         self.dependencies.add(dependency(f"flags:{dest}", root))
         return flags_named(root, dest)
+
+    def dtype_choices(self, name: str, attribute: bool) -> "tuple[DtypeChoice, ...]":
+        """The dtypes the project's functions (``attribute``: properties) named ``name`` give
+        back (``project_index.dtype_choices``); none for a file that is not on disk or in no
+        project. The file's findings then depend on them."""
+        root = self._project_root
+        if root is None:
+            return ()
+        self.dependencies.add(dependency(f"dtype-choices:{name}:{attribute}", root))
+        return dtype_choices(root, name, attribute)
+
+    def project_mentions(self, word: str) -> "tuple[Path, ...]":
+        """The modules of this file's project whose text has ``word`` (``project_index``); none
+        for a file that is not on disk or in no project. The file's findings then depend on them."""
+        root = self._project_root
+        if root is None:
+            return ()
+        self.dependencies.add(mentions_dependency(root, word))
+        return modules_mentioning(root, word)
 
     def keyword_passes(self, name: str) -> tuple[tuple[str, int], ...]:
         """Where a call in this file's project passes ``name=...`` (``project_index``); none

@@ -13,7 +13,7 @@ from .ast_context import AstContext
 from .diagnostics import Related
 from .project_index import relative_name
 from .flow import key
-from .regions import literal_bool, value_before
+from .regions import autocast_arguments, literal_bool, value_before
 from .semantics import GRAD_SCALER
 from .switches import ConfigKey, Flag
 
@@ -24,11 +24,12 @@ class Switch:
     related: tuple[Related, ...] = ()
 
 
-def region_switch(ctx: AstContext, ac, device: bool = True) -> Switch | None:
+def region_switch(ctx: AstContext, ac, device: bool = True, dtype: bool = False) -> Switch | None:
     """What an autocast region (``regions.AutocastCall``) applies
     under when expressions decide it: its ``enabled=`` (``switch_of``) and, with ``device``,
     its device (``device_type=str(device)``: judged as the configured device, "when `device`
-    is cuda"); None when literals do."""
+    is cuda"); with ``dtype``, its float16 given by a project function (``float16_choice``);
+    None when literals do."""
     args, positional = _arguments(ac.node)
     parts = []
     if ac.chosen_by is not None:
@@ -38,10 +39,38 @@ def region_switch(ctx: AstContext, ac, device: bool = True) -> Switch | None:
     given = args.get("device_type", positional[0] if positional and not ac.deprecated_api else None)
     if device and ac.device is None and given is not None:
         parts.append(Switch(f"when `{ctx.code(given)}` is {ctx.policy().device}"))
+    if dtype and (chosen := float16_choice(ctx, ac)) is not None:
+        parts.append(chosen)
     if not parts:
         return None
     when = " and ".join([parts[0].when, *(p.when.removeprefix("when ") for p in parts[1:])])
     return Switch(when, tuple(r for p in parts for r in p.related))
+
+
+def float16_choice(ctx: AstContext, ac) -> Switch | None:
+    """For a region whose ``dtype=`` is the value of a project function or property that
+    gives back literal dtypes (``cfg.autocast_precision``, ``get_amp_dtype(...)``:
+    ``project_index.dtype_choices``): the first place it gives torch.float16, as the switch
+    the region is float16 under; None when it gives none, or the dtype is anything else."""
+    if ac.dtype is not None or not ac.dtype_given:
+        return None
+    given = autocast_arguments(ac).get("dtype")
+    called = isinstance(given, ast.Call)
+    expr = given.func if called else given
+    if isinstance(expr, ast.Attribute):
+        name = expr.attr
+    elif called and isinstance(expr, ast.Name):
+        name = expr.id
+    else:
+        return None  # a plain name is a value bound in this file, not a function's
+    choice = next((c for c in ctx.dtype_choices(name, not called) if c.dtype == "float16"), None)
+    if choice is None:
+        return None
+    where = f"{choice.path}:{choice.row}"
+    related = Related(relative_name((ctx.project_root() / choice.path).resolve(), Path.cwd()), choice.row,
+                      f"`{name}` gives torch.float16" + (f" where `{choice.when}`" if choice.when else ""))
+    return Switch(f"when `{ctx.code(given)}` is torch.float16"
+                  + (f", where `{choice.when}` ({where})" if choice.when else f" ({where})"), (related,))
 
 
 def _arguments(call: ast.Call) -> tuple[dict, list]:

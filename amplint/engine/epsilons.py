@@ -19,8 +19,9 @@ from typing import Iterator
 
 from .ast_context import AstContext
 from .ast_names import file_resolver
+from .names import DTYPES
 from .outline import contains
-from .regions import DTYPES, value_before
+from .regions import value_before
 from .summaries import conversion
 
 # float16's smallest subnormal is 2**-24; anything below half of it rounds to 0.

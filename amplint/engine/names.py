@@ -1,4 +1,4 @@
-"""The names torch's autocast goes by, as the file's imports resolve them."""
+"""The names torch's autocast and its dtypes go by, as the file's imports resolve them."""
 
 from __future__ import annotations
 
@@ -11,3 +11,10 @@ AUTOCAST_DEVICE = {
     "torch.cpu.amp.autocast_mode.autocast": "cpu",
 }
 AUTOCAST = _GENERIC | frozenset(AUTOCAST_DEVICE)
+
+# torch's floating dtypes by their qualified names, as their short names.
+DTYPES = {
+    "torch.float16": "float16", "torch.half": "float16", "torch.bfloat16": "bfloat16",
+    "torch.float32": "float32", "torch.float": "float32", "torch.float64": "float64",
+    "torch.double": "float64",
+}

@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from . import source as source_io
-from .names import AUTOCAST, AUTOCAST_DEVICE
-from .outline import Outline, contains
+from .names import AUTOCAST, AUTOCAST_DEVICE, DTYPES
+from .outline import Outline, contains, dotted
 from .switches import (CONFIG_SUFFIXES, MAX_CONFIG_BYTES, ConfigKey, Flag, config_keys_in, flags_in, may_define_flags,
                        may_hold_amp_key, turns_on)
 from .torch_requirement import declared_torch
@@ -910,6 +910,84 @@ def keyword_passes(root: Path, name: str) -> tuple[tuple[str, int], ...]:
     return _FACTS[key]
 
 
+@dataclass(frozen=True)
+class DtypeChoice:
+    """A dtype a function of the project gives back (``dtype_choices``): where it is returned
+    (path from the root, row), and the test it is returned under, as code (None: always)."""
+
+    path: str
+    row: int
+    dtype: str
+    when: str | None
+
+
+_NESTED_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _returned_dtypes(outline: Outline, function: ast.AST) -> list[tuple[int, str, str | None]] | None:
+    """(row, dtype, test) of each `return` of ``function`` (its own, not a nested function's),
+    with the test of the innermost `if` around it (``not (...)`` in its `else`) or of a
+    conditional expression; None when some `return` gives something else than a literal
+    torch dtype, or there is none."""
+    found: list[tuple[int, str, str | None]] = []
+
+    def given(expr: ast.expr | None, row: int, test: str | None) -> bool:
+        if isinstance(expr, ast.IfExp):
+            return given(expr.body, row, ast.unparse(expr.test)) \
+                and given(expr.orelse, row, f"not ({ast.unparse(expr.test)})")
+        dtype = next((DTYPES[q] for q in outline.qualified_names(expr) if q in DTYPES), None) \
+            if expr is not None else None
+        found.append((row, dtype, test))
+        return dtype is not None
+
+    def visit(statements: list[ast.stmt], test: str | None) -> bool:
+        for statement in statements:
+            if isinstance(statement, ast.Return):
+                if not given(statement.value, statement.lineno, test):
+                    return False
+            elif isinstance(statement, ast.If):
+                if not (visit(statement.body, ast.unparse(statement.test))
+                        and visit(statement.orelse, f"not ({ast.unparse(statement.test)})")):
+                    return False
+            elif not isinstance(statement, _NESTED_SCOPES):
+                blocks = [getattr(statement, f, []) for f in ("body", "orelse", "finalbody")]
+                blocks += [h.body for h in getattr(statement, "handlers", [])]
+                blocks += [c.body for c in getattr(statement, "cases", [])]
+                if not all(visit(b, test) for b in blocks):
+                    return False
+        return True
+
+    return found if visit(function.body, None) and found else None
+
+
+def dtype_choices(root: Path, name: str, attribute: bool) -> tuple[DtypeChoice, ...]:
+    """The dtypes the project's functions named ``name`` give back where every `return` of
+    each is a literal torch dtype (a config's property that maps a precision setting to a
+    dtype, a ``get_dtype(...)`` helper): ``attribute``: read as an attribute, so properties
+    only; else called, so functions and methods only. None at all when some function of that
+    name gives something else: then the name says nothing of a dtype. Read once per name and run."""
+    key = (f"dtype-choices:{name}:{attribute}", root)
+    if key not in _FACTS:
+        defined = re.compile(rb"\bdef\s+" + re.escape(name.encode()) + rb"\s*\(")
+        found: list[DtypeChoice] | None = []
+        for path, tree in _parsed_where(root, lambda data: defined.search(data) is not None):
+            outline = Outline(tree)
+            for function in (*outline.nodes(ast.FunctionDef), *outline.nodes(ast.AsyncFunctionDef)):
+                if function.name != name:
+                    continue
+                returned = _returned_dtypes(outline, function)
+                is_property = any((dotted(d) or [""])[-1] in ("property", "cached_property")
+                                  for d in function.decorator_list)
+                if returned is None or is_property is not attribute:
+                    found = None
+                    break
+                found.extend(DtypeChoice(relative_name(path, root), row, dtype, test) for row, dtype, test in returned)
+            if found is None:
+                break
+        _FACTS[key] = tuple(found or ())
+    return _FACTS[key]
+
+
 @_per_project
 def scaler_states_saved(root: Path) -> tuple[tuple[str, int], ...]:
     """Where the project's modules take a GradScaler's state to save it, as (path from the
@@ -1081,6 +1159,9 @@ def dependency(kind: str, root: Path) -> Dependency:
             text = module_text(root.resolve() / kind.split(":", 1)[1]) or ""
         elif kind.startswith("keyword:"):
             text = json.dumps(keyword_passes(root, kind.split(":", 1)[1]))
+        elif kind.startswith("dtype-choices:"):
+            name, attribute = kind.split(":")[1:]
+            text = json.dumps([astuple(c) for c in dtype_choices(root, name, attribute == "True")])
         elif kind.startswith("flags:"):
             text = json.dumps([astuple(f) for f in flags_named(root, kind.split(":", 1)[1])])
         elif kind.split(":", 1)[0] in _PREFIXED:

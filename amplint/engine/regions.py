@@ -13,15 +13,10 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from .ast_context import AstContext
-from .names import AUTOCAST, AUTOCAST_DEVICE
+from .names import AUTOCAST, AUTOCAST_DEVICE, DTYPES
 from .project_index import AutocastWrapper
 from .summaries import checked_module
 
-DTYPES = {
-    "torch.float16": "float16", "torch.half": "float16", "torch.bfloat16": "bfloat16",
-    "torch.float32": "float32", "torch.float": "float32", "torch.float64": "float64",
-    "torch.double": "float64",
-}
 _SIGNATURES = {
     "generic": ("device_type", "dtype", "enabled", "cache_enabled"),
     "per_device": ("enabled", "dtype", "cache_enabled"),
@@ -66,6 +61,11 @@ def bind(call: ast.Call, params: Sequence[str]) -> dict[str, ast.expr] | None:
     bound = dict(zip(params, call.args))
     bound.update((k.arg, k.value) for k in call.keywords)
     return bound
+
+
+def autocast_arguments(ac: AutocastCall) -> dict[str, ast.expr]:
+    """An autocast call's arguments by parameter name; none where ``*args``/``**kwargs`` hide them."""
+    return bind(ac.node, _SIGNATURES["per_device" if ac.deprecated_api else "generic"]) or {}
 
 
 def literal_bool(expr: ast.expr) -> bool | None:

@@ -104,6 +104,14 @@ def is_backward(outline: Outline, call: ast.Call) -> bool:
     return method == "backward" and not call.args or "torch.autograd.backward" in outline.qualified_names(call.func)
 
 
+def backward_tensor(call: ast.Call) -> ast.expr | None:
+    """The tensor a backward pass differentiates: ``loss`` of ``loss.backward()`` or
+    ``torch.autograd.backward(loss)``."""
+    positional = next((a for a in call.args if not isinstance(a, ast.Starred)), None)
+    method = receiver(call)
+    return method[0] if method is not None and method[1] == "backward" and positional is None else positional
+
+
 def _root_name(expr: ast.expr) -> str | None:
     while isinstance(expr, (ast.Attribute, ast.Subscript, ast.Call)):
         expr = expr.func if isinstance(expr, ast.Call) else expr.value

@@ -6,14 +6,14 @@ from ..engine import flow, regions
 from ..engine.ast_context import AstContext
 from ..engine.checkpoints import argument_values, calls_in
 from ..engine.diagnostics import Related
-from ..engine.enabling import region_switch
+from ..engine.enabling import float16_choice, region_switch
 from ..engine.flow import Event
 from ..engine.region_tables import region_dtype
 from ..engine.regions import AutocastCall, autocast_calls, autocast_region, called_function, calls_of, value_before
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import scaled_backward_scaler
 from ..engine.sharded_precision import Float16Models
-from ..engine.summaries import is_backward, receiver
+from ..engine.summaries import backward_tensor, is_backward, receiver
 
 
 def _vector_jacobian(call: ast.Call) -> bool:
@@ -89,7 +89,7 @@ class _TrainingPaths:
             targets = assignment.targets if isinstance(assignment, ast.Assign) else []
             name = targets[0].id if len(targets) == 1 and isinstance(targets[0], ast.Name) else None
             for backward in self.unscaled_backwards(self.ctx.enclosing_function(call)) if name else ():
-                tensor = _backward_tensor(backward)
+                tensor = backward_tensor(backward)
                 if isinstance(tensor, ast.Name) and tensor.id == name \
                         and self.ctx.order(backward) > self.ctx.order(call):
                     return backward
@@ -118,13 +118,6 @@ class _BesideScaled(flow.Analysis):
         return fact
 
 
-def _backward_tensor(call: ast.Call) -> ast.expr | None:
-    """``loss`` of ``loss.backward()`` or ``torch.autograd.backward(loss)``."""
-    positional = next((a for a in call.args if not isinstance(a, ast.Starred)), None)
-    method = receiver(call)
-    return method[0] if method is not None and method[1] == "backward" and positional is None else positional
-
-
 class Fp16TrainingWithoutScaler(Rule):
     """
     ## What it does
@@ -137,7 +130,10 @@ class Fp16TrainingWithoutScaler(Rule):
     scaler built in the file or a parameter named `scaler`, `grad_scaler` or `amp_scaler`, or
     passes one on, or calls a function of the file that does) scales on some branch and ends
     the search. When the device is an expression and no dtype is given, the region is float16
-    only on a float16 device, so a GradScaler anywhere in the file silences it. In a function
+    only on a float16 device, so a GradScaler anywhere in the file silences it. A `dtype=` that
+    a project function or property gives (`cfg.autocast_precision`, every `return` a literal
+    dtype, one torch.float16) counts where the project makes no GradScaler: the finding says
+    when it applies and points at that `return`. In a function
     that scales, it finds a plain `loss.backward()` that some path runs in the same call as a
     scaled backward (before or after it), of a `loss` last assigned in a float16 region with a
     literal device or dtype: one loss scaled, another not (`if scaler is not None: ... else:
@@ -190,7 +186,7 @@ class Fp16TrainingWithoutScaler(Rule):
     ## False positives
     Frameworks that scale for you call the backward with the loss as an argument
     (`accelerator.backward(loss)`, `engine.backward(loss)`), which does not count as a backward
-    here. A region whose dtype is an expression is not judged. A backward given an explicit
+    here. A region whose dtype is another expression is not judged. A backward given an explicit
     `gradient=` (a saliency map's `output.backward(gradient=one_hot)`, a vector-Jacobian product)
     is not a loss's: it is not reported. A loss written `loss.backward(gradient=torch.ones_like(loss))`
     is missed. An FSDP model reaches the backward only as the file shows it: one wrapped by the
@@ -500,7 +496,8 @@ class GanTrainer:
     )
 
     def check(self, ctx: AstContext) -> None:
-        regions = [ac for ac in autocast_calls(ctx) if ac.enabled is not False and region_dtype(ctx, ac) == "float16"]
+        regions = [ac for ac in autocast_calls(ctx) if ac.enabled is not False
+                   and (region_dtype(ctx, ac) == "float16" or float16_choice(ctx, ac) is not None)]
         models = Float16Models(ctx)
         if not (fsdp := models.possible()) and not regions:
             return  # nothing of the file computes in float16
@@ -508,15 +505,17 @@ class GanTrainer:
         file_has_scaler = bool(paths.scalers) or paths.scales(ctx.outline.nodes(ast.Call))
         reported, backwards = set(), set()  # ids of the autocast calls reported, and of the backward passes named
         for ac in regions:
-            # float16 only as the configured device's default: the device is an expression that
-            # may name a bfloat16 device, so a scaler anywhere in the file may be its pair.
-            if ac.device is None and ac.dtype is None and file_has_scaler:
+            # float16 as the default of a device an expression names, or as one dtype a project
+            # function gives: a scaler in the file (for the latter, in the project) may be its pair.
+            chosen = ac.dtype is None and ac.dtype_given
+            if file_has_scaler and ac.dtype is None and (ac.device is None or chosen) \
+                    or chosen and ctx.project_mentions("GradScaler"):
                 continue
             backward = paths.unscaled_backward(ac)
             if backward is not None:
                 reported.add(id(ac.node))
                 backwards.add(id(backward))
-                switch = region_switch(ctx, ac)
+                switch = region_switch(ctx, ac, dtype=True)
                 ctx.report(ac.node, f"float16 autocast{f' ({switch.when})' if switch else ''} with a backward "
                                     f"pass but no GradScaler: `{ctx.code(backward.func)}()` on line "
                                     f"{backward.lineno} runs unscaled, so small gradients underflow to zero; "
@@ -532,7 +531,7 @@ class GanTrainer:
 
     def _check_float16_fsdp(self, ctx: AstContext, models: Float16Models, backward: ast.Call) -> None:
         """An unscaled backward pass of a float16 FSDP model, not one scaled by hand (``(loss * k).backward()``)."""
-        tensor = _backward_tensor(backward)
+        tensor = backward_tensor(backward)
         by_hand = isinstance(tensor, ast.BinOp) and isinstance(tensor.op, ast.Mult)
         model = None if by_hand else models.trained_by(backward)
         if model is not None:
@@ -591,7 +590,7 @@ def _none_by_default(function: ast.AST) -> dict[str, ast.arg]:
 def _float16_region_of_loss(ctx: AstContext, call: ast.Call) -> AutocastCall | None:
     """The float16 region (with a literal device or dtype) where the tensor ``call``
     backpropagates was last assigned; None when it is not a name assigned in one."""
-    tensor = _backward_tensor(call)
+    tensor = backward_tensor(call)
     value = value_before(ctx, tensor) if isinstance(tensor, ast.Name) and not _vector_jacobian(call) else None
     region = autocast_region(ctx, value) if value is not None else None
     ac = region[0] if region is not None else None

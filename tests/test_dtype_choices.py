@@ -126,3 +126,20 @@ def test_the_finding_follows_the_property_across_cached_runs(tmp_path, monkeypat
     (tmp_path / "lm/config.py").write_text((tmp_path / "lm/config.py").read_text().replace("torch.float16",
                                                                                           "torch.bfloat16"))
     assert run() == []
+
+
+def test_a_function_that_always_gives_float16_and_a_long_test_shown_cut(tmp_path, monkeypatch):
+    always = "import torch\n\n\ndef training_dtype():\n    return torch.half\n"
+    trainer = TRAINER.replace("dtype=self.cfg.amp_dtype", "dtype=training_dtype()").replace(
+        "import torch\n", "import torch\n    from .dtypes import training_dtype\n", 1)
+    [(_, _, message, related)] = findings(_project(tmp_path, dtypes=always, trainer=trainer), "AMP009", monkeypatch)
+    assert "(when `training_dtype()` is torch.float16 (lm/dtypes.py:5))" in message
+    assert related == [("lm/dtypes.py", 5, "`training_dtype` gives torch.float16")]
+
+    long_test = CONFIG.replace('self.precision == "16-mixed"',
+                               'self.precision in ("16-mixed", "fp16", "float16", "half", "amp_fp16", "16-true-mixed")')
+    root = tmp_path / "long"
+    root.mkdir()
+    [(_, _, message, _)] = findings(_project(root, config=long_test), "AMP009", monkeypatch)
+    assert "where `self.precision in ('16-mixed', 'fp16', 'float16', 'half', 'amp_fp16', '16-tru...`" \
+           " (lm/config.py:15))" in message

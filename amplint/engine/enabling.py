@@ -67,10 +67,11 @@ def float16_choice(ctx: AstContext, ac) -> Switch | None:
     if choice is None:
         return None
     where = f"{choice.path}:{choice.row}"
+    test = choice.when if choice.when is None or len(choice.when) <= 80 else choice.when[:77] + "..."
     related = Related(relative_name((ctx.project_root() / choice.path).resolve(), Path.cwd()), choice.row,
-                      f"`{name}` gives torch.float16" + (f" where `{choice.when}`" if choice.when else ""))
+                      f"`{name}` gives torch.float16" + (f" where `{test}`" if test else ""))
     return Switch(f"when `{ctx.code(given)}` is torch.float16"
-                  + (f", where `{choice.when}` ({where})" if choice.when else f" ({where})"), (related,))
+                  + (f", where `{test}` ({where})" if test else f" ({where})"), (related,))
 
 
 def _arguments(call: ast.Call) -> tuple[dict, list]:

@@ -1115,19 +1115,19 @@ def _fingerprint(root: Path) -> str:
     if key not in _FACTS:
         digest = hashlib.blake2b(digest_size=20)
         python, configs = _files(root)
+        prefix = len(str(root))  # the files are listed from the root down
         for index, path in enumerate(configs):
             try:
                 size = path.stat().st_size
             except OSError:
                 size = -1
-            read = index < MAX_CONFIG_FILES and 0 <= size <= MAX_CONFIG_BYTES
-            digest.update(f"{relative_name(path, root)}\0{size}\0".encode())
-            if read:
-                digest.update(hashlib.blake2b(_read(path) or b"", digest_size=20).digest())
+            data = _read(path) if index < MAX_CONFIG_FILES and 0 <= size <= MAX_CONFIG_BYTES else None
+            digest.update(f"{str(path)[prefix:]}\0{size}\0{-1 if data is None else len(data)}\0".encode())
+            digest.update(data or b"")
         for path in python:
             data = _read(path)
-            digest.update(f"{relative_name(path, root)}\0".encode())
-            digest.update(b"-" if data is None else hashlib.blake2b(data, digest_size=20).digest())
+            digest.update(f"{str(path)[prefix:]}\0{-1 if data is None else len(data)}\0".encode())
+            digest.update(data or b"")
         _FACTS[key] = digest.hexdigest()
     return _FACTS[key]
 

@@ -937,7 +937,8 @@ def _returned_dtypes(outline: Outline, function: ast.AST) -> list[tuple[int, str
                 and given(expr.orelse, row, f"not ({ast.unparse(expr.test)})")
         dtype = next((DTYPES[q] for q in outline.qualified_names(expr) if q in DTYPES), None) \
             if expr is not None else None
-        found.append((row, dtype, test))
+        if dtype is not None:
+            found.append((row, dtype, test))
         return dtype is not None
 
     def visit(statements: list[ast.stmt], test: str | None) -> bool:

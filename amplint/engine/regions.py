@@ -65,7 +65,11 @@ def bind(call: ast.Call, params: Sequence[str]) -> dict[str, ast.expr] | None:
 
 def autocast_arguments(ac: AutocastCall) -> dict[str, ast.expr]:
     """An autocast call's arguments by parameter name; none where ``*args``/``**kwargs`` hide them."""
-    return bind(ac.node, _SIGNATURES["per_device" if ac.deprecated_api else "generic"]) or {}
+    return _bound(ac.node, ac.deprecated_api)
+
+
+def _bound(call: ast.Call, per_device: bool) -> dict[str, ast.expr]:
+    return bind(call, _SIGNATURES["per_device" if per_device else "generic"]) or {}
 
 
 def literal_bool(expr: ast.expr) -> bool | None:
@@ -124,7 +128,7 @@ def _autocast_call(ctx: AstContext, call: ast.Call) -> AutocastCall | None:
     if api is None:
         return None
     per_device = AUTOCAST_DEVICE.get(api)
-    args = bind(call, _SIGNATURES["per_device" if per_device else "generic"]) or {}
+    args = _bound(call, per_device is not None)
     device = per_device or (literal_str(args["device_type"]) if "device_type" in args else None)
     dtype = dtype_of(ctx, args["dtype"]) if "dtype" in args else None
     # ``*args``/``**kwargs`` may pass a dtype: then an expression decides it.

@@ -316,3 +316,50 @@ def step(model, x):
     # An outline kept is taken by the next parse of the same text, and only by it.
     assert Outline.parse("x = 1\n", keep=True).tree is Outline.parse("x = 1\n").tree
     assert Outline.parse("x = 1\n").tree is not Outline.parse("x = 1\n").tree
+
+
+def test_a_process_that_keeps_the_project_reads_it_once_until_a_file_or_folder_changes(tmp_path, monkeypatch):
+    """The language server's mode (``keep_between_runs``): each edit of a buffer checks it
+    against the project as read at the first check, with no file read again, until a file read
+    or a folder listed changes on disk (written by another editor, a checkout, a new file)."""
+    from amplint.engine import project_index, source
+    from amplint.engine.config import Resolver
+    from amplint.engine.project import Options, check_buffer
+
+    _write(tmp_path, FILES)
+    monkeypatch.setattr(project_index, "_KEEP_BETWEEN_RUNS", [True])
+    reads: list[Path] = []
+    read_file = source.read_file
+    monkeypatch.setattr(source, "read_file", lambda path: reads.append(path) or read_file(path))
+    losses = tmp_path / "demo" / "losses.py"
+
+    def edited(version: int) -> list[tuple[str, str]]:
+        reads.clear()
+        text = f"{losses.read_text()}\nMARGIN = {version}\n"
+        report = check_buffer(text.encode(), str(losses), Resolver(), Options(cache=False))
+        return [(d.code, d.message) for d in report.diagnostics]
+
+    project_index.forget()
+    first = edited(1)
+    assert [code for code, _ in first] == ["AMP008"] and "(demo/utils.py:5)" in first[0][1]
+    assert losses in reads and tmp_path / "demo" / "utils.py" in reads
+    assert edited(2) == first and reads == []  # nothing read again
+
+    # Another editor saves the wrapper: it no longer opens autocast.
+    (tmp_path / "demo" / "utils.py").write_text(UTILS.replace('torch.autocast("cuda", dtype=torch.float16, enabled=enabled)',
+                                                              "contextlib.nullcontext()"))
+    assert edited(3) == [] and reads
+    assert edited(4) == [] and reads == []
+    # A module added beside the others (no file read before changes) runs the loss under autocast.
+    _write(tmp_path, {"demo/evaluate.py": """\
+import torch
+from .losses import pairwise_loss
+
+
+def evaluate(model, x, y):
+    with torch.autocast("cuda"):
+        return pairwise_loss(model(x), y)
+"""})
+    again = edited(5)
+    assert [code for code, _ in again] == ["AMP008"] and "demo/evaluate.py:6" in again[0][1] and reads
+    project_index.forget()

@@ -174,7 +174,7 @@ def check_stdin(data: bytes, name: str, config: Config, rules: list[type[Rule]],
     """Source read from stdin (an editor's buffer), shown as ``name``; per-file-ignores apply
     to that name. With fixes, the report's ``fixed_text`` is the text to hand back."""
     report = Report(files_checked=1)
-    project_index.forget()
+    project_index.new_run()
     options = replace(options, preview=config.preview)
     ignored = config.ignored_for(Path(name))
     file_rules = [r for r in rules if not any(r.code.startswith(i) for i in ignored)]

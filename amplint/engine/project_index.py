@@ -243,6 +243,8 @@ def _files(root: Path) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
     """The project's ``.py`` files and its config files (``switches.CONFIG_SUFFIXES``)."""
     python, configs = [], []
     for folder, dirs, files in os.walk(root):
+        if _KEEP_BETWEEN_RUNS:  # a file added or removed changes its folder
+            _SEEN[Path(folder)] = _signature(folder)
         dirs[:] = sorted(d for d in dirs if _walked(d))
         for name in sorted(files):
             if name.endswith(".py"):
@@ -272,18 +274,39 @@ def keep_summaries(folder: Path, linter: str) -> None:
 _SUMMARIES: dict[Path, dict | None] = {}  # this run's, by path
 _PARSED: set[Path] = set()  # the modules this process parsed for them
 # Summaries by the digest of the content they were made from, kept from one run to the next
-# where the process asks (``keep_summaries_by_content``); the oldest go first past the bound.
+# where the process asks (``keep_between_runs``); the oldest go first past the bound.
 _BY_CONTENT: dict[bytes, dict | None] = {}
 _MAX_BY_CONTENT = 4096
-_KEEP_BY_CONTENT: list[bool] = []
+_KEEP_BETWEEN_RUNS: list[bool] = []
 
 
-def keep_summaries_by_content() -> None:
-    """Keep the modules' summaries by their content across runs, in this process: a language
-    server checks a document after each edit while the project's other modules mostly stay as
-    they are, and a summary depends on the content alone. The modules are still read on each
-    run; only those whose content is new are parsed."""
-    _KEEP_BY_CONTENT[:] = [True]
+def keep_between_runs() -> None:
+    """Keep what was read of the projects from one run to the next, in this process, while
+    the files and folders it was read from are unchanged on disk (``new_run``); and the
+    modules' summaries by their content, across changes. A language server checks a document
+    after each edit while the rest of its project stays as it is on disk: the project is read
+    once, and after a change only the modules whose content is new are parsed again."""
+    _KEEP_BETWEEN_RUNS[:] = [True]
+
+
+def new_run() -> None:
+    """Before a run: read the projects' files again when next asked, unless this process keeps
+    what it read (``keep_between_runs``) and none of the files it read, nor any folder it
+    listed, changed on disk since."""
+    if not (_KEEP_BETWEEN_RUNS and _SEEN and all(_signature(path) == seen for path, seen in _SEEN.items())):
+        forget()
+
+
+# What the files read and the folders listed were on disk when read: (modified, size, inode).
+_SEEN: dict[Path, tuple[int, int, int] | None] = {}
+
+
+def _signature(path: Path | str) -> tuple[int, int, int] | None:
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return status.st_mtime_ns, status.st_size, status.st_ino
 
 
 def parsed_here() -> set[Path]:
@@ -314,7 +337,7 @@ def _summarize(path: Path) -> dict | None:
             return json.loads(entry.read_text(encoding="utf-8"))["summary"]
         except (OSError, ValueError, KeyError, TypeError):
             pass
-    digest = hashlib.blake2b(data, digest_size=20).digest() if _KEEP_BY_CONTENT else None
+    digest = hashlib.blake2b(data, digest_size=20).digest() if _KEEP_BETWEEN_RUNS else None
     if digest is not None and digest in _BY_CONTENT:
         summary = _BY_CONTENT[digest]
     else:
@@ -349,9 +372,11 @@ _BYTES: dict[Path, bytes | None] = {}  # what ``_read`` read, by path
 def _read(path: Path) -> bytes | None:
     """A project file's bytes, read once per run by every scan of the project (None: unreadable)."""
     if path not in _BYTES:
+        if _KEEP_BETWEEN_RUNS:  # before reading: a change while it is read shows next time
+            _SEEN[path] = _signature(path)
         try:
             _BYTES[path] = source_io.read_file(path)
-        except OSError:
+        except (OSError, source_io.SourceError):  # a FIFO or device named like a module is not read
             _BYTES[path] = None
     return _BYTES[path]
 
@@ -711,7 +736,7 @@ def configs_mentioning(root: Path, word: str) -> tuple[Path, ...]:
         found = []
         for path in _files(root)[1][:MAX_CONFIG_FILES]:
             try:
-                if path.stat().st_size <= MAX_CONFIG_BYTES and encoded in path.read_bytes():
+                if path.stat().st_size <= MAX_CONFIG_BYTES and encoded in (_read(path) or b""):
                     found.append(path)
             except OSError:
                 continue
@@ -733,9 +758,9 @@ def config_keys(root: Path) -> tuple[ConfigKey, ...]:
         try:
             if path.stat().st_size > MAX_CONFIG_BYTES:
                 continue
-            text = path.read_text(encoding="utf-8", errors="replace")
         except OSError:
             continue
+        text = (_read(path) or b"").decode("utf-8", errors="replace")
         if may_hold_amp_key(text):
             keys += config_keys_in(text, relative_name(path, root))
     return tuple(keys)
@@ -1218,6 +1243,7 @@ def forget() -> None:
     """Read the project's files again when next asked: a new run sees them as they are now."""
     _files.cache_clear()
     _BYTES.clear()
+    _SEEN.clear()
     _SUMMARIES.clear()
     _PARSED.clear()
     Outline.forget_kept()

@@ -1,9 +1,11 @@
 """`amplint server`: the linter as a Language Server over stdio.
 
 Findings are published when a document opens, when it is saved, and after each change once
-the typing pauses (``DEBOUNCE_SECONDS``), for the latest version only. Saving a file re-checks
-every open document: its project's facts (autocast calls, wrappers, the torch it declares) are
-read anew from disk on each check, as a run of `amplint check` reads them. Each finding offers
+the typing pauses (``DEBOUNCE_SECONDS``), for the latest version only. A document's project
+(autocast calls, wrappers, config keys, the torch it declares) is read from disk, as a run of
+`amplint check` reads it, and kept from one check to the next while the files read and the
+folders listed are unchanged: saving a file, or a change the client reports of a watched
+file, reads it anew and re-checks every open document. Each finding offers
 its fix and a `# noqa` comment as quick fixes, and `source.fixAll` applies every safe fix as
 `amplint check --fix` does; hovering a finding shows its rule's documentation.
 """
@@ -25,6 +27,7 @@ from .. import __version__
 from ..engine import noqa, notebook, project_index
 from ..engine.diagnostics import Diagnostic
 from ..engine.rule import all_rules
+from ..engine.switches import CONFIG_SUFFIXES
 from ..engine.diagnostics import INTERNAL_ERROR, SYNTAX_ERROR
 from ..output.rules_page import rule_text
 from . import lint
@@ -76,6 +79,11 @@ class AmplintServer(LanguageServer):
 
     async def in_engine(self, work, *args):
         return await asyncio.get_running_loop().run_in_executor(self.engine, work, *args)
+
+    def forget_projects(self) -> None:
+        """Read the projects from disk again at the next check, and check every document again."""
+        self.findings.clear()
+        self.engine.submit(project_index.forget)  # in order with the checks, on the engine's thread
 
     def log(self, kind: types.MessageType, message: str) -> None:
         self.window_log_message(types.LogMessageParams(kind, message))
@@ -159,7 +167,7 @@ def did_save(ls: AmplintServer, params: types.DidSaveTextDocumentParams) -> None
     # What the saved file tells the others (an autocast call, a wrapper, a declared torch)
     # may have changed: every open document is checked again, the saved one first.
     saved = params.text_document.uri
-    ls.findings.clear()
+    ls.forget_projects()
     for uri in [saved, *(u for u in ls.opened if u != saved)]:
         ls.schedule(uri, 0)
 
@@ -167,14 +175,14 @@ def did_save(ls: AmplintServer, params: types.DidSaveTextDocumentParams) -> None
 @server.feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)
 def did_change_watched_files(ls: AmplintServer, params: types.DidChangeWatchedFilesParams) -> None:
     # A file changed on disk outside the editor (a checkout, a pyproject.toml edited elsewhere).
-    ls.findings.clear()
+    ls.forget_projects()
     for uri in ls.opened:
         ls.schedule(uri, DEBOUNCE_SECONDS)
 
 
 # What the project's facts and settings are read from. One pattern each: some clients (eglot
 # 1.9) refuse a registration whose patterns use braces.
-_WATCHED = ("**/*.py", "**/pyproject.toml", "**/setup.py", "**/setup.cfg", "**/requirements*.txt")
+_WATCHED = ("**/*.py", *(f"**/*{suffix}" for suffix in CONFIG_SUFFIXES), "**/setup.cfg", "**/requirements*.txt")
 
 
 @server.feature(types.INITIALIZED)
@@ -260,7 +268,5 @@ async def hover(ls: AmplintServer, params: types.HoverParams) -> types.Hover | N
 def serve() -> None:
     """Answer the client on stdin / stdout until it says exit."""
     logging.basicConfig(level=logging.WARNING, format="amplint server: %(message)s")  # stderr: the client's log
-    # Each check reads the project's other modules again: those unchanged since an earlier
-    # check are not parsed again.
-    project_index.keep_summaries_by_content()
+    project_index.keep_between_runs()
     server.start_io()

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from .checked_file import CheckedFile
 from .diagnostics import Edit, Fix, Related
-from .outline import Outline
+from .outline import Outline, walk
 
 if TYPE_CHECKING:
     from ..policy import PolicyLoader
@@ -33,9 +33,19 @@ class AstContext(CheckedFile):
         return [self.source[start:end].encode("utf-8")
                 for start, end in zip(self._line_starts, self._line_starts[1:])]
 
+    @cached_property
+    def _ascii_lines(self) -> list[bool]:
+        """Whether each line is ASCII: there a byte column is the character column."""
+        return [line.isascii() for line in self._encoded_lines]
+
     def offset(self, row: int, byte_column: int) -> int:
         """The character offset of ``ast``'s position (a 1-based row, a UTF-8 byte column)."""
-        line = self._encoded_lines[row - 1] if row - 1 < len(self._encoded_lines) else b""
+        if row - 1 < len(self._encoded_lines):
+            line = self._encoded_lines[row - 1]
+            if self._ascii_lines[row - 1]:
+                return self._line_starts[row - 1] + min(byte_column, len(line))
+        else:
+            line = b""
         return self._line_starts[row - 1] + len(line[:byte_column].decode("utf-8", errors="replace"))
 
     def offsets(self, node: ast.AST) -> tuple[int, int]:
@@ -84,7 +94,7 @@ class AstContext(CheckedFile):
         previous_end = block.body[index - 1].end_lineno if index else block.lineno
         if first.lineno <= previous_end or any(
                 isinstance(n, (ast.Constant, ast.JoinedStr)) and n.end_lineno > n.lineno
-                for stmt in tail for n in ast.walk(stmt)):
+                for stmt in tail for n in walk(stmt)):
             return None
         outer = self._indentation(block.lineno)
         inner = self._indentation(first.lineno)

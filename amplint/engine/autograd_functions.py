@@ -28,7 +28,7 @@ from typing import Callable, Iterator, Union
 
 from .ast_context import AstContext
 from .dtypes import call_spelling, inferred_dtype
-from .outline import Outline, contains
+from .outline import Outline, contains, walk
 from .project_index import module_text, project_module
 from .promotion import policies_of
 from .regions import value_before
@@ -108,7 +108,7 @@ def method_of(cls: ast.ClassDef, name: str) -> Method | None:
 
 def _identifiers(node: ast.AST) -> Iterator[str]:
     """Every name the code spells: read, bound, defined, imported, an attribute, a keyword."""
-    for n in ast.walk(node):
+    for n in walk(node):
         if isinstance(n, ast.Name):
             yield n.id
         elif isinstance(n, ast.Attribute):
@@ -188,7 +188,7 @@ def needs_autocast_state(ctx: AstContext, method: Method, module_names: set[str]
     policy table has it), uses ``@``, or calls code autocast cannot see into (``_opaque``;
     ``module_names``: ``module_level_names``)."""
     table = ctx.policy()
-    nodes = list(ast.walk(method))
+    nodes = list(walk(method))
     return any(isinstance(call, ast.Call) and (policies_of(table, call_spelling(ctx, call)) - {None}
                                                or _opaque(ctx, call, module_names)) for call in nodes) \
         or any(isinstance(op, ast.BinOp) and isinstance(op.op, ast.MatMult) for op in nodes)
@@ -200,7 +200,7 @@ def needs_autocast_state(ctx: AstContext, method: Method, module_names: set[str]
 def _body_nodes(function: Method) -> Iterator[ast.AST]:
     """The nodes of the function's body (not its decorators, parameters or annotations)."""
     for statement in function.body:
-        yield from ast.walk(statement)
+        yield from walk(statement)
 
 
 def stored_arguments(function: Method | None, holder: str) -> set[str]:
@@ -247,7 +247,7 @@ def _given_callable(ctx: AstContext, call: ast.Call, holder: str, given: set[str
     value = value_before(ctx, root)
     if value is None:
         return False
-    nodes = list(ast.walk(value))
+    nodes = list(walk(value))
     called = {id(n.func) for n in nodes if isinstance(n, ast.Call)}
     return any(isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == holder
                and n.attr in given and id(n) not in called for n in nodes)
@@ -260,7 +260,7 @@ def _recomputed(ctx: AstContext, body: Method, holder: str, given: set[str]) -> 
     for node in sorted(withs, key=ctx.order):
         if any(isinstance(item.context_expr, ast.Call) and ctx.resolves_to(item.context_expr.func, ENABLE_GRAD)
                for item in node.items):
-            calls = [c for s in node.body for c in ast.walk(s) if isinstance(c, ast.Call)]
+            calls = [c for s in node.body for c in walk(s) if isinstance(c, ast.Call)]
             found = next((c for c in sorted(calls, key=ctx.order) if _given_callable(ctx, c, holder, given)), None)
             if found is not None:
                 return found
@@ -279,7 +279,7 @@ def recomputation(ctx: AstContext, cls: ast.ClassDef, backward: Method) -> ast.C
     if found is not None:
         return found
     # One level into this file's helpers that backward calls by name (``block.backward_pass(...)``).
-    names = {c.func.id if isinstance(c.func, ast.Name) else c.func.attr for c in ast.walk(backward)
+    names = {c.func.id if isinstance(c.func, ast.Name) else c.func.attr for c in walk(backward)
              if isinstance(c, ast.Call) and isinstance(c.func, (ast.Name, ast.Attribute))}
     helpers = [f for kind in _FUNCTIONS for f in ctx.outline.nodes(kind) if f.name in names]
     for helper in sorted(helpers, key=ctx.order):
@@ -382,7 +382,7 @@ def _saved_positions(ctx: AstContext, forward: Method) -> list[Origin] | None:
     """The forward argument each tensor of ``ctx.save_for_backward(...)`` carries (None: not
     one of them); None without exactly one such call."""
     holder = forward.args.args[0].arg
-    saves = [c for c in ast.walk(forward) if isinstance(c, ast.Call) and _on_holder(c.func, holder)
+    saves = [c for c in walk(forward) if isinstance(c, ast.Call) and _on_holder(c.func, holder)
              and c.func.attr == "save_for_backward"]
     if len(saves) != 1 or saves[0].keywords or any(isinstance(a, ast.Starred) for a in saves[0].args):
         return None
@@ -394,7 +394,7 @@ def _stored_positions(ctx: AstContext, forward: Method) -> dict[str, Origin]:
     holder = forward.args.args[0].arg
     found: dict[str, Origin] = {}
     seen: set[str] = set()
-    for node in ast.walk(forward):
+    for node in walk(forward):
         if isinstance(node, ast.Assign):
             for target in node.targets:
                 if _on_holder(target, holder):
@@ -407,7 +407,7 @@ def lower_precision_output(ctx: AstContext, forward: Method, table) -> ast.expr 
     """What the forward returns, where every ``return`` gives one tensor made by an op autocast
     runs in float16 (``dtypes.inferred_dtype``): the gradient the backward receives is then
     float16 too. None otherwise (a tuple, a value of unknown dtype)."""
-    returned = [r.value for r in sorted((r for r in ast.walk(forward) if isinstance(r, ast.Return)), key=ctx.order)
+    returned = [r.value for r in sorted((r for r in walk(forward) if isinstance(r, ast.Return)), key=ctx.order)
                 if ctx.enclosing_function(r) is forward]
     if not returned or any(v is None or isinstance(v, ast.Tuple) or inferred_dtype(ctx, v, table) != "lowp"
                            for v in returned):
@@ -459,7 +459,7 @@ def mixed_ops(ctx: AstContext, table, forward: Method, backward: Method) -> list
         return None
 
     found = []
-    for node in ast.walk(backward):
+    for node in walk(backward):
         if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult) or isinstance(node, ast.Call)
                 and policies_of(table, call_spelling(ctx, node)) == {"lower_precision_fp"}):
             continue
@@ -569,7 +569,7 @@ def _within(outer: ast.AST, inner: ast.AST) -> bool:
 
 def _float32(outline: Outline, value: ast.expr) -> bool:
     """Whether nothing in the construction ``value`` picks another dtype (``dtype=``, ``.half()``)."""
-    for node in ast.walk(value):
+    for node in walk(value):
         if isinstance(node, ast.keyword) and (node.arg is None or node.arg == "dtype"
                                               and outline.qualified_names(node.value).isdisjoint(_FLOAT32)):
             return False  # `**factory_kwargs` may hold a dtype too
@@ -585,7 +585,7 @@ def _assigned(cls: ast.ClassDef, attribute: str) -> list[ast.expr]:
         if not isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) or not m.args.args:
             continue
         holder = m.args.args[0].arg
-        for node in ast.walk(m):
+        for node in walk(m):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
                 if isinstance(node, ast.AnnAssign) and node.value is not None else []
             if any(isinstance(t, ast.Attribute) and t.attr == attribute and isinstance(t.value, ast.Name)
@@ -646,7 +646,7 @@ def _helper_of(outline: Outline, call: ast.Call, argument: ast.expr) -> tuple[as
         if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) and _within(function, call):
             params = [a.arg for a in function.args.posonlyargs + function.args.args]
             rebound = any(isinstance(n, ast.Name) and n.id == argument.id and not isinstance(n.ctx, ast.Load)
-                          for n in ast.walk(function))
+                          for n in walk(function))
             if argument.id in params and not rebound:
                 return function, params.index(argument.id)
     return None

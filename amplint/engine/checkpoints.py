@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from .ast_context import AstContext
-from .outline import contains
+from .outline import child_nodes, contains
 from .outline import dotted as outline_dotted
 from .semantics import GRAD_SCALER, named_like_optimizer
 from .summaries import checked_module
@@ -137,7 +137,7 @@ def subexpressions(expr: ast.AST) -> Iterator[ast.AST]:
     while stack:
         node = stack.pop()
         yield node
-        stack.extend(c for c in ast.iter_child_nodes(node) if not isinstance(c, ast.Lambda))
+        stack.extend(c for c in child_nodes(node) if not isinstance(c, ast.Lambda))
 
 
 # -- where a node is -------------------------------------------------------------------------

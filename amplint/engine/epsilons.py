@@ -20,7 +20,7 @@ from typing import Iterator
 from .ast_context import AstContext
 from .ast_names import file_resolver
 from .names import DTYPES
-from .outline import contains
+from .outline import child_nodes, contains, walk
 from .regions import value_before
 from .summaries import conversion
 
@@ -269,7 +269,7 @@ def tested_positive(ctx: AstContext, eps: ast.AST, value: ast.expr, function: Fu
             if child is not first:
                 test = first.value if type(first) in (ast.keyword, ast.Starred) else first
         if test is not None and any(type(c) is ast.Compare and not names.isdisjoint(_names_in(c))
-                                    for c in ast.walk(test)):
+                                    for c in walk(test)):
             return True
         child, ancestor = ancestor, ctx.parent(ancestor)
     return False
@@ -280,7 +280,7 @@ def tested_positive(ctx: AstContext, eps: ast.AST, value: ast.expr, function: Fu
 def _names_in(node: ast.AST) -> list[str]:
     """The names in ``node``: of a variable, an attribute, a keyword, a parameter."""
     found = []
-    for n in ast.walk(node):
+    for n in walk(node):
         kind = type(n)
         if kind is ast.Name:
             found.append(n.id)
@@ -304,7 +304,7 @@ def _children(node: ast.AST) -> list:
         return [node.body, node.test, node.orelse]
     if kind is ast.Dict:
         return [n for pair in zip(node.keys, node.values) for n in pair if n is not None]
-    return list(ast.iter_child_nodes(node))
+    return list(child_nodes(node))
 
 
 def _walk(root: ast.AST, data: bool = False) -> Iterator[ast.AST | str]:
@@ -344,7 +344,7 @@ def bound_values(ctx: AstContext, function: Function) -> dict[str, list[ast.expr
     cache = ctx.__dict__.setdefault("_bound_values", {})
     if id(function) not in cache:
         found: dict[str, list[ast.expr]] = {}
-        assignments = [n for n in ast.walk(function)
+        assignments = [n for n in walk(function)
                        if type(n) is ast.Assign or type(n) is ast.AnnAssign and n.value is not None]
         assignments.sort(key=lambda n: (type(n) is ast.AnnAssign, ctx.order(n)))  # plain ones first
         for node in assignments:
@@ -393,7 +393,7 @@ def _fixed_dtype(ctx: AstContext, expr: ast.expr, bound: dict[str, list[ast.expr
             root = root.value
         return type(root) is ast.Name and root.id == "self"
     values = bound.get(expr.id, []) if type(expr) is ast.Name else []
-    return any(DTYPES.get(n) in _WIDE for node in (expr, *values) for part in ast.walk(node)
+    return any(DTYPES.get(n) in _WIDE for node in (expr, *values) for part in walk(node)
                if type(part) in (ast.Name, ast.Attribute) for n in qualified_names(ctx, part))
 
 
@@ -425,7 +425,7 @@ def _stored_outputs(ctx: AstContext, owner: ast.ClassDef, attribute: str) -> lis
         ctx.__dict__["_classes"] = {c.name: c for c in sorted(ctx.outline.nodes(ast.ClassDef), key=ctx.order)}
     classes = ctx.__dict__["_classes"]
     found = []
-    stored = [n for n in ast.walk(owner) if type(n) is ast.Assign
+    stored = [n for n in walk(owner) if type(n) is ast.Assign
               and any(type(t) is ast.Attribute and t.attr == attribute for t in n.targets)]
     for assign in sorted(stored, key=ctx.order):
         for made in _walk(assign.value):
@@ -433,7 +433,7 @@ def _stored_outputs(ctx: AstContext, owner: ast.ClassDef, attribute: str) -> lis
                 forward = next((m for m in classes[made.func.id].body
                                 if isinstance(m, _FUNCTIONS) and m.name == "forward"), None)
                 if forward is not None:
-                    returns = sorted((r for r in ast.walk(forward) if type(r) is ast.Return and r.value), key=ctx.order)
+                    returns = sorted((r for r in walk(forward) if type(r) is ast.Return and r.value), key=ctx.order)
                     found.extend(r.value for r in returns)
     return found
 
@@ -464,7 +464,7 @@ def _model_output(ctx: AstContext, call: ast.Call, function: Function, bound: di
 def _names_tensor(annotation: ast.expr) -> bool:
     """``Tensor`` in an annotation's text: a name, an attribute, a string (``Optional["torch.Tensor"]``)."""
     return any("Tensor" in (n.id if type(n) is ast.Name else n.attr if type(n) is ast.Attribute else n.value)
-               for n in ast.walk(annotation)
+               for n in walk(annotation)
                if type(n) in (ast.Name, ast.Attribute) or type(n) is ast.Constant and type(n.value) is str)
 
 

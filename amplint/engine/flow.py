@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Hashable, Iterator
 
 from .ast_context import AstContext
+from .outline import child_nodes
 from .regions import autocast_of_with_item, called_function
 from .semantics import CLIP_GRAD, GRAD_SCALER, SCALER_PARAMETERS, named_like_optimizer, scaled_backward_scaler
 from .summaries import is_backward
@@ -382,7 +383,7 @@ class _Lowering:
             if isinstance(current, ast.Attribute):
                 stack.append(current.value)
             else:
-                stack.extend(c for c in ast.iter_child_nodes(current) if not isinstance(c, _NESTED))
+                stack.extend(c for c in child_nodes(current) if not isinstance(c, _NESTED))
 
     # -- events
 
@@ -441,7 +442,7 @@ class _Lowering:
                         break
                     if self.ctx.resolves_to(node.func, CLIP_GRAD):
                         clips.append(node)
-                stack.extend(c for c in ast.iter_child_nodes(node) if not isinstance(c, _NESTED))
+                stack.extend(c for c in child_nodes(node) if not isinstance(c, _NESTED))
             cache[id(helper)] = min(clips, key=self.ctx.order) if clips else None
         return cache[id(helper)]
 
@@ -454,7 +455,7 @@ def calls_in(ctx: AstContext, node: ast.AST) -> list[ast.Call]:
         current = stack.pop()
         if isinstance(current, ast.Call):
             calls.append(current)
-        stack.extend(c for c in ast.iter_child_nodes(current) if not isinstance(c, _NESTED))
+        stack.extend(c for c in child_nodes(current) if not isinstance(c, _NESTED))
     return sorted(calls, key=ctx.order)
 
 

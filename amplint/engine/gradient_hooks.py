@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING, Iterator
 
+from .outline import walk
+
 if TYPE_CHECKING:
     from .ast_context import AstContext
 
@@ -30,7 +32,7 @@ def called_name(call: ast.Call) -> str | None:
 
 def calls_in(ctx: AstContext, node: ast.AST) -> list[ast.Call]:
     """The calls in ``node`` (itself included), in source order."""
-    return sorted((n for n in ast.walk(node) if isinstance(n, ast.Call)), key=ctx.order)
+    return sorted((n for n in walk(node) if isinstance(n, ast.Call)), key=ctx.order)
 
 
 def _unscaling(name: str) -> bool:
@@ -41,7 +43,7 @@ def _unscaling(name: str) -> bool:
 
 def _spelled_names(node: ast.AST) -> Iterator[str]:
     """Every name ``node`` spells: those it reads (attributes too), binds, or passes by keyword."""
-    for n in ast.walk(node):
+    for n in walk(node):
         if isinstance(n, ast.Name):
             yield n.id
         elif isinstance(n, ast.Attribute):
@@ -84,8 +86,8 @@ def registered_clamp(function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[
     """In a function of another file (no context of its own): a hook registration whose hook,
     a lambda or a function defined in ``function``, clamps what it is given and reads no loss
     scale; with the clamping call."""
-    defined = {f.name: f for f in ast.walk(function) if isinstance(f, _FUNCTIONS)}
-    for call in ast.walk(function):
+    defined = {f.name: f for f in walk(function) if isinstance(f, _FUNCTIONS)}
+    for call in walk(function):
         if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr in HOOKS
                 and call.args):
             continue
@@ -94,7 +96,7 @@ def registered_clamp(function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[
             else None
         if body is None:
             continue
-        nodes = list(ast.walk(body))
+        nodes = list(walk(body))
         if any(isinstance(n, ast.Name) and _unscaling(n.id) or isinstance(n, ast.Attribute) and _unscaling(n.attr)
                for n in nodes):
             continue

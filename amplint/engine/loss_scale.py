@@ -11,6 +11,7 @@ from typing import Iterable, Iterator
 
 from . import flow
 from .ast_context import AstContext
+from .outline import child_nodes
 from .regions import value_before
 from .summaries import checked_module, receiver
 
@@ -89,7 +90,7 @@ def _reads(nodes: Iterable[ast.AST], attribute_values: bool) -> Iterator[ast.AST
             if attribute_values and isinstance(node, ast.Attribute):
                 stack.append(node.value)
         else:
-            stack.extend(ast.iter_child_nodes(node))
+            stack.extend(child_nodes(node))
 
 
 def reads_scale(ctx: AstContext, nodes: Iterable[ast.AST], scales: set[str]) -> bool:

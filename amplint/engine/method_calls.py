@@ -33,6 +33,7 @@ from .ast_context import AstContext
 from .crossfile import imported_in, located
 from .diagnostics import Related
 from .flow import Event, Exit, Flow, Loop, line_of
+from .outline import child_nodes, walk
 from .regions import bind, called_function
 
 MAX_DEPTH = 3  # calls followed from the analysed function
@@ -357,7 +358,7 @@ def _followable(ctx: AstContext, method: Function) -> bool:
         node = stack.pop()
         if isinstance(node, (ast.Yield, ast.YieldFrom)):
             return False
-        stack.extend(c for c in ast.iter_child_nodes(node) if not isinstance(c, _NESTED))
+        stack.extend(c for c in child_nodes(node) if not isinstance(c, _NESTED))
     return True
 
 
@@ -380,7 +381,7 @@ def _params(function: Function) -> list[str]:
 
 def _calls(node: ast.AST) -> list[ast.Call]:
     """The calls inside ``node``, nested functions' included."""
-    return [c for c in ast.walk(node) if isinstance(c, ast.Call)]
+    return [c for c in walk(node) if isinstance(c, ast.Call)]
 
 
 def _arguments(call: ast.Call) -> list[ast.expr]:

@@ -35,7 +35,7 @@ from typing import Callable, Iterable, Iterator
 
 from . import source as source_io
 from .names import AUTOCAST, AUTOCAST_DEVICE, DTYPES
-from .outline import Outline, contains, dotted
+from .outline import Outline, contains, dotted, walk
 from .switches import (CONFIG_SUFFIXES, MAX_CONFIG_BYTES, ConfigKey, Flag, config_keys_in, flags_in, may_define_flags,
                        may_hold_amp_key, turns_on)
 from .torch_requirement import declared_torch
@@ -595,11 +595,11 @@ def _candidates_of(outline: Outline) -> dict[str, list]:
                       for d in node.decorator_list)
         if not managed and not any(contains(node, r) for r in returns):
             continue
-        body_nodes = [n for stmt in node.body for n in ast.walk(stmt)]
+        body_nodes = [n for stmt in node.body for n in walk(stmt)]
         openers = [o for r in body_nodes if isinstance(r, ast.Return) for o in [_alternatives(outline, r.value)] if o]
         withs = [[_alternatives(outline, item.context_expr) for item in w.items] for w in body_nodes
                  if isinstance(w, (ast.With, ast.AsyncWith))
-                 and any(isinstance(n, (ast.Yield, ast.YieldFrom)) for s in w.body for n in ast.walk(s))] \
+                 and any(isinstance(n, (ast.Yield, ast.YieldFrom)) for s in w.body for n in walk(s))] \
             if managed else []
         if openers or any(any(item) for w in withs for item in w):
             functions.append([node.name, node.lineno, openers, withs])
@@ -931,7 +931,7 @@ def keyword_passes(root: Path, name: str) -> tuple[tuple[str, int], ...]:
         _FACTS[key] = tuple(
             (relative_name(path, root), node.lineno)
             for path, tree in _parsed_where(root, lambda data: word.search(data) is not None)
-            for node in ast.walk(tree) if isinstance(node, ast.Call) and any(k.arg == name for k in node.keywords))
+            for node in walk(tree) if isinstance(node, ast.Call) and any(k.arg == name for k in node.keywords))
     return _FACTS[key]
 
 
@@ -1021,7 +1021,7 @@ def scaler_states_saved(root: Path) -> tuple[tuple[str, int], ...]:
     ``trainer.grad_scaler``), or a dict key that names one (``"scaler": ...``)."""
     found = []
     for path, tree in _parsed_where(root, lambda data: b"scaler" in data.lower() and b"state_dict" in data):
-        for node in ast.walk(tree):
+        for node in walk(tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "state_dict" \
                     and "scaler" in _dotted_name(node.func.value).lower():
                 found.append((relative_name(path, root), node.lineno))

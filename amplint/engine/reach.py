@@ -18,7 +18,7 @@ import ast
 import re
 from pathlib import Path
 
-from .outline import Outline
+from .outline import Outline, walk
 from .project_index import configs_mentioning, mentions_dependency, module_text, modules_mentioning
 
 REACH_DEPTH = 3
@@ -64,7 +64,7 @@ def _used(root: Path, path: Path, name: str, depth: int, seen: frozenset, read: 
                 if other.name == "__init__.py" and any(a.name.rsplit(".", 1)[-1] == name for a in statement.names):
                     return True  # a package's re-export: its public API, which users and lookups by name reach
                 continue
-            if not any(_names(node, name, word) for node in ast.walk(statement)):
+            if not any(_names(node, name, word) for node in walk(statement)):
                 continue
             if not isinstance(statement, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
                 return True  # module-level code names it
@@ -98,12 +98,12 @@ def _never_built(cls: ast.ClassDef) -> bool:
         return False
     unbound = any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "__init__"
                   and isinstance(n.func.value, ast.Call) and isinstance(n.func.value.func, ast.Name)
-                  and n.func.value.func.id == "super" and len(n.func.value.args) == 1 for n in ast.walk(init))
+                  and n.func.value.func.id == "super" and len(n.func.value.args) == 1 for n in walk(init))
     return unbound and any(
         isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
         and any(isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self" for t in n.targets)
         and (ast.unparse(n.value.func).split(".")[-1] == "Parameter" or ast.unparse(n.value.func).startswith("nn."))
-        for n in ast.walk(init))
+        for n in walk(init))
 
 
 _OUTLINES: dict[tuple[Path, str], Outline | None] = {}

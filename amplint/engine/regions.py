@@ -14,6 +14,7 @@ from typing import Callable, Sequence
 
 from .ast_context import AstContext
 from .names import AUTOCAST, AUTOCAST_DEVICE, DTYPES
+from .outline import walk
 from .project_index import AutocastWrapper
 from .summaries import checked_module
 
@@ -202,7 +203,7 @@ def _parameter_behind(ctx: AstContext, expr: ast.expr) -> tuple[ast.FunctionDef 
     cls = ctx.enclosing(expr, ast.ClassDef)
     if cls is None:
         return None, ""
-    assigned = [(node, t) for node in ast.walk(cls) if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+    assigned = [(node, t) for node in walk(cls) if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
                 for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
                 if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"
                 and t.attr == expr.attr]
@@ -299,30 +300,46 @@ def autocast_region(ctx: AstContext, node: ast.AST, frameworks: bool = False
     or None when there is none or the innermost one is disabled by a literal False. With
     ``frameworks``, a ``with`` on a ``framework_autocast`` is a region too, given as
     ``(None, with)``: nothing is known of its device or dtype."""
-    cache = ctx.__dict__.setdefault("_autocast_region", {})  # most rules ask it of every call
-    key = (id(node), frameworks)
-    if key not in cache:
-        cache[key] = _autocast_region(ctx, node, frameworks)
-    return cache[key]
-
-
-def _autocast_region(ctx: AstContext, node: ast.AST, frameworks: bool) -> tuple[AutocastCall | None, ast.AST] | None:
+    # Most rules ask it of every call: each node's answer is kept, and a walk up stops at the
+    # first node already answered (the nodes of one statement share their ancestors').
+    cache = ctx.__dict__.setdefault("_autocast_region", {})
+    walked: list[int] = []
     child, ancestor = node, ctx.parent(node)
-    while ancestor is not None:
+    region = None
+    while (id(child), frameworks) not in cache:
+        walked.append(id(child))
+        if ancestor is None:
+            break
         if isinstance(ancestor, (ast.With, ast.AsyncWith)) and child in ancestor.body:
-            for item in reversed(ancestor.items):
-                ac = autocast_of_with_item(ctx, item)
-                if ac is not None:
-                    return None if ac.enabled is False else (ac, ancestor)
-                framework = framework_autocast(ctx, item.context_expr) if frameworks else None
-                if framework is not None:
-                    return (None, ancestor) if framework else None
+            found = next((found for item in reversed(ancestor.items)
+                          if (found := _with_item_region(ctx, item, ancestor, frameworks)) is not None), None)
+            if found is not None:
+                region = found[0]
+                break
         elif isinstance(ancestor, _FUNCTIONS):
             ac = autocast_decorator(ctx, ancestor) if child in ancestor.body else None
-            return None if ac is None or ac.enabled is False else (ac, ancestor)
+            region = None if ac is None or ac.enabled is False else (ac, ancestor)
+            break
         elif isinstance(ancestor, ast.Lambda):
-            return None
+            break
         child, ancestor = ancestor, ctx.parent(ancestor)
+    else:
+        region = cache[(id(child), frameworks)]
+    for walked_id in walked:
+        cache[(walked_id, frameworks)] = region
+    return region
+
+
+def _with_item_region(ctx: AstContext, item: ast.withitem, block: ast.With | ast.AsyncWith, frameworks: bool
+                      ) -> tuple[tuple[AutocastCall | None, ast.AST] | None] | None:
+    """What a ``with`` item makes of the code in its block, if it is an autocast (a region, or
+    none where it is disabled by a literal False), wrapped in a tuple; None if it is no autocast."""
+    ac = autocast_of_with_item(ctx, item)
+    if ac is not None:
+        return (None if ac.enabled is False else (ac, block),)
+    framework = framework_autocast(ctx, item.context_expr) if frameworks else None
+    if framework is not None:
+        return ((None, block) if framework else None,)
     return None
 
 

@@ -29,6 +29,7 @@ from .checkpoints import argument_values
 from .crossfile import imported_in, located
 from .diagnostics import Related
 from .enabling import Switch, switch_of
+from .outline import walk
 from .project_index import project_module, relative_name
 from .regions import bind, called_function, calls_of, dtype_of, value_before
 
@@ -195,7 +196,7 @@ class Float16Models:
         what a backward trains)."""
         ctx = self.ctx
         if id(scope) not in self._calls:
-            self._calls[id(scope)] = [n for n in ast.walk(scope) if isinstance(n, ast.Call)]
+            self._calls[id(scope)] = [n for n in walk(scope) if isinstance(n, ast.Call)]
         for call in self._calls[id(scope)]:
             if after is not None and _start(call) < after or self._without_grad(call):
                 continue
@@ -231,7 +232,7 @@ class Float16Models:
         its nested functions' included."""
         if id(function) not in self._locals:
             found = set()
-            for node in ast.walk(function):
+            for node in walk(function):
                 if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
                     found.add(node.id)
                 elif isinstance(node, ast.arg):

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .outline import Outline, contains, dotted
+from .outline import Outline, child_nodes, contains, dotted, walk
 from .semantics import named_like_optimizer
 from .project_index import dependency, module_dependency, module_text, project_module, relative_name, summarized_by
 
@@ -136,7 +136,7 @@ def guards_of(function: ast.AST) -> dict[int, tuple[tuple[str, bool], ...]]:
     """The conditions each node of a function's own code runs under (``if`` statements and
     ``if``-expressions around it), outermost first."""
     found: dict[int, tuple[tuple[str, bool], ...]] = {}
-    stack: list[tuple[ast.AST, tuple]] = [(child, ()) for child in ast.iter_child_nodes(function)]
+    stack: list[tuple[ast.AST, tuple]] = [(child, ()) for child in child_nodes(function)]
     while stack:
         node, conditions = stack.pop()
         found[id(node)] = conditions
@@ -146,7 +146,7 @@ def guards_of(function: ast.AST) -> dict[int, tuple[tuple[str, bool], ...]]:
             for branch, holds in zip(branches, (True, False)):
                 stack += [(child, (*conditions, _test(node.test, holds))) for child in branch]
         elif not isinstance(node, _NESTED):
-            stack += [(child, conditions) for child in ast.iter_child_nodes(node)]
+            stack += [(child, conditions) for child in child_nodes(node)]
     return found
 
 
@@ -195,7 +195,7 @@ def keeps_dtype(outline: Outline, call: ast.Call) -> bool:
 def _texts(expr: ast.AST) -> list[str]:
     """The names, attributes and string keys in a saved object."""
     return [node.value if isinstance(node, ast.Constant) else node.id if isinstance(node, ast.Name) else node.attr
-            for node in ast.walk(expr) if isinstance(node, (ast.Name, ast.Attribute))
+            for node in walk(expr) if isinstance(node, (ast.Name, ast.Attribute))
             or (isinstance(node, ast.Constant) and isinstance(node.value, str))]
 
 
@@ -226,12 +226,12 @@ def _bind(found: dict[str, list], node: ast.AST, target: ast.expr, value: ast.ex
 def _body(function: ast.AST):
     """The nodes of a function's own code: not those of a function, lambda or class it defines
     (they run only when called)."""
-    stack = list(ast.iter_child_nodes(function))
+    stack = list(child_nodes(function))
     while stack:
         node = stack.pop()
         yield node
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            stack.extend(ast.iter_child_nodes(node))
+            stack.extend(child_nodes(node))
 
 
 @dataclass
@@ -435,7 +435,7 @@ class _Module:
                         if isinstance(target, ast.Name):
                             found.setdefault(target.id, []).append(("value", node.value))
                 elif isinstance(node, (ast.For, ast.AsyncFor)):
-                    for target in ast.walk(node.target):
+                    for target in walk(node.target):
                         if isinstance(target, ast.Name):
                             found.setdefault(target.id, []).append(("item of", node.iter))
                 elif isinstance(node, ast.Call) and (got := receiver(node)) is not None \
@@ -710,7 +710,7 @@ def _seen_from(place: Place, callee: Summary, passed: dict[str, str], guards: tu
     fixed = {name: passed.get(name, default) for name, default in callee.defaults}
     for code, holds in place.when:
         test = ast.parse(code, mode="eval").body
-        names = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)} & {k for k, v in fixed.items() if v}
+        names = {n.id for n in walk(test) if isinstance(n, ast.Name)} & {k for k, v in fixed.items() if v}
         if names:
             try:
                 test = _Substitute({n: ast.parse(fixed[n].strip(), mode="eval").body for n in names}).visit(test)

@@ -14,6 +14,8 @@ import ast
 import re
 from dataclasses import dataclass
 
+from .outline import walk
+
 # Config keys that turn AMP on or pick its precision, and the keys that switch a section of
 # that name (`AMP: {ENABLED: true}`, DeepSpeed's `"fp16": {"enabled": true}`).
 AMP_KEYS = frozenset({
@@ -86,7 +88,7 @@ def flags_in(tree: ast.Module, path: str) -> list[Flag]:
     """The options a module defines: ``parser.add_argument("--amp", action="store_true")``,
     ``@click.option("--amp", is_flag=True)``, and typer's ``amp: bool = typer.Option(False, "--amp")``."""
     found = []
-    for node in ast.walk(tree):
+    for node in walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, (ast.Attribute, ast.Name)):
             called = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
             if called in ("add_argument", "option", "Option"):

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from .outline import walk
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -210,7 +212,7 @@ def _from_setup_py(path: Path) -> list[str]:
             name = statement.targets[0].id
             assigned[name] = statement.value if name not in assigned else ast.Constant(None)  # twice: unknown
     found = []
-    for node in ast.walk(tree):
+    for node in walk(tree):
         if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "setup":
             for keyword in node.keywords:
                 if keyword.arg in ("install_requires", "extras_require"):

@@ -6,6 +6,7 @@ from ..engine.ast_context import AstContext
 from ..engine.crossfile import located
 from ..engine.diagnostics import Fix, Related
 from ..engine.enabling import region_switch
+from ..engine.outline import walk
 from ..engine.region_tables import disables_itself
 from ..engine.regions import autocast_region, project_autocast_wrapper
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
@@ -48,7 +49,7 @@ def _movable_expr(expr: ast.expr) -> bool:
 
 def _plain(expr: ast.expr) -> bool:
     """Arguments without calls in them cannot run ops."""
-    return not any(isinstance(n, ast.Call) for n in ast.walk(expr))
+    return not any(isinstance(n, ast.Call) for n in walk(expr))
 
 
 def _movable_statement(stmt: ast.stmt) -> bool:

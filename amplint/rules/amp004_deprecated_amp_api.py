@@ -6,6 +6,7 @@ from ..engine.ast_context import AstContext
 from ..engine.ast_names import (AstImportResolver, dotted, file_resolver, in_annotation, single_imports,
                                 type_check_classes)
 from ..engine.diagnostics import Edit, Fix
+from ..engine.outline import walk
 from ..engine.regions import has_star_args
 from ..engine.rule import Invalid, Rule, Valid
 from ..engine.text_parts import call_text, name_span
@@ -67,7 +68,7 @@ def _compat_reference(ctx: AstContext, imports: AstImportResolver, ref: ast.expr
         return True
     classes = type_check_classes(ctx.parent, ref)
     return classes is not None and any(
-        is_successor(q) for n in ast.walk(classes) if isinstance(n, (ast.Name, ast.Attribute))
+        is_successor(q) for n in walk(classes) if isinstance(n, (ast.Name, ast.Attribute))
         for q in imports.qualified_names(n))
 
 

@@ -8,6 +8,7 @@ from ..engine.checkpoints import argument_values, calls_in
 from ..engine.diagnostics import Related
 from ..engine.enabling import float16_choice, region_switch
 from ..engine.flow import Event
+from ..engine.outline import walk
 from ..engine.region_tables import region_dtype
 from ..engine.regions import AutocastCall, autocast_calls, autocast_region, called_function, calls_of, value_before
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
@@ -556,7 +557,7 @@ class GanTrainer:
                     continue
                 ac = _float16_region_of_loss(ctx, event.node)
                 if ac is None or id(ac.node) in reported or any(isinstance(n, ast.Name) and n.id == name
-                                                                for a in argument_values(ac.node) for n in ast.walk(a)):
+                                                                for a in argument_values(ac.node) for n in walk(a)):
                     continue  # `enabled=scaler is not None`: no region without one
                 reported.add(id(ac.node))
                 ctx.report(ac.node, f"float16 autocast when called without a scaler (`{name}` defaults to None, "

@@ -3,6 +3,7 @@ from __future__ import annotations
 import ast
 
 from ..engine.ast_context import AstContext
+from ..engine.outline import walk
 from ..engine.region_tables import region_dtype
 from ..engine.regions import AutocastCall, autocast_calls, dtype_of, literal_str
 from ..engine.rule import Invalid, Rule, Valid
@@ -82,7 +83,7 @@ def _gated(ctx: AstContext, creation: ast.Call, code: str) -> bool:
     around it, mention the dtype source or a torch dtype."""
     def mentions(node: ast.AST) -> bool:
         return any(isinstance(n, (ast.Name, ast.Attribute)) and (ctx.code(n) == code or dtype_of(ctx, n))
-                   for n in ast.walk(node))
+                   for n in walk(node))
 
     if any(mentions(a) for a in (*creation.args, *creation.keywords)):
         return True

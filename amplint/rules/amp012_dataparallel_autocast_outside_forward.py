@@ -3,6 +3,7 @@ from __future__ import annotations
 import ast
 
 from ..engine.ast_context import AstContext
+from ..engine.outline import walk
 from ..engine.regions import autocast_calls, autocast_decorator, autocast_of_with_item, autocast_region, value_before
 from ..engine.rule import Invalid, Rule, Valid
 
@@ -24,7 +25,7 @@ def _forward_has_autocast(ctx: AstContext, cls: ast.ClassDef) -> bool:
     if forward is None:
         return False
     return autocast_decorator(ctx, forward) is not None or any(
-        autocast_of_with_item(ctx, item) for node in ast.walk(forward)
+        autocast_of_with_item(ctx, item) for node in walk(forward)
         if isinstance(node, (ast.With, ast.AsyncWith)) for item in node.items)
 
 
@@ -164,7 +165,7 @@ def _values_of(ctx: AstContext, expr: ast.expr) -> list[ast.expr]:
         cache = ctx.__dict__.setdefault("_amp012_assigned", {})  # asked of every `self.x(...)` in a region
         if id(cls) not in cache:
             found: dict[str, list[ast.expr]] = {}
-            for node in sorted((n for n in ast.walk(cls) if isinstance(n, ast.Assign)), key=ctx.order):
+            for node in sorted((n for n in walk(cls) if isinstance(n, ast.Assign)), key=ctx.order):
                 for code in dict.fromkeys(ctx.code(t) for t in node.targets):
                     found.setdefault(code, []).append(node.value)
             cache[id(cls)] = found

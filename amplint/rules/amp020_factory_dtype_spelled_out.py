@@ -4,6 +4,7 @@ import ast
 
 from ..engine.ast_context import AstContext
 from ..engine.factories import NEW_METHODS, new_method_text_fix, receiver_text
+from ..engine.outline import walk
 from ..engine.regions import autocast_region
 from ..engine.rule import AnyOf, Invalid, PARENTHESIZED, Rule, Valid, call_with
 
@@ -26,7 +27,7 @@ def _float_like(name: str) -> bool:
 def _buffers_named_in(ctx: AstContext, cls: ast.ClassDef) -> set[str]:
     """The strings of a class that calls ``register_buffer``: the names of its buffers among
     them, however they are registered (``for name in ("mean", "std"): ...`` included)."""
-    nodes = list(ast.walk(cls))
+    nodes = list(walk(cls))
     if not any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "register_buffer"
                for n in nodes):
         return set()

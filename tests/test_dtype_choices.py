@@ -143,3 +143,107 @@ def test_a_function_that_always_gives_float16_and_a_long_test_shown_cut(tmp_path
     [(_, _, message, _)] = findings(_project(root, config=long_test), "AMP009", monkeypatch)
     assert "where `self.precision in ('16-mixed', 'fp16', 'float16', 'half', 'amp_fp16', '16-tru...`" \
            " (lm/config.py:15))" in message
+
+
+PRECISION = """\
+    import torch
+
+
+    def amp_dtype_of(name=None):
+        if name is None:
+            return None
+        if name in ("bf16", "bfloat16"):
+            return torch.bfloat16
+        return torch.float16
+    """
+
+LOOP = """\
+    import torch
+    from .precision import amp_dtype_of
+
+
+    class Loop:
+        def __init__(self, cfg, model, optimizer):
+            self.cfg, self.model, self.optimizer = cfg, model, optimizer
+            self.scaler = torch.amp.GradScaler("cuda", enabled=cfg.mixed.enabled)
+
+        def step(self, batch):
+            with torch.autocast("cuda", enabled=self.cfg.mixed.enabled,
+                                dtype=amp_dtype_of(self.cfg.mixed.amp_dtype)):
+                loss = self.model(batch)
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+    """
+
+RECIPE = """\
+    run:
+      epochs: 10
+      mixed:
+        enabled: true
+        amp_dtype: bf16
+    """
+
+
+def _configured(root, **changed):
+    files = {"pyproject.toml": '[project]\nname = "seg"\n', "seg/__init__.py": "", "seg/precision.py": PRECISION,
+             "seg/loop.py": LOOP, "recipes/finetune.yaml": RECIPE}
+    files.update(changed)
+    return write_files(root, {name: text for name, text in files.items() if text is not None})
+
+
+def test_a_scaler_for_a_region_a_config_sets_to_bfloat16_through_a_helper(tmp_path, monkeypatch):
+    """`dtype=amp_dtype_of(cfg.mixed.amp_dtype)`, a helper that gives bfloat16 for `"bf16"`,
+    and a recipe that sets `mixed.amp_dtype: bf16`: the scaler runs for a bfloat16 region."""
+    [(path, row, message, related)] = findings(_configured(tmp_path), "AMP010", monkeypatch)
+    assert (path, row) == ("seg/loop.py", 8)
+    assert message == ("GradScaler built whatever the dtype, but the autocast region of line 11 runs in bfloat16 "
+                       "with `run.mixed.amp_dtype: bf16` (recipes/finetune.yaml:5), for which `amp_dtype_of` gives "
+                       "torch.bfloat16 (seg/precision.py:8): bfloat16 needs no loss scaling; build the scaler only "
+                       "for float16 (or pass that choice as `enabled=`)")
+    assert related == [("recipes/finetune.yaml", 5, "`run.mixed.amp_dtype: bf16`"),
+                       ("seg/precision.py", 8, "`amp_dtype_of` gives torch.bfloat16 where "
+                                               "`name in ('bf16', 'bfloat16')`")]
+
+
+def test_a_method_that_maps_the_config_string_passed_by_keyword(tmp_path, monkeypatch):
+    precision = """\
+        import torch
+
+
+        class Precision:
+            def dtype(self, kind):
+                if kind == "bfloat16":
+                    return torch.bfloat16
+                return torch.float16
+        """
+    loop = LOOP.replace("from .precision import amp_dtype_of", "from .precision import Precision") \
+        .replace("dtype=amp_dtype_of(self.cfg.mixed.amp_dtype)", "dtype=Precision().dtype(kind=self.cfg.mixed.amp_dtype)")
+    recipe = '{"train": {"mixed": {"enabled": true, "amp_dtype": "bfloat16"}}}\n'
+    root = _configured(tmp_path, **{"seg/precision.py": precision, "seg/loop.py": loop,
+                                    "recipes/finetune.yaml": None, "recipes/finetune.json": recipe})
+    [(path, row, message, _)] = findings(root, "AMP010", monkeypatch)
+    assert (path, row) == ("seg/loop.py", 8)
+    assert "with `train.mixed.amp_dtype: bfloat16` (recipes/finetune.json:1), for which `dtype` gives " \
+           "torch.bfloat16 (seg/precision.py:7)" in message
+
+
+def test_silent_where_no_config_picks_bfloat16_or_the_scaler_follows_the_dtype(tmp_path, monkeypatch):
+    """Each variant differs from the reported project in one thing."""
+    variants = {
+        # The recipe picks float16: the scaler is needed.
+        "float16": {"recipes/finetune.yaml": RECIPE.replace("amp_dtype: bf16", "amp_dtype: fp16")},
+        # Another key of that name, under a section the code does not read.
+        "other key": {"recipes/finetune.yaml": RECIPE.replace("mixed:", "eval:")},
+        # The scaler is built for float16 only.
+        "gated": {"seg/loop.py": LOOP.replace('enabled=cfg.mixed.enabled)',
+                                              'enabled=cfg.mixed.amp_dtype == "fp16")')},
+        # The helper gives something else too: it says nothing of the dtype.
+        "helper": {"seg/precision.py": PRECISION.replace("return None", "return getattr(torch, name)")},
+        # The value passed is not what the helper tests.
+        "argument": {"seg/loop.py": LOOP.replace("amp_dtype_of(self.cfg.mixed.amp_dtype)", "amp_dtype_of()")},
+    }
+    for name, changed in variants.items():
+        root = tmp_path / name.replace(" ", "_")
+        root.mkdir()
+        assert findings(_configured(root, **changed), "AMP010", monkeypatch) == [], name

@@ -13,6 +13,7 @@ from .ast_context import AstContext
 from .diagnostics import Related
 from .project_index import relative_name
 from .flow import key
+from .outline import dotted
 from .regions import autocast_arguments, literal_bool, value_before
 from .semantics import GRAD_SCALER
 from .switches import ConfigKey, Flag
@@ -72,6 +73,73 @@ def float16_choice(ctx: AstContext, ac) -> Switch | None:
                       f"`{name}` gives torch.float16" + (f" where `{test}`" if test else ""))
     return Switch(f"when `{ctx.code(given)}` is torch.float16"
                   + (f", where `{test}` ({where})" if test else f" ({where})"), (related,))
+
+
+def config_choice(ctx: AstContext, ac, dtype: str) -> tuple[Switch, ast.expr] | None:
+    """For a region whose ``dtype=`` is what a project function gives for a value read from
+    the config (``get_amp_type(cfg.amp.amp_dtype)``), where the function returns ``dtype``
+    when its parameter equals a string (``if amp_type == "bfloat16": return torch.bfloat16``):
+    the config keys set to that string, as the switch the region runs in ``dtype`` under, and
+    the value's expression; None otherwise."""
+    if ac.dtype is not None or not ac.dtype_given:
+        return None
+    given = autocast_arguments(ac).get("dtype")
+    if not isinstance(given, ast.Call) or not isinstance(given.func, (ast.Name, ast.Attribute)):
+        return None
+    name = given.func.attr if isinstance(given.func, ast.Attribute) else given.func.id
+    for choice in ctx.dtype_choices(name, False):
+        tested = _string_test(choice.when) if choice.dtype == dtype and choice.when else None
+        argument = _argument_for(given, choice.parameters, tested[0]) if tested else None
+        chain = dotted(argument) if argument is not None else None
+        keys = [k for k in _keys_read_by(ctx, chain) if k.value.strip("\"'") in tested[1]] if chain and len(chain) > 1 else []
+        if not keys:
+            continue
+        where, related = _place(ctx, keys, f"`{'.'.join(keys[0].key)}: {keys[0].value}`")
+        returned = Related(relative_name((ctx.project_root() / choice.path).resolve(), Path.cwd()), choice.row,
+                           f"`{name}` gives torch.{dtype} where `{choice.when}`")
+        return Switch(f"with `{'.'.join(keys[0].key)}: {keys[0].value}` ({where}), for which `{name}` gives "
+                      f"torch.{dtype} ({choice.path}:{choice.row})", (related, returned)), argument
+    return None
+
+
+def _string_test(when: str) -> tuple[str, frozenset[str]] | None:
+    """A test of a parameter against strings: ``p == "bf16"``, ``"bf16" == p``, ``p in ("bf16",
+    "bfloat16")``, as the parameter and the strings that make it hold."""
+    try:
+        test = ast.parse(when, mode="eval").body
+    except SyntaxError:
+        return None
+    if not isinstance(test, ast.Compare) or len(test.ops) != 1:
+        return None
+    left, op, right = test.left, test.ops[0], test.comparators[0]
+    if isinstance(op, ast.Eq) and isinstance(right, ast.Name):
+        left, right = right, left
+    if not isinstance(left, ast.Name):
+        return None
+    if isinstance(op, ast.Eq):
+        values = [right]
+    elif isinstance(op, ast.In) and isinstance(right, (ast.Tuple, ast.List, ast.Set)):
+        values = right.elts
+    else:
+        return None
+    if not all(isinstance(v, ast.Constant) and isinstance(v.value, str) for v in values):
+        return None
+    return left.id, frozenset(v.value for v in values)
+
+
+def _argument_for(call: ast.Call, parameters: tuple[str, ...], parameter: str) -> ast.expr | None:
+    """What ``call`` passes for ``parameter`` of the function it calls (a method's ``self``
+    or ``cls`` taken by its receiver); None when it passes nothing for it, or ``*args``."""
+    named = next((k.value for k in call.keywords if k.arg == parameter), None)
+    if named is not None or parameter not in parameters:
+        return named
+    index = parameters.index(parameter)
+    if isinstance(call.func, ast.Attribute) and parameters[0] in ("self", "cls"):
+        index -= 1
+    before = call.args[:index + 1]
+    if index < 0 or len(before) <= index or any(isinstance(a, ast.Starred) for a in before):
+        return None
+    return call.args[index]
 
 
 def _arguments(call: ast.Call) -> tuple[dict, list]:
@@ -165,12 +233,16 @@ def _flag(ctx: AstContext, chain: list[str]) -> Switch | None:
     return Switch(f"when `{flag.option}` {state} ({where})", (related,))
 
 
-def _config_key(ctx: AstContext, chain: list[str]) -> Switch | None:
+def _keys_read_by(ctx: AstContext, chain: list[str]) -> list[ConfigKey]:
     """The config keys whose path ends as ``chain`` does past its first name (the config
     object): all of it, or its last two names (`cfg.train.amp` and `train: {amp: true}`)."""
     wanted = chain[1:]
     need = min(len(wanted), 2)
-    keys = _ordered(ctx, [k for k in ctx.config_keys() if len(k.key) >= need and k.key[-need:] == tuple(wanted[-need:])])
+    return _ordered(ctx, [k for k in ctx.config_keys() if len(k.key) >= need and k.key[-need:] == tuple(wanted[-need:])])
+
+
+def _config_key(ctx: AstContext, chain: list[str]) -> Switch | None:
+    keys = _keys_read_by(ctx, chain)
     if not keys:
         return None
     key = keys[0]

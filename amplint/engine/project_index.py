@@ -938,28 +938,33 @@ def keyword_passes(root: Path, name: str) -> tuple[tuple[str, int], ...]:
 @dataclass(frozen=True)
 class DtypeChoice:
     """A dtype a function of the project gives back (``dtype_choices``): where it is returned
-    (path from the root, row), and the test it is returned under, as code (None: always)."""
+    (path from the root, row), the dtype (None: ``return None``, the device's default), the
+    test it is returned under, as code (None: always), and the function's parameters."""
 
     path: str
     row: int
-    dtype: str
+    dtype: str | None
     when: str | None
+    parameters: tuple[str, ...]
 
 
 _NESTED_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
-def _returned_dtypes(outline: Outline, function: ast.AST) -> list[tuple[int, str, str | None]] | None:
+def _returned_dtypes(outline: Outline, function: ast.AST) -> list[tuple[int, str | None, str | None]] | None:
     """(row, dtype, test) of each `return` of ``function`` (its own, not a nested function's),
     with the test of the innermost `if` around it (``not (...)`` in its `else`) or of a
     conditional expression; None when some `return` gives something else than a literal
-    torch dtype, or there is none."""
-    found: list[tuple[int, str, str | None]] = []
+    torch dtype or None (autocast's default), or none gives a dtype."""
+    found: list[tuple[int, str | None, str | None]] = []
 
     def given(expr: ast.expr | None, row: int, test: str | None) -> bool:
         if isinstance(expr, ast.IfExp):
             return given(expr.body, row, ast.unparse(expr.test)) \
                 and given(expr.orelse, row, f"not ({ast.unparse(expr.test)})")
+        if isinstance(expr, ast.Constant) and expr.value is None:
+            found.append((row, None, test))
+            return True
         dtype = next((DTYPES[q] for q in outline.qualified_names(expr) if q in DTYPES), None) \
             if expr is not None else None
         if dtype is not None:
@@ -983,13 +988,13 @@ def _returned_dtypes(outline: Outline, function: ast.AST) -> list[tuple[int, str
                     return False
         return True
 
-    return found if visit(function.body, None) and found else None
+    return found if visit(function.body, None) and any(dtype for _, dtype, _ in found) else None
 
 
 def dtype_choices(root: Path, name: str, attribute: bool) -> tuple[DtypeChoice, ...]:
     """The dtypes the project's functions named ``name`` give back where every `return` of
-    each is a literal torch dtype (a config's property that maps a precision setting to a
-    dtype, a ``get_dtype(...)`` helper): ``attribute``: read as an attribute, so properties
+    each is a literal torch dtype or None (a config's property that maps a precision setting
+    to a dtype, a ``get_dtype(...)`` helper): ``attribute``: read as an attribute, so properties
     only; else called, so functions and methods only. None at all when some function of that
     name gives something else: then the name says nothing of a dtype. Read once per name and run."""
     key = (f"dtype-choices:{name}:{attribute}", root)
@@ -1007,7 +1012,10 @@ def dtype_choices(root: Path, name: str, attribute: bool) -> tuple[DtypeChoice, 
                 if returned is None or is_property is not attribute:
                     found = None
                     break
-                found.extend(DtypeChoice(relative_name(path, root), row, dtype, test) for row, dtype, test in returned)
+                args = function.args
+                parameters = tuple(p.arg for p in (*args.posonlyargs, *args.args, *args.kwonlyargs))
+                found.extend(DtypeChoice(relative_name(path, root), row, dtype, test, parameters)
+                             for row, dtype, test in returned)
             if found is None:
                 break
         _FACTS[key] = tuple(found or ())

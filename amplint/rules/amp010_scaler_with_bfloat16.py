@@ -3,6 +3,7 @@ from __future__ import annotations
 import ast
 
 from ..engine.ast_context import AstContext
+from ..engine.enabling import config_choice
 from ..engine.outline import walk
 from ..engine.region_tables import region_dtype
 from ..engine.regions import AutocastCall, autocast_calls, dtype_of, literal_str
@@ -43,9 +44,9 @@ def _choices(ctx: AstContext, value: ast.expr, kwargs: bool) -> set[str | None] 
     return {dtype} if dtype else None
 
 
-def _runtime_bfloat16(ctx: AstContext, ac: AutocastCall) -> tuple[str, ast.AST] | None:
+def _runtime_bfloat16(ctx: AstContext, ac: AutocastCall) -> tuple[str, str, tuple] | None:
     """For a region whose dtype comes from a name the file sets either to torch.bfloat16 or to
-    nothing (the device's default), at run time: that name and an assignment of bfloat16."""
+    nothing (the device's default), at run time: that name, and where it is set to bfloat16."""
     source = _dtype_source(ac)
     if source is None or not isinstance(source[0], (ast.Name, ast.Attribute)):
         return None
@@ -57,7 +58,7 @@ def _runtime_bfloat16(ctx: AstContext, ac: AutocastCall) -> tuple[str, ast.AST] 
     return cache[key]
 
 
-def _set_to_bfloat16(ctx: AstContext, code: str, kwargs: bool) -> tuple[str, ast.AST] | None:
+def _set_to_bfloat16(ctx: AstContext, code: str, kwargs: bool) -> tuple[str, str, tuple] | None:
     """``_runtime_bfloat16`` for the source spelled ``code`` (``kwargs``: passed as ``**code``)."""
     chosen, bfloat16_at = set(), None
     for node in sorted(ctx.outline.nodes(ast.Assign), key=ctx.order):
@@ -75,14 +76,29 @@ def _set_to_bfloat16(ctx: AstContext, code: str, kwargs: bool) -> tuple[str, ast
         return None  # changed in place (``kwargs.update(...)``)
     if bfloat16_at is None or not chosen <= {"bfloat16", None}:
         return None
-    return code, bfloat16_at
+    return code, f"where line {bfloat16_at.lineno} sets `{code}` to it", ()
+
+
+def _configured_bfloat16(ctx: AstContext, ac: AutocastCall) -> tuple[str, str, tuple] | None:
+    """For a region whose dtype a project function gives for a config value, where a config
+    key of the project sets the value that gives bfloat16 (``enabling.config_choice``): the
+    value's expression, the switch, and its places."""
+    chosen = config_choice(ctx, ac, "bfloat16")
+    if chosen is None:
+        return None
+    switch, value = chosen
+    return ctx.code(value), switch.when, switch.related
 
 
 def _gated(ctx: AstContext, creation: ast.Call, code: str) -> bool:
     """The scaler's creation depends on the dtype: its arguments, or the test of an ``if``
-    around it, mention the dtype source or a torch dtype."""
+    around it, mention the dtype source (by its last name: ``cfg.amp_dtype`` where the region
+    reads ``self.cfg.amp_dtype``) or a torch dtype."""
+    last = code.rsplit(".", 1)[-1]
+
     def mentions(node: ast.AST) -> bool:
-        return any(isinstance(n, (ast.Name, ast.Attribute)) and (ctx.code(n) == code or dtype_of(ctx, n))
+        return any(isinstance(n, (ast.Name, ast.Attribute))
+                   and ((n.attr if isinstance(n, ast.Attribute) else n.id) == last or dtype_of(ctx, n))
                    for n in walk(node))
 
     if any(mentions(a) for a in (*creation.args, *creation.keywords)):
@@ -107,8 +123,13 @@ class ScalerWithBfloat16(Rule):
     its loss takes its dtype from a name (`dtype=amp_dtype`, `**autocast_args`) that the file
     sets only to `torch.bfloat16` or to nothing (the device's default), at run time (`if
     torch.cuda.is_bf16_supported(): autocast_args = dict(dtype=torch.bfloat16)`): where
-    bfloat16 is chosen the scaler still runs. Reported at the `GradScaler(...)` call when
-    neither its arguments nor the test of an `if` around it mention that name or a dtype.
+    bfloat16 is chosen the scaler still runs. Likewise where the dtype is what a project
+    function gives for a config value (`dtype=get_amp_type(cfg.amp.amp_dtype)`, the function
+    returning `torch.bfloat16` when its parameter is `"bfloat16"`) and a config file of the
+    project sets that key to that value (`amp: {amp_dtype: bfloat16}`): the finding names the
+    key and the function's `return`. Reported at the `GradScaler(...)` call when neither its
+    arguments nor the test of an `if` around it mention that name (by its last part) or a
+    dtype.
 
     ## Why is this bad?
     bfloat16 has float32's exponent range, so gradients do not underflow and loss scaling buys
@@ -245,13 +266,13 @@ def train_one_epoch(model, optimizer, loader, scaler):
                     ctx.report(call, f"`{scaler}` scales a bfloat16 loss: bfloat16 does not "
                                "underflow like float16, so the GradScaler is not needed")
         runtime = next(((ac, found) for scope in scaled for ac in regions.get(scope, [])
-                        if (found := _runtime_bfloat16(ctx, ac))), None)
+                        if (found := _runtime_bfloat16(ctx, ac) or _configured_bfloat16(ctx, ac))), None)
         if runtime is None:
             return
-        ac, (code, bfloat16_at) = runtime
+        ac, (code, because, related) = runtime
         for creation in sorted(ctx.outline.nodes(ast.Call), key=ctx.order):
             if ctx.resolves_to(creation.func, GRAD_SCALER) and not _gated(ctx, creation, code):
                 ctx.report(creation, f"GradScaler built whatever the dtype, but the autocast region of line "
-                           f"{ac.node.lineno} runs in bfloat16 where line {bfloat16_at.lineno} sets "
-                           f"`{code}` to it: bfloat16 needs no loss scaling; build the scaler only for "
-                           "float16 (or pass that choice as `enabled=`)")
+                           f"{ac.node.lineno} runs in bfloat16 {because}: bfloat16 needs no loss scaling; "
+                           "build the scaler only for float16 (or pass that choice as `enabled=`)",
+                           related=related)

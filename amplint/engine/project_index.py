@@ -479,7 +479,8 @@ def autocast_sites(root: Path) -> tuple[AutocastSite, ...]:
 
 
 def _may_hold_sites(data: bytes) -> bool:
-    return b"autocast" in data or any(name in data for name in _CONSTRUCTED_SETTINGS) or _MMCV_FP16.search(data) \
+    return b"autocast" in data or any(name in data for name in _CONSTRUCTED_SETTINGS) \
+        or b"fp16" in data and _MMCV_FP16.search(data) is not None \
         or (any(name in data for name in _FRAMEWORK_WORDS) and _SETTING.search(data) is not None)
 
 
@@ -927,10 +928,11 @@ def keyword_passes(root: Path, name: str) -> tuple[tuple[str, int], ...]:
     (path from the root, row); read once per name and run."""
     key = (f"keyword:{name}", root)
     if key not in _FACTS:
-        word = re.compile(rb"\b" + re.escape(name.encode()) + rb"\s*=(?!=)")
+        encoded = name.encode()
+        word = re.compile(rb"\b" + re.escape(encoded) + rb"\s*=(?!=)")
         _FACTS[key] = tuple(
-            (relative_name(path, root), node.lineno)
-            for path, tree in _parsed_where(root, lambda data: word.search(data) is not None)
+            (relative_name(path, root), node.lineno)  # the plain word first: found far faster than the pattern
+            for path, tree in _parsed_where(root, lambda data: encoded in data and word.search(data) is not None)
             for node in walk(tree) if isinstance(node, ast.Call) and any(k.arg == name for k in node.keywords))
     return _FACTS[key]
 
@@ -1001,7 +1003,8 @@ def dtype_choices(root: Path, name: str, attribute: bool) -> tuple[DtypeChoice, 
     if key not in _FACTS:
         defined = re.compile(rb"\bdef\s+" + re.escape(name.encode()) + rb"\s*\(")
         found: list[DtypeChoice] | None = []
-        for path, tree in _parsed_where(root, lambda data: defined.search(data) is not None):
+        encoded = name.encode()
+        for path, tree in _parsed_where(root, lambda data: encoded in data and defined.search(data) is not None):
             outline = Outline(tree)
             for function in (*outline.nodes(ast.FunctionDef), *outline.nodes(ast.AsyncFunctionDef)):
                 if function.name != name:

@@ -33,8 +33,9 @@ from ..output.rules_page import rule_text
 from . import lint
 from .positions import Text
 
-# Long enough that a burst of keystrokes is checked once, short enough to feel immediate.
-DEBOUNCE_SECONDS = 0.2
+# Long enough that a burst of changes (a paste, a key held down, a snippet) is checked once.
+# Changes made while a check runs wait for it, and only the latest of them is checked then.
+DEBOUNCE_SECONDS = 0.05
 FIX_ALL = types.CodeActionKind.SourceFixAll + ".amplint"
 # Codes a `# noqa` cannot take: the engine's own, and AMP100's (its code there would hide it).
 _NO_NOQA = {SYNTAX_ERROR[0], INTERNAL_ERROR[0], "AMP100"}

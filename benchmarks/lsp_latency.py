@@ -8,6 +8,10 @@ that wait and without it.
 
     python benchmarks/lsp_latency.py                # 40 edits
     python benchmarks/lsp_latency.py --edits 100 --lines 2000
+    python benchmarks/lsp_latency.py --file .corpus/site/diffusers/training_utils.py
+
+``--file`` times edits of a module of a real project instead (the dev corpus of
+``lint_speed.py``), where the project's other files are many: the edits are not saved.
 """
 
 from __future__ import annotations
@@ -60,14 +64,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--edits", type=int, default=40)
     parser.add_argument("--lines", type=int, default=1000)
+    parser.add_argument("--file", type=Path, help="a module of a real project, edited in place of the built one")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        project = Path(tmp)
-        (project / "pyproject.toml").write_text("[project]\nname = 'trainer'\ndependencies = ['torch>=2.4']\n")
-        shutil.copy(ROOT / "fixtures" / "faulty" / "models.py", project / "models.py")
-        path = project / "train.py"
-        text = training_module(args.lines)
-        path.write_text(text)
+        if args.file is not None:
+            path = args.file.resolve()
+            project, text = path.parent, path.read_text(encoding="utf-8")
+        else:
+            project = Path(tmp)
+            (project / "pyproject.toml").write_text("[project]\nname = 'trainer'\ndependencies = ['torch>=2.4']\n")
+            shutil.copy(ROOT / "fixtures" / "faulty" / "models.py", project / "models.py")
+            path = project / "train.py"
+            text = training_module(args.lines)
+            path.write_text(text)
         client = Client(cwd=project)
         try:
             client.initialize(project)

@@ -363,3 +363,29 @@ def evaluate(model, x, y):
     again = edited(5)
     assert [code for code, _ in again] == ["AMP008"] and "demo/evaluate.py:6" in again[0][1] and reads
     project_index.forget()
+
+
+def test_a_process_that_keeps_the_project_reads_the_declared_torch_at_each_check(tmp_path, monkeypatch):
+    """What the project declares of torch is read beyond its modules and config files (a
+    requirements file, an installed METADATA): it is read again at each check, kept or not."""
+    from amplint.engine import project_index
+    from amplint.engine.config import Resolver
+    from amplint.engine.project import Options, check_buffer
+
+    legacy_text = FILES["demo/legacy.py"] + FILES["demo/trainer.py"].replace("import torch\n", "", 1)
+    _write(tmp_path, {"setup.py": "from setuptools import setup\nsetup(name='demo')\n",
+                      "requirements.txt": "torch==2.1.2\n", "demo/__init__.py": "", "demo/utils.py": UTILS,
+                      "demo/legacy.py": legacy_text})
+    monkeypatch.setattr(project_index, "_KEEP_BETWEEN_RUNS", [True])
+    legacy = tmp_path / "demo" / "legacy.py"
+
+    def codes() -> list[str]:
+        report = check_buffer(legacy.read_bytes(), str(legacy), Resolver(), Options(cache=False))
+        return [d.code for d in report.diagnostics]
+
+    project_index.forget()
+    assert "AMP004" not in codes()  # torch 2.1 has no torch.amp.GradScaler to move to
+    assert tmp_path / "demo" / "utils.py" in project_index._SEEN  # the project was read, and is kept
+    (tmp_path / "requirements.txt").write_text("torch>=2.4\n")
+    assert "AMP004" in codes()
+    project_index.forget()

@@ -291,10 +291,16 @@ def keep_between_runs() -> None:
 
 def new_run() -> None:
     """Before a run: read the projects' files again when next asked, unless this process keeps
-    what it read (``keep_between_runs``) and none of the files it read, nor any folder it
-    listed, changed on disk since."""
+    what it read (``keep_between_runs``) and none of the modules and config files it read, nor
+    any folder it listed, changed on disk since."""
     if not (_KEEP_BETWEEN_RUNS and _SEEN and all(_signature(path) == seen for path, seen in _SEEN.items())):
         forget()
+        return
+    # What is read from files beyond the modules and config files (requirements, an installed
+    # METADATA) is not watched: read again.
+    declared_torch.cache_clear()
+    for key in [k for k in _FACTS if k[0] in {f"dependency:{kind}" for kind in _READ_BEYOND_FILES}]:
+        del _FACTS[key]
 
 
 # What the files read and the folders listed were on disk when read: (modified, size, inode).

@@ -2,12 +2,13 @@
 
 Findings are published when a document opens, when it is saved, and after each change once
 the typing pauses (``DEBOUNCE_SECONDS``), for the latest version only. A document's project
-(autocast calls, wrappers, config keys, the torch it declares) is read from disk, as a run of
-`amplint check` reads it, and kept from one check to the next while the files read and the
-folders listed are unchanged: saving a file, or a change the client reports of a watched
-file, reads it anew and re-checks every open document. Each finding offers
-its fix and a `# noqa` comment as quick fixes, and `source.fixAll` applies every safe fix as
-`amplint check --fix` does; hovering a finding shows its rule's documentation.
+(autocast calls, wrappers, config keys) is read from disk, as a run of `amplint check` reads
+it, and kept from one check to the next while the modules and config files read and the
+folders listed are unchanged (``project_index.new_run``): saving a file, or a change the
+client reports of a watched file, reads it anew and re-checks every open document. Each
+finding offers its fix and a `# noqa` comment as quick fixes, and `source.fixAll` applies
+every safe fix as `amplint check --fix` does; hovering a finding shows its rule's
+documentation.
 """
 
 from __future__ import annotations

@@ -89,9 +89,14 @@ def config_choice(ctx: AstContext, ac, dtype: str) -> tuple[Switch, ast.expr] | 
     name = given.func.attr if isinstance(given.func, ast.Attribute) else given.func.id
     for choice in ctx.dtype_choices(name, False):
         tested = _string_test(choice.when) if choice.dtype == dtype and choice.when else None
-        argument = _argument_for(given, choice.parameters, tested[0]) if tested else None
+        if tested is None:
+            continue
+        parameter, strings = tested
+        argument = _argument_for(given, choice.parameters, parameter)
         chain = dotted(argument) if argument is not None else None
-        keys = [k for k in _keys_read_by(ctx, chain) if k.value.strip("\"'") in tested[1]] if chain and len(chain) > 1 else []
+        if chain is None or len(chain) < 2:  # a config object's attribute: `cfg.amp_dtype`
+            continue
+        keys = [k for k in _keys_read_by(ctx, chain) if k.value.strip("\"'") in strings]
         if not keys:
             continue
         where, related = _place(ctx, keys, f"`{'.'.join(keys[0].key)}: {keys[0].value}`")
@@ -238,7 +243,8 @@ def _keys_read_by(ctx: AstContext, chain: list[str]) -> list[ConfigKey]:
     object): all of it, or its last two names (`cfg.train.amp` and `train: {amp: true}`)."""
     wanted = chain[1:]
     need = min(len(wanted), 2)
-    return _ordered(ctx, [k for k in ctx.config_keys() if len(k.key) >= need and k.key[-need:] == tuple(wanted[-need:])])
+    ending = tuple(wanted[-need:])
+    return _ordered(ctx, [k for k in ctx.config_keys() if len(k.key) >= need and k.key[-need:] == ending])
 
 
 def _config_key(ctx: AstContext, chain: list[str]) -> Switch | None:

@@ -28,7 +28,7 @@ from typing import Callable, Iterator, Union
 
 from .ast_context import AstContext
 from .dtypes import call_spelling, inferred_dtype
-from .outline import Outline, contains, walk
+from .outline import Outline, contains, spelled_names, walk
 from .project_index import module_text, project_module
 from .promotion import policies_of
 from .regions import value_before
@@ -106,37 +106,11 @@ def method_of(cls: ast.ClassDef, name: str) -> Method | None:
     return next((s for s in cls.body if isinstance(s, _FUNCTIONS) and s.name == name), None)
 
 
-def _identifiers(node: ast.AST) -> Iterator[str]:
-    """Every name the code spells: read, bound, defined, imported, an attribute, a keyword."""
-    for n in walk(node):
-        if isinstance(n, ast.Name):
-            yield n.id
-        elif isinstance(n, ast.Attribute):
-            yield n.attr
-        elif isinstance(n, (*_FUNCTIONS, ast.ClassDef)):
-            yield n.name
-        elif isinstance(n, (ast.arg, ast.keyword)):
-            yield n.arg or ""
-        elif isinstance(n, ast.alias):
-            yield n.name
-            yield n.asname or ""
-        elif isinstance(n, ast.ImportFrom):
-            yield n.module or ""
-        elif isinstance(n, (ast.Global, ast.Nonlocal)):
-            yield from n.names
-        elif isinstance(n, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)):
-            yield n.name or ""
-        elif isinstance(n, ast.MatchClass):
-            yield from n.kwd_attrs
-        elif isinstance(n, ast.MatchMapping):
-            yield n.rest or ""
-
-
 def mentions_autocast(node: ast.AST) -> bool:
     """Whether the code reads or sets the autocast state itself (``torch.is_autocast_enabled()``,
     ``with torch.autocast(...)``, an accelerator's ``autocast()``), as checkpointing does: a
     name it spells has ``autocast`` in it."""
-    return any("autocast" in name for name in _identifiers(node))
+    return any("autocast" in name for name in spelled_names(node))
 
 
 def may_be_aliased_custom(ctx: AstContext, method: Method) -> bool:

@@ -6,9 +6,9 @@ gradients as they are computed."""
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
-from .outline import walk
+from .outline import spelled_names, walk
 
 if TYPE_CHECKING:
     from .ast_context import AstContext
@@ -41,20 +41,6 @@ def _unscaling(name: str) -> bool:
     return "scale" in name.lower()
 
 
-def _spelled_names(node: ast.AST) -> Iterator[str]:
-    """Every name ``node`` spells: those it reads (attributes too), binds, or passes by keyword."""
-    for n in walk(node):
-        if isinstance(n, ast.Name):
-            yield n.id
-        elif isinstance(n, ast.Attribute):
-            yield n.attr
-        elif isinstance(n, (ast.arg, ast.keyword)):
-            yield n.arg or ""
-        elif isinstance(n, (*_FUNCTIONS, ast.ClassDef, ast.ExceptHandler, ast.alias)):
-            yield n.name or ""
-            yield getattr(n, "asname", None) or ""
-
-
 def hook_clamp(ctx: AstContext, registration: ast.Call) -> ast.Call | None:
     """For ``x.register_hook(h)`` (a method of ``HOOKS``): the call in the hook (a lambda, a
     function of the file, a method ``self.h``) that clamps what it is given; None when it
@@ -77,7 +63,7 @@ def hook_clamp(ctx: AstContext, registration: ast.Call) -> ast.Call | None:
             if cls is not None else None
     else:
         return None
-    if body is None or any(_unscaling(n) for n in _spelled_names(body)):
+    if body is None or any(_unscaling(n) for n in spelled_names(body)):
         return None
     return next((c for c in calls_in(ctx, body) if clamping(called_name(c))), None)
 

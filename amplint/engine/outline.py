@@ -66,6 +66,32 @@ def walk(node: ast.AST) -> Iterator[ast.AST]:
         yield current
 
 
+def spelled_names(node: ast.AST) -> Iterator[str]:
+    """Every name the code spells: read, bound, defined, imported, an attribute, a keyword."""
+    for n in walk(node):
+        if isinstance(n, ast.Name):
+            yield n.id
+        elif isinstance(n, ast.Attribute):
+            yield n.attr
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            yield n.name
+        elif isinstance(n, (ast.arg, ast.keyword)):
+            yield n.arg or ""
+        elif isinstance(n, ast.alias):
+            yield n.name
+            yield n.asname or ""
+        elif isinstance(n, ast.ImportFrom):
+            yield n.module or ""
+        elif isinstance(n, (ast.Global, ast.Nonlocal)):
+            yield from n.names
+        elif isinstance(n, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)):
+            yield n.name or ""
+        elif isinstance(n, ast.MatchClass):
+            yield from n.kwd_attrs
+        elif isinstance(n, ast.MatchMapping):
+            yield n.rest or ""
+
+
 def contains(outer: ast.AST, node: ast.AST) -> bool:
     """Whether ``node`` lies inside ``outer`` (its decorators included), by position: what
     ``ast.walk(outer)`` would reach, without walking it."""

@@ -12,6 +12,8 @@ that wait and without it.
 
 ``--file`` times edits of a module of a real project instead (the dev corpus of
 ``lint_speed.py``), where the project's other files are many: the edits are not saved.
+``--typing N`` then types: N bursts of five changes 120 ms apart, each timed from its last
+change to the findings of that version.
 """
 
 from __future__ import annotations
@@ -65,6 +67,9 @@ def main() -> None:
     parser.add_argument("--edits", type=int, default=40)
     parser.add_argument("--lines", type=int, default=1000)
     parser.add_argument("--file", type=Path, help="a module of a real project, edited in place of the built one")
+    parser.add_argument("--typing", type=int, default=0,
+                        help="then N bursts of 5 changes 120 ms apart, as typed: from each burst's last change "
+                             "to its findings")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         if args.file is not None:
@@ -93,6 +98,17 @@ def main() -> None:
                 client.change(uri, edited, version)
                 client.diagnostics(uri, version)
                 latencies.append(time.perf_counter() - start)
+            typed = []
+            version = args.edits + 1
+            for _ in range(args.typing):
+                for keystroke in range(5):
+                    if keystroke:
+                        time.sleep(0.12)
+                    version += 1
+                    client.change(uri, "".join(lines) + f"\nLEARNING_RATE = {version}e-4\n", version)
+                start = time.perf_counter()
+                client.diagnostics(uri, version)
+                typed.append(time.perf_counter() - start)
             code = client.shutdown_and_exit()
         finally:
             client.kill()
@@ -103,6 +119,9 @@ def main() -> None:
     print(f"didChange -> publishDiagnostics over {len(ms)} edits: median {statistics.median(ms):.0f} ms, "
           f"min {ms[0]:.0f}, max {ms[-1]:.0f} (the {debounce:.0f} ms debounce included)")
     print(f"without the debounce: median {statistics.median(ms) - debounce:.0f} ms")
+    if typed:
+        print(f"typing, from the last change of a burst to its findings over {len(typed)} bursts: "
+              f"median {1000 * statistics.median(typed):.0f} ms, max {1000 * max(typed):.0f} ms")
 
 
 if __name__ == "__main__":

@@ -294,3 +294,26 @@ def test_memory_stays_bounded_over_a_hundred_documents(server, tmp_path):
             server.close(uri)
     assert rss_kib(server.pid) < RSS_BOUND_KIB
     assert server.shutdown_and_exit() == 0
+
+
+def test_a_check_of_a_replaced_text_is_given_up_between_two_rules(tmp_path):
+    """The server checks one document at a time: a check of a version the editor has already
+    replaced stops before its next rule, and no finding of it is handed back."""
+    from amplint.server import lint
+
+    path = tmp_path / "train.py"
+    path.write_text(CLIP_BEFORE_UNSCALE)
+    checked, _ = lint.check(str(path), CLIP_BEFORE_UNSCALE)
+    assert [d.code for d in checked.diagnostics] == ["AMP002"] and not checked.abandoned
+    asked = []
+
+    def replaced_after_two_rules() -> bool:
+        asked.append(True)
+        return len(asked) > 2
+
+    checked, _ = lint.check(str(path), CLIP_BEFORE_UNSCALE, superseded=replaced_after_two_rules)
+    assert checked.abandoned and checked.diagnostics == [] and checked.failure is None
+    assert len(asked) == 3  # asked before each rule: the third gave up
+    # A fix-all asked for a text keeps going whatever the editor does meanwhile.
+    checked, fixed = lint.check(str(path), CLIP_BEFORE_UNSCALE, fix=True)
+    assert not checked.abandoned and "scaler.unscale_(optimizer)" in fixed

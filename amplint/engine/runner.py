@@ -8,6 +8,7 @@ import re
 import sys
 import threading
 import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Callable, Sequence
@@ -209,11 +210,33 @@ def _run_rules(path: str, source: str, rules: Sequence[type[Rule]], policy_loade
     return _each_rule(path, rules, ctx), ctx.dependencies
 
 
+class Abandoned(Exception):
+    """A check given up between two rules because its findings are no longer wanted
+    (``abandon_when``)."""
+
+
+_ABANDON: list[Callable[[], bool]] = []
+
+
+@contextmanager
+def abandon_when(superseded: Callable[[], bool]):
+    """Within: a check gives up (raises ``Abandoned``) before its next rule once ``superseded()``
+    holds. A language server's check of a version the editor has replaced since: the latest
+    version's check, waiting behind it, starts one rule later instead of at its end."""
+    _ABANDON.append(superseded)
+    try:
+        yield
+    finally:
+        _ABANDON.pop()
+
+
 def _each_rule(path: str, rules: Sequence[type[Rule]], ctx: AstContext) -> list[Diagnostic]:
     """The findings of each rule on the file; a rule that fails is reported, and the others'
     findings stand."""
     out: list[Diagnostic] = []
     for rule in rules:
+        if _ABANDON and _ABANDON[-1]():
+            raise Abandoned(path)
         ctx._rule = rule
         ctx.diagnostics = []
         try:

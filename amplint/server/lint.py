@@ -9,19 +9,23 @@ import io
 import tokenize
 import traceback
 from dataclasses import dataclass
+from typing import Callable
 
 from ..engine import config as config_mod
 from ..engine.diagnostics import INTERNAL_ERROR, Diagnostic, Location
 from ..engine.project import Options, check_buffer, collector_paused
+from ..engine.runner import Abandoned, abandon_when
 from ..engine.source import MAX_FILE_BYTES
 
 
 @dataclass
 class Checked:
-    """A document's findings, and, when the check itself failed, why (for the client's log)."""
+    """A document's findings, and, when the check itself failed, why (for the client's log);
+    none, ``abandoned``, for a check given up because its text was replaced."""
 
     diagnostics: list[Diagnostic]
     failure: str | None = None
+    abandoned: bool = False
 
 
 def _internal_error(name: str, message: str) -> Diagnostic:
@@ -45,9 +49,11 @@ def _encoded(text: str) -> bytes:
     return text.encode("utf-8" if encoding == "utf-8-sig" else encoding)
 
 
-def check(name: str, text: str, fix: bool = False) -> tuple[Checked, str | None]:
+def check(name: str, text: str, fix: bool = False,
+          superseded: Callable[[], bool] = lambda: False) -> tuple[Checked, str | None]:
     """The findings of ``text`` shown as ``name`` (a path, or `-`), and with ``fix`` the text
-    that `--fix` would hand back. A failure becomes an AMP999 finding on line 1."""
+    that `--fix` would hand back. A failure becomes an AMP999 finding on line 1. The check is
+    given up between two rules once ``superseded()`` holds."""
     if len(text) > MAX_FILE_BYTES:  # no need to encode it to know: every character is a byte or more
         return _too_large(name), None
     try:
@@ -58,8 +64,10 @@ def check(name: str, text: str, fix: bool = False) -> tuple[Checked, str | None]
     if len(data) > MAX_FILE_BYTES:
         return _too_large(name), None
     try:
-        with collector_paused():
+        with collector_paused(), abandon_when(superseded):
             report = check_buffer(data, name, config_mod.Resolver(), Options(fix=fix, cache=False))
+    except Abandoned:
+        return Checked([], abandoned=True), None
     except config_mod.ConfigError as exc:
         return _failed(name, f"amplint configuration error: {exc}", str(exc)), None
     except Exception as exc:  # one document's failure must not take the server down

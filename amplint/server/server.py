@@ -35,7 +35,7 @@ from . import lint
 from .positions import Text
 
 # Long enough that a burst of changes (a paste, a key held down, a snippet) is checked once.
-# Changes made while a check runs wait for it, and only the latest of them is checked then.
+# A check of a version replaced meanwhile stops before its next rule (``AmplintServer.replaced``).
 DEBOUNCE_SECONDS = 0.05
 FIX_ALL = types.CodeActionKind.SourceFixAll + ".amplint"
 # Codes a `# noqa` cannot take: the engine's own, and AMP100's (its code there would hide it).
@@ -115,7 +115,9 @@ class AmplintServer(LanguageServer):
             return known
         version, source = document.version, document.source
         name = _name(uri)
-        checked, _ = await self.in_engine(lint.check, name, source)
+        checked, _ = await self.in_engine(lint.check, name, source, False, lambda: self.replaced(uri, version))
+        if checked.abandoned:
+            return None
         if checked.failure:
             self.log(types.MessageType.Error, f"amplint: {name}: {checked.failure}")
         document = self.document(uri)
@@ -125,6 +127,12 @@ class AmplintServer(LanguageServer):
         findings.published = [self.to_lsp(findings.text, d) for d in findings.diagnostics]
         self.findings[uri] = findings
         return findings
+
+    def replaced(self, uri: str, version: int | None) -> bool:
+        """Whether the document is closed, or has a version after ``version`` (asked from the
+        engine's thread, between two rules of a check)."""
+        document = self.document(uri)
+        return document is None or document.version != version
 
     def publish(self, uri: str, findings: Findings) -> None:
         self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(

@@ -1055,8 +1055,8 @@ def keyword_dependency(root: Path, name: str) -> Dependency:
 class ProjectHints:
     """What the prefilter and the file's outline may ask of the project a checked file belongs
     to, asked lazily: the names of the project's autocast wrappers (a backward inside ``with
-    amp_ctx():`` is inside autocast although the file never says ``autocast``) and what the
-    file's star imports bring in. Each answer read is recorded as a ``Dependency`` (``read``),
+    amp_ctx():`` is inside autocast although the file never says ``autocast``), whether it
+    passes a keyword somewhere, and what the file's star imports bring in. Each answer read is recorded as a ``Dependency`` (``read``),
     so a cached result that it decided stays valid only while the answer does."""
 
     def __init__(self, path: str | Path | None):
@@ -1085,6 +1085,17 @@ class ProjectHints:
             return frozenset()
         self.read.add(dependency("autocast-wrappers", root))
         return wrapper_names(root)
+
+    def passes_any(self, names: tuple[str, ...]) -> bool:
+        """Whether a call in the project passes one of ``names`` as a keyword (``keyword_passes``)."""
+        root = self.root
+        if root is None:
+            return False
+        for name in names:
+            self.read.add(keyword_dependency(root, name))
+            if keyword_passes(root, name):
+                return True
+        return False
 
     def star_imports(self) -> dict[str, frozenset[str]]:
         """``star_imports`` of the file (read from disk: the text checked is the file's)."""

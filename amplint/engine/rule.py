@@ -189,6 +189,10 @@ class Rule:
     # says `autocast`): the prefilter then also asks the file's project for their names
     # (`project_index.ProjectHints`).
     project_wrappers_for: ClassVar[str | None] = None
+    # Likewise a fragment that a keyword argument passed anywhere in the file's project also
+    # satisfies, with those keywords (an FSDP precision policy handed to a wrap in another
+    # module: `mixed_precision=...`): `project_index.ProjectHints.passes_any`.
+    project_keywords_for: ClassVar[tuple[str, tuple[str, ...]] | None] = None
     # Whether the rule reads the op-policy tables in policies/.
     uses_policy: ClassVar[bool] = False
     # False for a style rule: only a select that names it (or a prefix of it) turns it on.

@@ -77,11 +77,19 @@ class Prefilter:
         self.wrapper_patterns = {rule: compiled.setdefault(rule.project_wrappers_for,
                                                            searcher(rule.project_wrappers_for))
                                  for rule in rules if rule.project_wrappers_for is not None}
+        # For each rule whose fragment a keyword the project passes also satisfies: that
+        # fragment's compiled pattern, and the keywords.
+        self.keyword_patterns = {rule: (compiled.setdefault(rule.project_keywords_for[0],
+                                                            searcher(rule.project_keywords_for[0])),
+                                        rule.project_keywords_for[1])
+                                 for rule in rules if rule.project_keywords_for is not None}
 
     def matching(self, text: str, project: "ProjectHints | None" = None) -> list[type[Rule]]:
         """The rules whose fragments the text contains; with the file's ``project``, a rule
         whose ``project_wrappers_for`` fragment is missing also when the text calls one of
-        the project's autocast wrappers by name (asked only where the rest of a group is found)."""
+        the project's autocast wrappers by name, and one whose ``project_keywords_for``
+        fragment is missing also when the project passes one of its keywords (each asked only
+        where the rest of a group is found)."""
         seen: dict[re.Pattern | str, bool] = {}
 
         def found(pattern: re.Pattern | str) -> bool:
@@ -97,16 +105,25 @@ class Prefilter:
                 wrapper_called.append(any(re.search(rf"\b{re.escape(n)}\s*\(", text) for n in names if n in text))
             return wrapper_called[0]
 
-        def through_wrapper(rule, group) -> bool:
-            """The group found when a call of the project's own autocast wrapper stands for
-            the rule's ``project_wrappers_for`` fragment."""
-            stands_for = wrappers[rule]
-            if not any(stands_for in item for item in group):
-                return False
-            return all(stands_for in item or any(found(p) for p in item) for item in group) and calls_wrapper()
+        def through_project(rule, group) -> bool:
+            """The group found when what the project holds stands for one of its fragments: a
+            call of the project's own autocast wrapper for the rule's ``project_wrappers_for``,
+            a keyword the project passes for its ``project_keywords_for``."""
+            stand_ins = []
+            if rule in wrappers:
+                stand_ins.append((wrappers[rule], calls_wrapper))
+            if rule in keywords:
+                pattern, names = keywords[rule]
+                stand_ins.append((pattern, lambda: project.passes_any(names)))
+            for stands_for, holds in stand_ins:
+                if any(stands_for in item for item in group) \
+                        and all(stands_for in item or any(found(p) for p in item) for item in group) and holds():
+                    return True
+            return False
 
         # Plain loops, not nested generators: this runs on every file, most of which match nothing.
         wrappers = self.wrapper_patterns if project is not None else {}
+        keywords = self.keyword_patterns if project is not None else {}
         matched = []
         for rule, groups in self.rules:
             for group in groups:
@@ -122,7 +139,7 @@ class Prefilter:
                 else:
                     matched.append(rule)
                     break
-                if rule in wrappers and through_wrapper(rule, group):
+                if (rule in wrappers or rule in keywords) and through_project(rule, group):
                     matched.append(rule)
                     break
         return matched

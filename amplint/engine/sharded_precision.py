@@ -51,7 +51,8 @@ _FSDP2 = frozenset({"torch.distributed.fsdp.fully_shard", "torch.distributed.fsd
                     "torch.distributed._composable.fsdp.fully_shard.fully_shard"})
 # The calls that wrap a module with a policy, and the keyword they take it by.
 WRAPS = {**dict.fromkeys(_FSDP1, "mixed_precision"), **dict.fromkeys(_FSDP2, "mp_policy")}
-_KEYWORDS = tuple(sorted(set(WRAPS.values())))
+# The keywords that hand a wrap its precision policy.
+POLICY_KEYWORDS = tuple(sorted(set(WRAPS.values())))
 _NO_GRAD = frozenset({"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad",
                       "torch.autograd.inference_mode", "torch.autograd.grad_mode.no_grad",
                       "torch.autograd.grad_mode.inference_mode"})
@@ -124,8 +125,8 @@ class Float16Models:
         a policy keyword to a wrap in the file, or passes one (to anything) elsewhere in its
         project (``CheckedFile.keyword_passes``, where ``_passes_policy`` looks)."""
         if self._possible is None:
-            self._possible = any(k.arg in _KEYWORDS for c in self.ctx.outline.calls_to(WRAPS.keys())
-                                 for k in c.keywords) or any(self.ctx.keyword_passes(k) for k in _KEYWORDS)
+            self._possible = any(k.arg in POLICY_KEYWORDS for c in self.ctx.outline.calls_to(WRAPS.keys())
+                                 for k in c.keywords) or any(self.ctx.keyword_passes(k) for k in POLICY_KEYWORDS)
         return self._possible
 
     def trained_by(self, backward: ast.Call) -> Float16Model | None:
@@ -423,7 +424,7 @@ class Float16Models:
         root = fctx.project_root()
         path = project_module(root, Path(fctx.path), module, level) if root is not None else None
         return path is not None and relative_name(path.resolve(), root.resolve()) in {
-            shown for keyword in _KEYWORDS for shown, _ in self.ctx.keyword_passes(keyword)}
+            shown for keyword in POLICY_KEYWORDS for shown, _ in self.ctx.keyword_passes(keyword)}
 
     def _place(self, fctx: AstContext, node: ast.AST, what: str) -> Place:
         if fctx is self.ctx:

@@ -13,7 +13,7 @@ from ..engine.region_tables import region_dtype
 from ..engine.regions import AutocastCall, autocast_calls, autocast_region, called_function, calls_of, value_before
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import scaled_backward_scaler
-from ..engine.sharded_precision import Float16Models
+from ..engine.sharded_precision import POLICY_KEYWORDS, Float16Models
 from ..engine.summaries import backward_tensor, is_backward, receiver
 
 
@@ -200,7 +200,10 @@ class Fp16TrainingWithoutScaler(Rule):
     name = "fp16-training-without-scaler"
     summary = "float16 autocast training with no GradScaler"
     uses_policy = True
-    fragments = ((AnyOf(r"\.backward\(", "autograd"),),)  # every finding is about a backward pass
+    # Every finding is about a backward pass, in a file with a float16 autocast region or an
+    # FSDP precision policy passed to a wrap (in the file, or anywhere in its project).
+    fragments = ((AnyOf(r"\.backward\(", "autograd"), AnyOf("autocast", *POLICY_KEYWORDS)),)
+    project_keywords_for = ("autocast", POLICY_KEYWORDS)
 
     valid = (
         # bfloat16 parameters need no scaler; the float16 policy is never handed to FSDP.

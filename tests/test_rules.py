@@ -135,10 +135,35 @@ def test_call_fragment_reads_the_call_own_arguments(code, found):
     # Outside preview, AMP018 needs the value's float16 shown in the file: a region or a `.half()`.
     ("AMP018", "import torch\ndef f(x: torch.Tensor):\n    return x / (x.norm() + 1e-8)\n", False),
     ("AMP018", "import torch\ndef f(x: torch.Tensor):\n    return x / (x.norm() + 1e-8)\nnet = Net().half()\n", True),
+    # AMP009: a backward pass beside autocast or an FSDP policy keyword (else: asked of the project).
+    ("AMP009", "def f(model, x):\n    model(x).sum().backward()\n", False),
+    ("AMP009", "import torch\nwith torch.autocast('cuda'):\n    loss = model(x)\nloss.backward()\n", True),
+    ("AMP009", "fsdp = FSDP(model, mixed_precision=policy)\nfsdp(x).sum().backward()\n", True),
 ])
 def test_fragments_ask_what_the_check_needs(rule_code, code, fires):
     rule = next(r for r in all_rules() if r.code == rule_code)
     assert bool(Prefilter([rule]).matching(code)) is fires
+
+
+def test_amp009_asks_its_project_for_a_policy_keyword_its_file_lacks(tmp_path):
+    """AMP009 needs a backward pass beside a float16 region or an FSDP precision policy: a file
+    with neither passes its fragments only where its project hands a policy to a wrap."""
+    from amplint.engine.project_index import ProjectHints, forget
+
+    rule = next(r for r in all_rules() if r.code == "AMP009")
+    loop = "def train(model, batch, optimizer):\n    model(batch).loss.backward()\n    optimizer.step()\n"
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'lm'\n")
+    (tmp_path / "train.py").write_text(loop)
+    assert Prefilter([rule]).matching(loop) == []  # no project asked
+    forget()
+    assert Prefilter([rule]).matching(loop, ProjectHints(tmp_path / "train.py")) == []
+    (tmp_path / "shard.py").write_text("from torch.distributed.fsdp import fully_shard\n"
+                                       "def shard(m, policy):\n    fully_shard(m, mp_policy=policy)\n")
+    forget()
+    hints = ProjectHints(tmp_path / "train.py")
+    assert Prefilter([rule]).matching(loop, hints) == [rule]
+    assert any(d.kind == "keyword:mp_policy" for d in hints.read)  # a cached result depends on it
+    forget()
 
 
 def test_preview_fragments_ask_what_the_preview_paths_need():

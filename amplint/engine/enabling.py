@@ -48,11 +48,10 @@ def region_switch(ctx: AstContext, ac, device: bool = True, dtype: bool = False)
     return Switch(when, tuple(r for p in parts for r in p.related))
 
 
-def float16_choice(ctx: AstContext, ac) -> Switch | None:
-    """For a region whose ``dtype=`` is the value of a project function or property that
-    gives back literal dtypes (``cfg.autocast_precision``, ``get_amp_dtype(...)``:
-    ``project_index.dtype_choices``): the first place it gives torch.float16, as the switch
-    the region is float16 under; None when it gives none, or the dtype is anything else."""
+def _function_dtype(ctx: AstContext, ac) -> tuple[ast.expr, str, tuple] | None:
+    """For a region whose ``dtype=`` is the value of a project function or property
+    (``cfg.autocast_precision``, ``get_amp_dtype(...)``): that expression, the name, and the
+    dtypes the project's definitions of it give back (``project_index.dtype_choices``)."""
     if ac.dtype is not None or not ac.dtype_given:
         return None
     given = autocast_arguments(ac).get("dtype")
@@ -64,13 +63,26 @@ def float16_choice(ctx: AstContext, ac) -> Switch | None:
         name = expr.id
     else:
         return None  # a plain name is a value bound in this file, not a function's
-    choice = next((c for c in ctx.dtype_choices(name, not called) if c.dtype == "float16"), None)
+    return given, name, ctx.dtype_choices(name, not called)
+
+
+def _returned(ctx: AstContext, choice, message: str) -> Related:
+    """Where a project function gives back one of its dtypes, as a related location."""
+    return Related(relative_name((ctx.project_root() / choice.path).resolve(), Path.cwd()), choice.row, message)
+
+
+def float16_choice(ctx: AstContext, ac) -> Switch | None:
+    """For a region whose dtype a project function or property gives (``_function_dtype``):
+    the first place it gives torch.float16, as the switch the region is float16 under; None
+    when it gives none, or the dtype is anything else."""
+    found = _function_dtype(ctx, ac)
+    choice = next((c for c in found[2] if c.dtype == "float16"), None) if found is not None else None
     if choice is None:
         return None
+    given, name, _ = found
     where = f"{choice.path}:{choice.row}"
     test = choice.when if choice.when is None or len(choice.when) <= 80 else choice.when[:77] + "..."
-    related = Related(relative_name((ctx.project_root() / choice.path).resolve(), Path.cwd()), choice.row,
-                      f"`{name}` gives torch.float16" + (f" where `{test}`" if test else ""))
+    related = _returned(ctx, choice, f"`{name}` gives torch.float16" + (f" where `{test}`" if test else ""))
     return Switch(f"when `{ctx.code(given)}` is torch.float16"
                   + (f", where `{test}` ({where})" if test else f" ({where})"), (related,))
 
@@ -81,13 +93,11 @@ def config_choice(ctx: AstContext, ac, dtype: str) -> tuple[Switch, ast.expr] | 
     when its parameter equals a string (``if amp_type == "bfloat16": return torch.bfloat16``):
     the config keys set to that string, as the switch the region runs in ``dtype`` under, and
     the value's expression; None otherwise."""
-    if ac.dtype is not None or not ac.dtype_given:
+    found = _function_dtype(ctx, ac)
+    if found is None or not isinstance(found[0], ast.Call):
         return None
-    given = autocast_arguments(ac).get("dtype")
-    if not isinstance(given, ast.Call) or not isinstance(given.func, (ast.Name, ast.Attribute)):
-        return None
-    name = given.func.attr if isinstance(given.func, ast.Attribute) else given.func.id
-    for choice in ctx.dtype_choices(name, False):
+    given, name, choices = found
+    for choice in choices:
         tested = _string_test(choice.when) if choice.dtype == dtype and choice.when else None
         if tested is None:
             continue
@@ -100,8 +110,7 @@ def config_choice(ctx: AstContext, ac, dtype: str) -> tuple[Switch, ast.expr] | 
         if not keys:
             continue
         where, related = _place(ctx, keys, f"`{'.'.join(keys[0].key)}: {keys[0].value}`")
-        returned = Related(relative_name((ctx.project_root() / choice.path).resolve(), Path.cwd()), choice.row,
-                           f"`{name}` gives torch.{dtype} where `{choice.when}`")
+        returned = _returned(ctx, choice, f"`{name}` gives torch.{dtype} where `{choice.when}`")
         return Switch(f"with `{'.'.join(keys[0].key)}: {keys[0].value}` ({where}), for which `{name}` gives "
                       f"torch.{dtype} ({choice.path}:{choice.row})", (related, returned)), argument
     return None

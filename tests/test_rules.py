@@ -145,6 +145,29 @@ def test_fragments_ask_what_the_check_needs(rule_code, code, fires):
     assert bool(Prefilter([rule]).matching(code)) is fires
 
 
+_FACTORY = "import torch\nclass Head(torch.nn.Module):\n    def forward(self, h):\n" \
+           "        bias = torch.zeros(h.shape[0], device=h.device)\n        return h + bias\n"
+
+
+@pytest.mark.parametrize("extra,fires", [
+    # A word of a fragment only in prose: a comment, a docstring's example and its continuation.
+    ("# keep the bias in float16 under autocast\n", False),
+    ('"""Example:\n    >>> net = Net().to(torch.float16)\n    ... net(x.to(torch.float16))\n"""\n', False),
+    # In code, after a string that holds a `#`, in a string of code, after `...` as a value.
+    ('tag = "#"; net = Net().to(torch.float16)\n', True),
+    ('DTYPE = getattr(torch, "float16")\n', True),
+    ("PAD = ...; DTYPE = torch.float16\n", True),
+    ("# a comment\nnet = Net().to(\n    torch.float16)\n", True),
+])
+def test_fragment_words_are_found_in_code_only(extra, fires):
+    """AMP003 needs a float16 producer, a `.half()` or an autocast region in the file, outside
+    preview: a word the file spells only in prose lets nothing through; the same word in code
+    does, wherever on its line."""
+    amp003 = next(r for r in all_rules() if r.code == "AMP003")
+    assert bool(Prefilter([amp003]).matching(_FACTORY + extra)) is fires
+    assert Prefilter([amp003], preview=True).matching(_FACTORY + extra) == [amp003]
+
+
 def test_amp009_asks_its_project_for_a_policy_keyword_its_file_lacks(tmp_path):
     """AMP009 needs a backward pass beside a float16 region or an FSDP precision policy: a file
     with neither passes its fragments only where its project hands a policy to a wrap."""

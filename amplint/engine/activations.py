@@ -18,7 +18,7 @@ from functools import lru_cache
 from .ast_context import AstContext
 from .crossfile import enabling_site, named_loss_place
 from .dtypes import call_spelling, factory, float32_factory, tensor_input
-from .outline import contains
+from .outline import contains, parameter_defaults
 from .promotion import FP32_FAMILY, casts_back, policies_of
 from .regions import autocast_region, dtype_of, has_star_args, value_before
 from .summaries import checked_module, receiver
@@ -159,11 +159,7 @@ def _tensor_parameter(ctx: AstContext, function: ast.AST, param: ast.arg) -> boo
     name = param.arg
     if name in ("self", "cls") or any(h in name.lower() for h in _NON_FLOAT_HINTS):
         return False
-    args = function.args
-    positional = [*args.posonlyargs, *args.args]
-    defaults = dict(zip(map(id, positional[len(positional) - len(args.defaults):]), args.defaults))
-    defaults.update((id(p), d) for p, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None)
-    default = defaults.get(id(param))
+    default = parameter_defaults(function.args).get(param)
     if isinstance(default, ast.Constant) and type(default.value) in (int, float, str, bytes, bool):
         return False
     return param.annotation is None or "Tensor" in ctx.code(param.annotation)

@@ -13,7 +13,7 @@ from .ast_context import AstContext
 from .diagnostics import Related
 from .project_index import relative_name
 from .flow import key
-from .outline import dotted
+from .outline import dotted, parameter_defaults
 from .regions import autocast_arguments, literal_bool, value_before
 from .semantics import GRAD_SCALER
 from .switches import ConfigKey, Flag
@@ -273,11 +273,8 @@ def _parameter(ctx: AstContext, name: ast.Name) -> Switch | None:
     function = ctx.enclosing_function(name)
     if function is None or value_before(ctx, name) is not None:
         return None
-    args = function.args
-    params = [*args.posonlyargs, *args.args]
-    defaults = dict(zip(params[len(params) - len(args.defaults):], args.defaults))
-    defaults.update((p, d) for p, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None)
-    param, default = next(((p, d) for p, d in defaults.items() if p.arg == name.id), (None, None))
+    param, default = next(((p, d) for p, d in parameter_defaults(function.args).items() if p.arg == name.id),
+                          (None, None))
     if param is None:
         return None
     return Switch(f"when `{name.id}` is true (a parameter of `{function.name}`, default `{ctx.code(default)}`)",

@@ -20,7 +20,7 @@ from typing import Iterator
 from .ast_context import AstContext
 from .ast_names import file_resolver
 from .names import DTYPES
-from .outline import child_nodes, contains, walk
+from .outline import child_nodes, contains, parameter_defaults, walk
 from .regions import value_before
 from .summaries import conversion
 
@@ -45,13 +45,6 @@ def tiny_value(node: ast.AST | None) -> float | None:
     return None
 
 
-def _defaults(args: ast.arguments) -> list[tuple[ast.arg, ast.expr]]:
-    """The parameters that have a default, with it."""
-    positional = (*args.posonlyargs, *args.args)
-    found = list(zip(positional[len(positional) - len(args.defaults):], args.defaults))
-    return found + [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None]
-
-
 class Epsilons:
     """The tiny epsilons of one file: its tiny literals (``literals``), and the names that may
     hold one (``names``) and where they occur (``references``), in source order. ``of`` says which
@@ -69,7 +62,7 @@ class Epsilons:
         if not self.literals:
             return
         tiny = {id(c) for c in self.literals}
-        names = {a.arg for f in outline.nodes(ast.arguments) for a, d in _defaults(f) if id(d) in tiny}
+        names = {a.arg for f in outline.nodes(ast.arguments) for a, d in parameter_defaults(f).items() if id(d) in tiny}
         names.update(t.id for a in outline.nodes(ast.Assign) if id(a.value) in tiny
                      for t in a.targets if type(t) is ast.Name)
         names.update(a.target.id for a in outline.nodes(ast.AnnAssign)
@@ -105,7 +98,7 @@ class Epsilons:
             local = [a for a in self._assigned.get(name, ()) if contains(function, a)]
             param = next((a for a in (*function.args.args, *function.args.kwonlyargs) if a.arg == name), None)
             if param is not None:
-                default = next((d for a, d in _defaults(function.args) if a is param), None)
+                default = parameter_defaults(function.args).get(param)
                 value = tiny_value(default)
                 return (value, param) if value is not None and not local and not otherwise else None
             if local:

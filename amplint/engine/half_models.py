@@ -15,6 +15,7 @@ from .ast_context import AstContext
 from .crossfile import located
 from .diagnostics import Related
 from .enabling import Switch, named_switch
+from .outline import parameter_defaults
 from .summaries import checked_module, conversion, guards_of, keeps_dtype, made_half, receiver
 
 _Tests = tuple[tuple[str, bool], ...]  # conditions' code, and whether each holds
@@ -85,11 +86,8 @@ def _parameter_switch(ctx: AstContext, node: ast.AST, name: str) -> Switch | Non
     module = checked_module(ctx)
     if function is None or module is None:
         return None
-    args = function.args
-    positional = (*args.posonlyargs, *args.args)
-    defaults = dict(zip(positional[len(positional) - len(args.defaults):], args.defaults))
-    defaults.update((a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None)
-    param, default = next(((a, d) for a, d in defaults.items() if a.arg == name), (None, None))
+    param, default = next(((a, d) for a, d in parameter_defaults(function.args).items() if a.arg == name),
+                          (None, None))
     if param is None or module.rebinds(function, name):
         return None
     return Switch(f"when `{name}` is true (a parameter of `{function.name}`, default `{ctx.code(default)}`)",

@@ -92,6 +92,14 @@ def spelled_names(node: ast.AST) -> Iterator[str]:
             yield n.rest or ""
 
 
+def parameter_defaults(args: ast.arguments) -> dict[ast.arg, ast.expr]:
+    """The parameters that have a default, with it, in the signature's order."""
+    positional = (*args.posonlyargs, *args.args)
+    found = dict(zip(positional[len(positional) - len(args.defaults):], args.defaults))
+    found.update((a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None)
+    return found
+
+
 def contains(outer: ast.AST, node: ast.AST) -> bool:
     """Whether ``node`` lies inside ``outer`` (its decorators included), by position: what
     ``ast.walk(outer)`` would reach, without walking it."""

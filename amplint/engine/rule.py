@@ -177,9 +177,10 @@ class Rule:
     fixable: ClassVar[bool] = False
     # Regular expressions without which the rule cannot fire (a tuple inside: all of them, in
     # order; an ``AnyOf`` inside a tuple: one of its patterns): files that contain none of any
-    # selected rule's fragments are never parsed. Start a file-wide search with a literal: the
-    # regex engine finds literal prefixes fast, while a leading `\b`, class or alternation
-    # makes it try every position.
+    # selected rule's fragments are never parsed. A plain word is found only on a line that may
+    # be code (not a comment's, nor a docstring example's: `runner._CodeWord`). Start a
+    # file-wide search with a literal: the regex engine finds literal prefixes fast, while a
+    # leading `\b`, class or alternation makes it try every position.
     fragments: ClassVar[tuple[str | tuple[str | AnyOf, ...], ...]]
     # Where the rule's preview paths need less of a file than its other paths: the fragments
     # of all its paths, which the prefilter asks instead in preview mode.

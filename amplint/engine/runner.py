@@ -48,23 +48,43 @@ class TextMatch:
     read: frozenset
 
 
+class _CodeWord:
+    """A plain word of a fragment, found only where it may be code: on a line whose text before
+    it starts with no `#` (a comment, or a line of a string) and no `>>>` or `... ` (a
+    docstring's example). The words an analysis reads are names, attributes and strings of
+    code; in many files they are also, or only, in the prose around it (usage examples in
+    docstrings, a comment on why a cast is there)."""
+
+    def __init__(self, word: str):
+        self.word = word
+
+    def search(self, text: str) -> bool | None:
+        at = text.find(self.word)
+        while at != -1:
+            head = text[text.rfind("\n", 0, at) + 1:at].lstrip(" \t\f")
+            if not (head.startswith(("#", ">>>")) or head.startswith("...") and head[3:4] in ("", " ")):
+                return True
+            end = text.find("\n", at)
+            at = -1 if end == -1 else text.find(self.word, end)
+        return None
+
+
 class Prefilter:
     """Which selected rules can fire on a text, from the rules' fragments.
 
-    A fragment is a regular expression, or a tuple of them that must all match, tried in
-    order. Each pattern is searched on its own (one big alternation defeats the regex
+    A fragment is a regular expression (a plain word: ``_CodeWord``), or a tuple of them that
+    must all match, tried in order. Each pattern is searched on its own (one big alternation defeats the regex
     engine's literal scan and is many times slower) and at most once per text, however many
     rules share it. In ``preview`` mode a rule's ``preview_fragments`` stand for its fragments.
     """
 
     def __init__(self, rules: Sequence[type[Rule]], preview: bool = False):
-        compiled: dict[str, re.Pattern | str] = {}
+        compiled: dict[str, re.Pattern | _CodeWord] = {}
 
-        def searcher(pattern: str) -> re.Pattern | str:
-            # A plain word is found faster by ``in`` than by the regex engine.
-            return pattern if re.escape(pattern) == pattern else re.compile(tolerant_of_spacing(pattern))
+        def searcher(pattern: str) -> re.Pattern | _CodeWord:
+            return _CodeWord(pattern) if re.escape(pattern) == pattern else re.compile(tolerant_of_spacing(pattern))
 
-        def alternatives(item: str | AnyOf) -> tuple[re.Pattern | str, ...]:
+        def alternatives(item: str | AnyOf) -> tuple[re.Pattern | _CodeWord, ...]:
             patterns = item.patterns if isinstance(item, AnyOf) else (item,)
             return tuple(compiled.setdefault(p, searcher(p)) for p in patterns)
 
@@ -90,11 +110,11 @@ class Prefilter:
         the project's autocast wrappers by name, and one whose ``project_keywords_for``
         fragment is missing also when the project passes one of its keywords (each asked only
         where the rest of a group is found)."""
-        seen: dict[re.Pattern | str, bool] = {}
+        seen: dict[re.Pattern | _CodeWord, bool] = {}
 
-        def found(pattern: re.Pattern | str) -> bool:
+        def found(pattern: re.Pattern | _CodeWord) -> bool:
             if pattern not in seen:
-                seen[pattern] = pattern in text if type(pattern) is str else pattern.search(text) is not None
+                seen[pattern] = pattern.search(text) is not None
             return seen[pattern]
 
         wrapper_called: list[bool] = []

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .outline import Outline, child_nodes, contains, dotted, walk
+from .outline import Outline, child_nodes, contains, dotted, parameter_defaults, walk
 from .semantics import named_like_optimizer
 from .project_index import dependency, module_dependency, module_text, project_module, relative_name, summarized_by
 
@@ -511,10 +511,7 @@ class _Module:
         outline = self.outline
         args = function.args
         params = tuple(a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs))
-        positional = (*args.posonlyargs, *args.args)
-        with_default = positional[len(positional) - len(args.defaults):]
-        defaults = {a.arg: ast.unparse(d) for a, d in zip(with_default, args.defaults)}
-        defaults.update((a.arg, ast.unparse(d)) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None)
+        defaults = {a.arg: ast.unparse(d) for a, d in parameter_defaults(args).items()}
         known = self._scope(function)
         body, stores, assigned = known.nodes, known.stores, known.assigned
         guards = guards_of(function)

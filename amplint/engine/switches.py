@@ -14,7 +14,7 @@ import ast
 import re
 from dataclasses import dataclass
 
-from .outline import walk
+from .outline import parameter_defaults, walk
 
 # Config keys that turn AMP on or pick its precision, and the keys that switch a section of
 # that name (`AMP: {ENABLED: true}`, DeepSpeed's `"fp16": {"enabled": true}`).
@@ -125,10 +125,7 @@ def _flag(call: ast.Call, path: str, called: str) -> Flag | None:
 
 def _typer_parameters(function: ast.FunctionDef | ast.AsyncFunctionDef, path: str) -> list[Flag]:
     found = []
-    params = function.args.args + function.args.kwonlyargs
-    defaults = [None] * (len(function.args.args) - len(function.args.defaults)) + function.args.defaults \
-        + function.args.kw_defaults
-    for param, default in zip(params, defaults):
+    for param, default in parameter_defaults(function.args).items():
         if isinstance(default, ast.Call) and isinstance(default.func, (ast.Attribute, ast.Name)) \
                 and (default.func.attr if isinstance(default.func, ast.Attribute) else default.func.id) == "Option":
             names = [_constant(a) for a in default.args[1:]]

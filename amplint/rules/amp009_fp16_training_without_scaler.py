@@ -8,7 +8,7 @@ from ..engine.checkpoints import argument_values, calls_in
 from ..engine.diagnostics import Related
 from ..engine.enabling import float16_choice, region_switch
 from ..engine.flow import Event
-from ..engine.outline import walk
+from ..engine.outline import parameter_defaults, walk
 from ..engine.region_tables import region_dtype
 from ..engine.regions import AutocastCall, autocast_calls, autocast_region, called_function, calls_of, value_before
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
@@ -122,27 +122,26 @@ class _BesideScaled(flow.Analysis):
 class Fp16TrainingWithoutScaler(Rule):
     """
     ## What it does
-    Finds a float16 autocast region — `dtype=torch.float16`, or no dtype on a device whose
-    default is float16 per the policy tables (cuda, xpu, mps, mtia) — that feeds an unscaled
-    backward pass (`loss.backward()`, `torch.autograd.backward(...)`): one in the region's
-    function, one in a function of the file called inside the region (followed three calls
-    deep), or `loss.backward()` in a function of the file that got `loss` from the region's
-    function. A function on that path that touches a GradScaler (calls `.scale(...)`, uses a
-    scaler built in the file or a parameter named `scaler`, `grad_scaler` or `amp_scaler`, or
-    passes one on, or calls a function of the file that does) scales on some branch and ends
-    the search. When the device is an expression and no dtype is given, the region is float16
-    only on a float16 device, so a GradScaler anywhere in the file silences it. A `dtype=` that
-    a project function or property gives (`cfg.autocast_precision`, every `return` a literal
-    dtype, one torch.float16) counts where the project makes no GradScaler: the finding says
-    when it applies and points at that `return`. In a function
-    that scales, it finds a plain `loss.backward()` that some path runs in the same call as a
-    scaled backward (before or after it), of a `loss` last assigned in a float16 region with a
+    Finds a float16 autocast region — `dtype=torch.float16`, or no dtype on a device whose default
+    is float16 per the policy tables (cuda, xpu, mps, mtia) — that feeds an unscaled backward pass
+    (`loss.backward()`, `torch.autograd.backward(...)`): one in the region's function, one in a
+    function of the file called inside the region (followed three calls deep), or `loss.backward()`
+    in a function of the file that got `loss` from the region's function. A function on that path
+    that touches a GradScaler (calls `.scale(...)`, uses a scaler built in the file or a parameter
+    named `scaler`, `grad_scaler` or `amp_scaler`, or passes one on, or calls a function of the file
+    that does) scales on some branch and ends the search. When the device is an expression and no
+    dtype is given, the region is float16 only on a float16 device, so a GradScaler anywhere in the
+    file silences it. A `dtype=` that a project function or property gives
+    (`cfg.autocast_precision`, every `return` a literal dtype, one torch.float16) counts where the
+    project makes no GradScaler: the finding says when it applies and points at that `return`. In a
+    function that scales, it finds a plain `loss.backward()` that some path runs in the same call as
+    a scaled backward (before or after it), of a `loss` last assigned in a float16 region with a
     literal device or dtype: one loss scaled, another not (`if scaler is not None: ... else:
-    loss.backward()` runs one or the other, and is not reported there). Such a branch (an
-    `else`, an `elif`, `if scaler is None: loss.backward(); return`) is reported when the
-    scaler is a parameter that defaults to None (a library's `train_one_epoch(..., scaler=None)`):
-    called without one, the float16 region still runs and its loss backpropagates unscaled —
-    unless the region's `enabled=` depends on the scaler (`enabled=scaler is not None`).
+    loss.backward()` runs one or the other, and is not reported there). Such a branch (an `else`, an
+    `elif`, `if scaler is None: loss.backward(); return`) is reported when the scaler is a parameter
+    that defaults to None (a library's `train_one_epoch(..., scaler=None)`): called without one, the
+    float16 region still runs and its loss backpropagates unscaled — unless the region's `enabled=`
+    depends on the scaler (`enabled=scaler is not None`).
 
     It also finds an unscaled backward pass of a model that FSDP wraps with a float16 policy
     (`FullyShardedDataParallel(m, mixed_precision=MixedPrecision(param_dtype=torch.float16))`,
@@ -585,10 +584,9 @@ class GanTrainer:
 
 
 def _none_by_default(function: ast.AST) -> dict[str, ast.arg]:
-    """The parameters of a function (not positional-only ones) that default to None, by name."""
-    args = getattr(function, "args", None)  # none for the module
-    defaulted = [*zip(args.args[::-1], args.defaults[::-1]), *zip(args.kwonlyargs, args.kw_defaults)] if args else []
-    return {p.arg: p for p, d in defaulted if isinstance(d, ast.Constant) and d.value is None}
+    """The parameters of a function that default to None, by name."""
+    defaults = parameter_defaults(function.args) if hasattr(function, "args") else {}  # none for the module
+    return {p.arg: p for p, d in defaults.items() if isinstance(d, ast.Constant) and d.value is None}
 
 
 def _float16_region_of_loss(ctx: AstContext, call: ast.Call) -> AutocastCall | None:

@@ -150,7 +150,7 @@ _KEPT: dict[str, "Outline"] = {}
 _KEPT_CHARACTERS = 4_000_000
 # What a kept outline hands on: what it read of its tree alone (the rest, such as what a name
 # stands for, may depend on the project the next reader gives it).
-_CARRIED = ("_by_type", "scopes")
+_CARRIED = ("_index", "scopes")
 
 
 class Outline:
@@ -189,10 +189,11 @@ class Outline:
         _KEPT.clear()
 
     @cached_property
-    def _by_type(self) -> dict[type, list[ast.AST]]:
-        """Every node, by type, from one walk (``ast.walk`` is a generator per node, and
-        slower)."""
-        found: dict[type, list[ast.AST]] = {}
+    def _index(self) -> tuple[dict[type, list[ast.AST]], dict[int, ast.AST]]:
+        """Every node by type, and the node each node sits in (by id of the node), from one
+        walk (``ast.walk`` is a generator per node, and slower)."""
+        by_type: dict[type, list[ast.AST]] = {}
+        parents: dict[int, ast.AST] = {}
         stack: list = [self.tree]
         while stack:
             node = stack.pop()
@@ -200,39 +201,24 @@ class Outline:
             fields = _FIELDS[kind] if kind in _FIELDS else _fields(kind)
             if fields is None:  # a name in `global x`, a number in a match pattern: not a node
                 continue
-            nodes = found.get(kind)
+            nodes = by_type.get(kind)
             if nodes is None:
-                nodes = found[kind] = []
+                nodes = by_type[kind] = []
             nodes.append(node)
             for name in fields:
                 value = getattr(node, name)
                 if type(value) is list:
-                    stack.extend(value)
-                elif value is not None:
-                    stack.append(value)
-        return found
-
-    @cached_property
-    def parents(self) -> dict[int, ast.AST]:
-        """The node each node sits in, by id of the node: from one walk, as ``_by_type``'s."""
-        found: dict[int, ast.AST] = {}
-        stack: list = [self.tree]
-        while stack:
-            node = stack.pop()
-            kind = type(node)
-            fields = _FIELDS[kind] if kind in _FIELDS else _fields(kind)
-            if fields is None:
-                continue
-            for name in fields:
-                value = getattr(node, name)
-                if type(value) is list:
                     for child in value:
-                        found[id(child)] = node
+                        parents[id(child)] = node
                     stack.extend(value)
                 elif value is not None:
-                    found[id(value)] = node
+                    parents[id(value)] = node
                     stack.append(value)
-        return found
+        return by_type, parents
+
+    @property
+    def parents(self) -> dict[int, ast.AST]:
+        return self._index[1]
 
     @cached_property
     def scopes(self) -> Scopes:
@@ -240,7 +226,7 @@ class Outline:
 
     def nodes(self, kind: type) -> list:
         """Every node of one type (in no particular order)."""
-        return self._by_type.get(kind, [])
+        return self._index[0].get(kind, [])
 
     @cached_property
     def _imports(self) -> dict[str, set[str]]:

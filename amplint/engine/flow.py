@@ -123,12 +123,38 @@ _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
 def flows(ctx: AstContext) -> list[Flow]:
-    """The module's own code and every function in the file, lowered (once per file)."""
+    """The module's own code and every function in the file, lowered (once per file). A
+    function where no call and no ``with`` can make an event is not lowered: its flow has no
+    event and an empty block (no AMP step happens in it, whatever its branches)."""
     if "_flows" not in ctx.__dict__:
         functions = [*ctx.outline.nodes(ast.FunctionDef), *ctx.outline.nodes(ast.AsyncFunctionDef)]
         scopes = [ctx.outline.tree, *sorted(functions, key=ctx.order)]
-        ctx.__dict__["_flows"] = [_Lowering(ctx, scope).flow() for scope in scopes]
+        eventful = _eventful_scopes(ctx)
+        ctx.__dict__["_flows"] = [
+            _Lowering(ctx, scope).flow() if eventful is None or (id(scope) if i else 0) in eventful
+            else Flow(scope, [], []) for i, scope in enumerate(scopes)]
     return ctx.__dict__["_flows"]
+
+
+# What a call's name must be for ``_Lowering._call_event`` to make an event of it.
+_EVENT_METHODS = frozenset({"backward", "unscale_", "step", "update"})
+_EVENT_CALLS = frozenset({*GRAD_SCALER, "torch.autograd.backward"})
+
+
+def _eventful_scopes(ctx: AstContext) -> set[int] | None:
+    """The functions (by id, as ``outline.scopes`` keys them: 0 for the module's own code)
+    with a ``with`` or a call that may be an event; None for all of them where the file clips
+    gradients (a call of any helper of the file may then be a clip)."""
+    outline, scopes = ctx.outline, ctx.outline.scopes
+    found = {scopes[id(w)] for kind in (ast.With, ast.AsyncWith) for w in outline.nodes(kind)}
+    for call in outline.nodes(ast.Call):
+        names = outline.qualified_names(call.func)
+        if not names.isdisjoint(CLIP_GRAD):
+            return None
+        if isinstance(call.func, ast.Attribute) and call.func.attr in _EVENT_METHODS \
+                or not names.isdisjoint(_EVENT_CALLS):
+            found.add(scopes[id(call)])
+    return found
 
 
 def scalers(ctx: AstContext) -> set[str]:

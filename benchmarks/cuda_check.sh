@@ -1,0 +1,50 @@
+#!/bin/bash
+# What needs a CUDA GPU, in one run (from the repository's root, on a machine with one and a
+# CUDA build of torch; amplint itself is taken from this tree):
+#   1. the probe's CUDA table observed at the dispatcher (`--mode simulate`, what it does
+#      without a GPU) against the one from ops executed on the GPU (`--mode execute`), and the
+#      committed table against the executed one (`amplint probe diff`);
+#   2. `amplint trace` of the fixtures' training script on the GPU: the faulty one must report
+#      its mistakes, the correct one nothing.
+# Everything it writes goes to $OUT (default: a new temporary folder, printed first).
+#
+#     OUT=/tmp/cuda-check bash benchmarks/cuda_check.sh
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${OUT:-$(mktemp -d)}
+PY=${PYTHON:-python3}
+mkdir -p "$OUT"
+echo "writing to $OUT"
+export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+
+nvidia-smi -L
+$PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())" \
+    | tee "$OUT/torch.txt"
+
+for mode in simulate execute; do
+    TIMEFORMAT="probe --mode $mode: %R s"
+    time $PY -m amplint probe --device cuda --mode $mode --format json -o "$OUT/cuda-$mode.json"
+done
+$PY -m amplint probe diff "$OUT/cuda-simulate.json" "$OUT/cuda-execute.json" > "$OUT/diff-simulate-execute.txt"
+echo "simulate vs execute: $(tail -1 "$OUT/diff-simulate-execute.txt")"
+$PY -m amplint probe diff "$ROOT/policies/torch-2.13/cuda.json" "$OUT/cuda-execute.json" > "$OUT/diff-committed-execute.txt"
+echo "committed (torch 2.13, simulated) vs execute: $(tail -1 "$OUT/diff-committed-execute.txt")"
+
+# The fixtures' training script reads its data from train.pt and val.pt: random images.
+for kind in faulty correct; do
+    work=$(mktemp -d)
+    cp "$ROOT"/fixtures/$kind/*.py "$work"/
+    (cd "$work" && $PY -c "
+import torch
+torch.manual_seed(0)
+for name, n in (('train.pt', 512), ('val.pt', 256)):
+    torch.save([(torch.randn(3, 32, 32), int(torch.randint(0, 10, ()))) for _ in range(n)], name)
+")
+    (cd "$work" && timeout 300 $PY -m amplint trace --steps 3 --output-format json --report "$OUT/trace-$kind.json" \
+        -- python train_amp.py --epochs 1 > "$OUT/trace-$kind-findings.json" 2> "$OUT/trace-$kind.err")
+    echo "trace $kind/train_amp.py: rc $?, findings: $($PY -c "
+import json, sys
+found = json.load(open(sys.argv[1]))
+print(len(found), sorted({(f['code'], f['location']['row']) for f in found}))" "$OUT/trace-$kind-findings.json" 2>&1)"
+    rm -rf "$work"
+done

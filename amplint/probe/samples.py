@@ -130,6 +130,26 @@ SPECIFIC: dict[str, Specific] = {
         shapes={"query": (2, 4, 4), "key": (2, 4, 4), "value": (2, 4, 4), "qkv_weight": (12, 4),
                 "qkv_bias": (12,), "proj_weight": (4, 4), "proj_bias": (4,), "mask": (4, 4)},
         values={"embed_dim": 4}),
+    # A matrix times a vector; a cross product along a dimension of size 3; two dimensions.
+    "mv": Specific(shapes={"self": (4, 4), "vec": (4,)}),
+    "addmv": Specific(shapes={"self": (4,), "mat": (4, 4), "vec": (4,)}),
+    "cross": Specific(shapes={"self": (4, 3), "other": (4, 3)}),
+    "nuclear_norm.dim": Specific(shapes={"self": (4, 4)}, values={"dim": [0, 1]}),
+    # RNN cells of hidden size 4 (an LSTM's four gates 16 wide, a GRU's three 12 wide).
+    "lstm_cell": Specific(shapes={"input": (2, 4), "hx": (2, 4), "w_ih": (16, 4), "w_hh": (16, 4),
+                                  "b_ih": (16,), "b_hh": (16,)}),
+    "gru_cell": Specific(shapes={"input": (2, 4), "hx": (2, 4), "w_ih": (12, 4), "w_hh": (12, 4),
+                                 "b_ih": (12,), "b_hh": (12,)}),
+    "_thnn_fused_lstm_cell": Specific(shapes={"input_gates": (2, 16), "hidden_gates": (2, 16), "cx": (2, 4),
+                                              "input_bias": (16,), "hidden_bias": (16,)}),
+    "_thnn_fused_gru_cell": Specific(shapes={"input_gates": (2, 12), "hidden_gates": (2, 12), "hx": (2, 4),
+                                             "input_bias": (12,), "hidden_bias": (12,)}),
+    # (batch, heads, length, head size): flash attention wants the head size a multiple of 8.
+    "_scaled_dot_product_flash_attention": Specific(shapes={"query": (2, 2, 4, 8), "key": (2, 2, 4, 8),
+                                                            "value": (2, 2, 4, 8)}),
+    "cudnn_convolution_transpose": Specific(shapes={"self": (2, 4, 4, 4), "weight": (4, 4, 3, 3)},
+                                            values={"padding": [0, 0], "output_padding": [0, 0], "stride": [1, 1],
+                                                    "dilation": [1, 1], "groups": 1}),
     # One LSTM layer as torch's decomposition calls it (mode 2: ideep's LSTM; hidden size 4).
     "mkldnn_rnn_layer": Specific(
         shapes={"input": (4, 2, 4), "weight0": (16, 4), "weight1": (16, 4), "weight2": (16,),

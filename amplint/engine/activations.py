@@ -18,7 +18,7 @@ from functools import lru_cache
 from .ast_context import AstContext
 from .crossfile import enabling_site, named_loss_place
 from .dtypes import call_spelling, factory, float32_factory, tensor_input
-from .outline import contains, parameter_defaults
+from .outline import contains, named_parameters, parameter_defaults
 from .promotion import FP32_FAMILY, casts_back, policies_of
 from .regions import autocast_region, dtype_of, has_star_args, value_before
 from .summaries import checked_module, receiver
@@ -102,12 +102,6 @@ def callee_name(call: ast.Call) -> str | None:
     return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
 
 
-def _parameters(function: ast.AST) -> list[ast.arg]:
-    """The parameters a call may pass one by one (not ``*args``, ``**kwargs``)."""
-    args = function.args
-    return [*args.posonlyargs, *args.args, *args.kwonlyargs]
-
-
 def binding(ctx: AstContext, name: ast.Name) -> Binding | None:
     """The binding of ``name`` where it is read: the plain assignment ``regions.value_before``
     shows, else an unpacking's element, a ``for`` or ``with`` target, or, where its function
@@ -127,7 +121,7 @@ def binding(ctx: AstContext, name: ast.Name) -> Binding | None:
         if not contains(node, name):  # `x = f(x)` reads the binding before it
             last = node
     if last is None:
-        parameter = next((p for p in _parameters(function) if p.arg == name.id), None) if function else None
+        parameter = next((p for p in named_parameters(function.args) if p.arg == name.id), None) if function else None
         return Binding(function, None, parameter=parameter) if parameter is not None else None
     if isinstance(last, ast.AugAssign):  # an update in place keeps what the name holds
         return binding(ctx, last.target) if isinstance(last.target, ast.Name) else None

@@ -92,6 +92,11 @@ def spelled_names(node: ast.AST) -> Iterator[str]:
             yield n.rest or ""
 
 
+def named_parameters(args: ast.arguments) -> list[ast.arg]:
+    """The parameters a call may pass one by one (not ``*args``, ``**kwargs``), in order."""
+    return [*args.posonlyargs, *args.args, *args.kwonlyargs]
+
+
 def parameter_defaults(args: ast.arguments) -> dict[ast.arg, ast.expr]:
     """The parameters that have a default, with it, in the signature's order."""
     positional = (*args.posonlyargs, *args.args)

@@ -35,7 +35,7 @@ from typing import Callable, Iterable, Iterator
 
 from . import source as source_io
 from .names import AUTOCAST, AUTOCAST_DEVICE, DTYPES
-from .outline import Outline, contains, dotted, walk
+from .outline import Outline, contains, dotted, named_parameters, walk
 from .switches import (CONFIG_SUFFIXES, MAX_CONFIG_BYTES, ConfigKey, Flag, config_keys_in, flags_in, may_define_flags,
                        may_hold_amp_key, turns_on)
 from .torch_requirement import declared_torch
@@ -1021,8 +1021,7 @@ def dtype_choices(root: Path, name: str, attribute: bool) -> tuple[DtypeChoice, 
                 if returned is None or is_property is not attribute:
                     found = None
                     break
-                args = function.args
-                parameters = tuple(p.arg for p in (*args.posonlyargs, *args.args, *args.kwonlyargs))
+                parameters = tuple(p.arg for p in named_parameters(function.args))
                 found.extend(DtypeChoice(relative_name(path, root), row, dtype, test, parameters)
                              for row, dtype, test in returned)
             if found is None:

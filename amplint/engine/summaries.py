@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .outline import Outline, child_nodes, contains, dotted, parameter_defaults, walk
+from .outline import Outline, child_nodes, contains, dotted, named_parameters, parameter_defaults, walk
 from .semantics import named_like_optimizer
 from .project_index import dependency, module_dependency, module_text, project_module, relative_name, summarized_by
 
@@ -510,7 +510,7 @@ class _Module:
     def _own(self, function: ast.FunctionDef | ast.AsyncFunctionDef) -> dict:
         outline = self.outline
         args = function.args
-        params = tuple(a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs))
+        params = tuple(a.arg for a in named_parameters(args))
         defaults = {a.arg: ast.unparse(d) for a, d in parameter_defaults(args).items()}
         known = self._scope(function)
         body, stores, assigned = known.nodes, known.stores, known.assigned

@@ -10,6 +10,7 @@ from ..engine.crossfile import located, project_function
 from ..engine.diagnostics import Fix
 from ..engine.flow import Event, Flow, line_of
 from ..engine.gradient_hooks import CLAMP_WORDS, called_name, calls_in, clamping, hook_clamp, registered_clamp
+from ..engine.outline import named_parameters
 from ..engine.regions import called_function
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import GRAD_SCALER, SCALER_PARAMETERS, scaled_backward_scaler
@@ -552,9 +553,7 @@ def _scaler_here(ctx: AstContext, node: ast.AST) -> tuple[str, int] | None:
     one."""
     function = ctx.enclosing_function(node)
     if function is not None:
-        args = function.args
-        param = next((p for p in (*args.posonlyargs, *args.args, *args.kwonlyargs) if p.arg in SCALER_PARAMETERS),
-                     None)
+        param = next((p for p in named_parameters(function.args) if p.arg in SCALER_PARAMETERS), None)
         if param is not None:
             return param.arg, param.lineno
     for call in calls_in(ctx, ctx.enclosing(node, ast.ClassDef) or ctx.outline.tree):

@@ -9,6 +9,7 @@ from ..engine.ast_context import AstContext
 from ..engine.diagnostics import Related
 from ..engine.flow import line_of
 from ..engine.loss_scale import Scaled, arguments, bound_names, last_name, reads_scale, scale_names, scaled, unstarred
+from ..engine.outline import named_parameters
 from ..engine.regions import bind, called_function, calls_of, value_before
 from ..engine.rule import Invalid, Rule, Valid
 from ..engine.summaries import checked_module, receiver
@@ -550,7 +551,7 @@ def train(critic, gen, loader, opt_d, scaler, z_dim=128):
         if not parameters:
             return
         inside: _Use | None = None
-        params = [p.arg for p in (*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs)]
+        params = [p.arg for p in named_parameters(function.args)]
         for caller in calls_of(ctx, function):
             given = bind(caller, params[1:] if isinstance(caller.func, ast.Attribute) else params) or {}
             found = next((s for p in parameters if p in given if (s := scaled(ctx, given[p])) is not None), None)

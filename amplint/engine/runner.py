@@ -73,9 +73,9 @@ class Prefilter:
     """Which selected rules can fire on a text, from the rules' fragments.
 
     A fragment is a regular expression (a plain word: ``_CodeWord``), or a tuple of them that
-    must all match, tried in order. Each pattern is searched on its own (one big alternation defeats the regex
-    engine's literal scan and is many times slower) and at most once per text, however many
-    rules share it. In ``preview`` mode a rule's ``preview_fragments`` stand for its fragments.
+    must all match, tried in order. Each pattern is searched on its own (one big alternation
+    defeats the regex engine's literal scan and is many times slower) and at most once per
+    text, however many rules share it. In ``preview`` mode a rule's ``preview_fragments`` stand for its fragments.
     """
 
     def __init__(self, rules: Sequence[type[Rule]], preview: bool = False):

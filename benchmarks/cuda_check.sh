@@ -4,8 +4,10 @@
 #   1. the probe's CUDA table observed at the dispatcher (`--mode simulate`, what it does
 #      without a GPU) against the one from ops executed on the GPU (`--mode execute`), and the
 #      committed table against the executed one (`amplint probe diff`);
-#   2. `amplint trace` of the fixtures' training script on the GPU: the faulty one must report
-#      its mistakes, the correct one nothing.
+#   2. the cuDNN RNN kernel (`_cudnn_rnn`, which the committed table takes from PyTorch's
+#      source) executed on its own;
+#   3. `amplint trace` of the fixtures' training script on the GPU beside `amplint check` of the
+#      same file: the faulty one must report its mistakes, the correct one nothing.
 # Everything it writes goes to $OUT (default: a new temporary folder, printed first).
 #
 #     OUT=/tmp/cuda-check bash benchmarks/cuda_check.sh
@@ -30,6 +32,10 @@ echo "simulate vs execute: $(tail -1 "$OUT/diff-simulate-execute.txt")"
 $PY -m amplint probe diff "$ROOT/policies/torch-2.13/cuda.json" "$OUT/cuda-execute.json" > "$OUT/diff-committed-execute.txt"
 echo "committed (torch 2.13, simulated) vs execute: $(tail -1 "$OUT/diff-committed-execute.txt")"
 
+$PY -m amplint probe --device cuda --mode execute --ops _cudnn_rnn --format json -o "$OUT/cudnn-rnn.json" \
+    > "$OUT/cudnn-rnn.log" 2>&1
+echo "_cudnn_rnn executed: rc $?, $(tail -1 "$OUT/cudnn-rnn.log")"
+
 # The fixtures' training script reads its data from train.pt and val.pt: random images.
 for kind in faulty correct; do
     work=$(mktemp -d)
@@ -47,4 +53,6 @@ import json, sys
 found = json.load(open(sys.argv[1]))
 print(len(found), sorted({(f['code'], f['location']['row']) for f in found}))" "$OUT/trace-$kind-findings.json" 2>&1)"
     rm -rf "$work"
+    echo "check $kind/train_amp.py: $($PY -m amplint check --no-cache --exit-zero --output-format concise \
+        "$ROOT/fixtures/$kind/train_amp.py" | tr '\n' ' ')"
 done

@@ -45,6 +45,7 @@ class Observation:
     args: dict[str, Any] = field(default_factory=dict)  # its arguments, tensors as dtype names
     output_casts: list[tuple[str, str, str]] = field(default_factory=list)  # casts of its output, after it
     error: str | None = None
+    accepted: bool = False  # the re-dispatched op computed its output from these arguments
 
     @property
     def reached(self) -> bool:
@@ -191,6 +192,7 @@ def observe(call: Callable[[], Any]) -> Observation:
         except Exception:  # no meta kernel for these arguments: what follows is not seen
             raise _Stop from None
         if redispatched:
+            obs.accepted = True
             for t in _tensors(out):
                 t.label = OUTPUT_LABEL
         return out

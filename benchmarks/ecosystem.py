@@ -1,12 +1,13 @@
 """Ecosystem check: amplint on real PyTorch projects, with invariants on its fixes.
 
-    python benchmarks/ecosystem.py [--report ecosystem.md]
+    python benchmarks/ecosystem.py [--report ecosystem.md] [--preview] [--corpus DIR ...]
 
-Installs the pinned corpus (as benchmarks/lint_speed.py does), then for each project:
+Installs the pinned corpus (as benchmarks/lint_speed.py does; `--corpus` names folders of
+releases installed with `pip install --no-deps --target` instead), then for each project:
 `amplint check` (findings per rule, internal errors), and `--fix --unsafe-fixes` on a copy
 with three invariants: every fixed file still compiles, a second --fix changes nothing, and
-no fixable finding is left. Writes a markdown report; exits 1 on any internal error or broken
-invariant.
+no fixable finding is left. `--preview` runs the preview rules too, in every step. Writes a
+markdown report; exits 1 on any internal error or broken invariant.
 """
 
 from __future__ import annotations
@@ -29,13 +30,18 @@ def projects(site: Path) -> dict[str, list[Path]]:
     """Each installed distribution and the top-level folders/modules it put in ``site``."""
     found = {}
     for dist in metadata.distributions(path=[str(site)]):
-        tops = {Path(str(f)).parts[0] for f in dist.files or () if str(f).endswith(".py")}
-        found[dist.metadata["Name"]] = sorted(site / t for t in tops if not t.endswith(".dist-info"))
+        # The files it installed inside the folder (a RECORD also lists scripts put above it).
+        tops = {Path(str(f)).parts[0] for f in dist.files or () if str(f).endswith(".py")} - {"..", "."}
+        found[f'{dist.metadata["Name"]} {dist.version}'] = sorted(site / t for t in tops if not t.endswith(".dist-info"))
     return dict(sorted(found.items()))
 
 
+# `--preview` when asked: every run of `amplint check` below takes it.
+MODE: list[str] = []
+
+
 def amplint(*args: str, cwd: Path | None = None) -> list[dict]:
-    out = subprocess.run([sys.executable, "-m", "amplint", "check", "--no-cache", "--exit-zero",
+    out = subprocess.run([sys.executable, "-m", "amplint", "check", "--no-cache", "--exit-zero", *MODE,
                           "--output-format", "json", *args], capture_output=True, text=True, cwd=cwd)
     return json.loads(out.stdout or "[]")
 
@@ -56,7 +62,7 @@ def check_project(name: str, paths: list[Path]) -> dict:
         for path in paths:
             (shutil.copytree if path.is_dir() else shutil.copy2)(path, copy / path.name)
         before = snapshot(copy)
-        subprocess.run([sys.executable, "-m", "amplint", "check", "--no-cache", "--exit-zero", "--fix",
+        subprocess.run([sys.executable, "-m", "amplint", "check", "--no-cache", "--exit-zero", *MODE, "--fix",
                         "--unsafe-fixes", "."], cwd=copy, capture_output=True)
         after = snapshot(copy)
         changed = [f for f in after if after[f] != before.get(f)]
@@ -66,7 +72,7 @@ def check_project(name: str, paths: list[Path]) -> dict:
                 compile(after[f], f, "exec")
             except SyntaxError as exc:
                 row["broken"].append(f"{f} no longer compiles: {exc}")
-        subprocess.run([sys.executable, "-m", "amplint", "check", "--no-cache", "--exit-zero", "--fix",
+        subprocess.run([sys.executable, "-m", "amplint", "check", "--no-cache", "--exit-zero", *MODE, "--fix",
                         "--unsafe-fixes", "."], cwd=copy, capture_output=True)
         if snapshot(copy) != after:
             row["broken"].append("a second --fix changed files again")
@@ -94,8 +100,12 @@ def report(rows: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--report", type=Path, default=Path("ecosystem.md"))
+    parser.add_argument("--preview", action="store_true", help="with the preview rules")
+    parser.add_argument("--corpus", type=Path, nargs="+", help="folders of releases installed with pip --target")
     args = parser.parse_args()
-    rows = [check_project(name, paths) for name, paths in projects(install_corpus()).items() if paths]
+    MODE[:] = ["--preview"] if args.preview else []
+    sites = [folder.resolve() for folder in args.corpus] if args.corpus else [install_corpus()]
+    rows = [check_project(name, paths) for site in sites for name, paths in projects(site).items() if paths]
     text = report(rows)
     args.report.write_text(text, encoding="utf-8")
     print(text)

@@ -365,10 +365,12 @@ def evaluate(model, x, y):
     project_index.forget()
 
 
-def test_a_process_that_keeps_the_project_reads_the_declared_torch_at_each_check(tmp_path, monkeypatch):
+def test_a_process_that_keeps_the_project_keeps_the_declared_torch_until_a_declaration_changes(
+        tmp_path, monkeypatch):
     """What the project declares of torch is read beyond its modules and config files (a
-    requirements file, an installed METADATA): it is read again at each check, kept or not."""
-    from amplint.engine import project_index
+    requirements file, an installed METADATA): kept between checks while every file and folder
+    it was looked for in is unchanged on disk, read again once one changes or appears."""
+    from amplint.engine import project_index, torch_requirement
     from amplint.engine.config import Resolver
     from amplint.engine.project import Options, check_buffer
 
@@ -377,15 +379,26 @@ def test_a_process_that_keeps_the_project_reads_the_declared_torch_at_each_check
                       "requirements.txt": "torch==2.1.2\n", "demo/__init__.py": "", "demo/utils.py": UTILS,
                       "demo/legacy.py": legacy_text})
     monkeypatch.setattr(project_index, "_KEEP_BETWEEN_RUNS", [True])
+    read: list[Path] = []
+    declarations = torch_requirement._declarations
+    monkeypatch.setattr(torch_requirement, "_declarations", lambda root: read.append(root) or declarations(root))
     legacy = tmp_path / "demo" / "legacy.py"
 
     def codes() -> list[str]:
+        read.clear()
         report = check_buffer(legacy.read_bytes(), str(legacy), Resolver(), Options(cache=False))
         return [d.code for d in report.diagnostics]
 
     project_index.forget()
-    assert "AMP004" not in codes()  # torch 2.1 has no torch.amp.GradScaler to move to
+    assert "AMP004" not in codes() and read  # torch 2.1 has no torch.amp.GradScaler to move to
     assert tmp_path / "demo" / "utils.py" in project_index._SEEN  # the project was read, and is kept
+    assert "AMP004" not in codes() and read == []  # the declaration too
     (tmp_path / "requirements.txt").write_text("torch>=2.4\n")
-    assert "AMP004" in codes()
+    assert "AMP004" in codes() and read
+    assert "AMP004" in codes() and read == []
+    (tmp_path / "requirements.txt").write_text("numpy\n")  # no torch declared: the one in use
+    assert "AMP004" in codes() and read
+    # A requirements file added beside it: the torch declared is 2.1 again.
+    (tmp_path / "requirements-dev.txt").write_text("torch==2.1.2\n")
+    assert "AMP004" not in codes() and read
     project_index.forget()

@@ -38,6 +38,7 @@ from .names import AUTOCAST, AUTOCAST_DEVICE, DTYPES
 from .outline import Outline, contains, dotted, named_parameters, walk
 from .switches import (CONFIG_SUFFIXES, MAX_CONFIG_BYTES, ConfigKey, Flag, config_keys_in, flags_in, may_define_flags,
                        may_hold_amp_key, turns_on)
+from . import torch_requirement
 from .torch_requirement import declared_torch
 
 # Folders no project's files are taken from, and the exclude list a configuration starts with.
@@ -295,16 +296,20 @@ def new_run() -> None:
     any folder it listed, changed on disk since."""
     if not (_KEEP_BETWEEN_RUNS and _SEEN and all(_signature(path) == seen for path, seen in _SEEN.items())):
         forget()
-        return
-    # What is read from files beyond the modules and config files (requirements, an installed
-    # METADATA) is not watched: read again.
-    declared_torch.cache_clear()
-    for key in [k for k in _FACTS if k[0] in {f"dependency:{kind}" for kind in _READ_BEYOND_FILES}]:
-        del _FACTS[key]
 
 
 # What the files read and the folders listed were on disk when read: (modified, size, inode).
 _SEEN: dict[Path, tuple[int, int, int] | None] = {}
+
+
+def _looked_at(path: Path) -> None:
+    """A file or folder that the torch the project declares is looked for in, before it is
+    read: kept between runs like the modules, while it is unchanged."""
+    if _KEEP_BETWEEN_RUNS:
+        _SEEN.setdefault(path, _signature(path))
+
+
+torch_requirement.READ_HOOKS.append(_looked_at)
 
 
 def _signature(path: Path | str) -> tuple[int, int, int] | None:

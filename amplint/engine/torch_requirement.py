@@ -34,8 +34,19 @@ import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Callable
 
 from .outline import walk
+
+# Told of every file and folder a declaration is looked for in, before it is read (whether it
+# exists or not): a process that keeps the answer between runs keeps it while none changes.
+READ_HOOKS: list[Callable[[Path], None]] = []
+
+
+def _looked_at(path: Path) -> Path:
+    for hook in READ_HOOKS:
+        hook(path)
+    return path
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -152,7 +163,7 @@ def _declared(text: str) -> str:
 
 
 def _from_pyproject(path: Path) -> list[str]:
-    project = tomllib.loads(path.read_text(encoding="utf-8")).get("project")
+    project = tomllib.loads(_looked_at(path).read_text(encoding="utf-8")).get("project")
     if not isinstance(project, dict):
         return []
     found = list(project.get("dependencies") or [])
@@ -167,13 +178,13 @@ def _from_requirements(path: Path, root: Path, seen: set[Path]) -> list[tuple[st
     (those inside ``root``, each once): (requirement, the file that holds it)."""
     seen.add(path)
     found = []
-    text = path.read_text(encoding="utf-8").replace("\\\n", "")
+    text = _looked_at(path).read_text(encoding="utf-8").replace("\\\n", "")
     for line in text.splitlines():
         line = re.sub(r"(^|\s)#.*", "", line).strip()
         include = re.match(r"(?:-r|--requirement)(?:\s+|=|(?=\S))(\S+)", line)
         if include is not None:
             target = (path.parent / include.group(1)).resolve()
-            if target not in seen and target.is_relative_to(root) and target.is_file():
+            if target not in seen and target.is_relative_to(root) and _looked_at(target).is_file():
                 found += _from_requirements(target, root, seen)
         elif line and not line.startswith("-"):
             found.append((line, path))
@@ -182,7 +193,7 @@ def _from_requirements(path: Path, root: Path, seen: set[Path]) -> list[tuple[st
 
 def _from_setup_cfg(path: Path) -> list[str]:
     parser = configparser.ConfigParser(interpolation=None)
-    parser.read_string(path.read_text(encoding="utf-8"))
+    parser.read_string(_looked_at(path).read_text(encoding="utf-8"))
     values = []
     if parser.has_option("options", "install_requires"):
         values.append(parser.get("options", "install_requires"))
@@ -204,7 +215,7 @@ def _literal_strings(node: ast.expr, assigned: dict[str, ast.expr]) -> list[str]
 
 
 def _from_setup_py(path: Path) -> list[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = ast.parse(_looked_at(path).read_text(encoding="utf-8"))
     assigned: dict[str, ast.expr] = {}
     for statement in tree.body:
         if isinstance(statement, ast.Assign) and len(statement.targets) == 1 \
@@ -223,11 +234,11 @@ def _from_setup_py(path: Path) -> list[str]:
 def _top_level(dist_info: Path) -> set[str]:
     """The top-level names an installed distribution holds: its ``top_level.txt``, else the
     first parts of the paths its ``RECORD`` lists (inside the folder it was installed to)."""
-    top_level = dist_info / "top_level.txt"
+    top_level = _looked_at(dist_info / "top_level.txt")
     if top_level.is_file():
         return {line.strip().replace("\\", "/").split("/")[0]
                 for line in top_level.read_text(encoding="utf-8").splitlines() if line.strip()}
-    record = dist_info / "RECORD"
+    record = _looked_at(dist_info / "RECORD")
     if not record.is_file():
         return set()
     names = set()
@@ -243,7 +254,7 @@ def _from_metadata(path: Path) -> list[str]:
     """The ``Requires-Dist`` requirements of a distribution's ``METADATA`` (its headers, up
     to the first empty line), but those that apply only to an extra."""
     found = []
-    for line in path.read_text(encoding="utf-8").split("\n\n", 1)[0].splitlines():
+    for line in _looked_at(path).read_text(encoding="utf-8").split("\n\n", 1)[0].splitlines():
         if line[:1].isspace():
             continue  # a continuation of a header, of a description say
         name, _, value = line.partition(":")
@@ -257,12 +268,12 @@ def _from_metadata(path: Path) -> list[str]:
 def _distribution_of(root: Path) -> list[Path]:
     """The ``METADATA`` of the installed distributions beside the package folder ``root`` that
     hold it (none for a folder that is not a package)."""
-    if not (root / "__init__.py").is_file():
+    if not _looked_at(root / "__init__.py").is_file():
         return []
     found = []
-    for dist_info in sorted(root.parent.glob("*.dist-info")):
+    for dist_info in sorted(_looked_at(root.parent).glob("*.dist-info")):
         try:
-            if root.name in _top_level(dist_info) and (dist_info / "METADATA").is_file():
+            if root.name in _top_level(dist_info) and _looked_at(dist_info / "METADATA").is_file():
                 found.append(dist_info / "METADATA")
         except (OSError, UnicodeDecodeError):
             continue
@@ -271,6 +282,7 @@ def _distribution_of(root: Path) -> list[Path]:
 
 def _declarations(root: Path) -> list[tuple[str, Path]]:
     found: list[tuple[str, Path]] = []
+    _looked_at(root)  # its listing: a declaration file added or removed
     readers = (("pyproject.toml", _from_pyproject), ("setup.cfg", _from_setup_cfg), ("setup.py", _from_setup_py))
     for name, read in readers:
         path = root / name

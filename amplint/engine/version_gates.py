@@ -31,7 +31,7 @@ from ..policy import PolicyError
 from .ast_names import AstImportResolver, dotted, file_resolver
 from .checked_file import CheckedFile
 from .crossfile import imported_as
-from .outline import Outline, contains
+from .outline import Outline, contains, walk
 from .project_index import (
     Dependency,
     module_dependency,
@@ -240,6 +240,24 @@ class ModuleCode:
             yield current
             current = self.parent(current)
 
+    def scopes_around(self, node: ast.AST) -> tuple[ast.AST, ...]:
+        """The nested scopes (``_NESTED_SCOPES``) that ``node`` sits in, innermost first. Each
+        node's answer is kept: a walk up stops at the first node answered."""
+        known = self.facts.setdefault("scopes around", {})
+        walked: list[tuple[ast.AST, ast.AST]] = []
+        current = node
+        while id(current) not in known:
+            parent = self.parent(current)
+            if parent is None:
+                known[id(current)] = ()
+                break
+            walked.append((current, parent))
+            current = parent
+        for child, parent in reversed(walked):
+            outer = known[id(parent)]
+            known[id(child)] = (parent, *outer) if isinstance(parent, _NESTED_SCOPES) else outer
+        return known[id(node)]
+
     def qualified_names(self, expr: ast.AST) -> set[str]:
         return self.imports.qualified_names(expr)
 
@@ -409,23 +427,20 @@ def is_successor(name: str) -> bool:
 
 
 def _uses_successor(code: ModuleCode, block: list[ast.stmt]) -> bool:
-    return any(contains(statement, node) for node in _successor_uses(code) for statement in block)
+    """Whether ``block`` (a ``try``'s body) imports or references the device-generic AMP API."""
+    known = code.facts.setdefault("successor blocks", {})
+    if id(block[0]) not in known:
+        known[id(block[0])] = any(_is_successor_use(code, node) for statement in block for node in walk(statement))
+    return known[id(block[0])]
 
 
-def _successor_uses(code: ModuleCode) -> list[ast.AST]:
-    """The imports and references of the device-generic AMP API in the module."""
-    found = code.facts.get("successor uses")
-    if found is None:
-        found = []
-        for stmt in code.nodes(ast.ImportFrom):
-            if not stmt.level and stmt.module is not None and stmt.names[0].name != "*":
-                if any(is_successor(f"{stmt.module}.{alias.name}") for alias in stmt.names):
-                    found.append(stmt)
-        found += [stmt for stmt in code.nodes(ast.Import) if any(is_successor(alias.name) for alias in stmt.names)]
-        found += [node for node in code.nodes(ast.Name, ast.Attribute)
-                  if any(is_successor(q) for q in code.qualified_names(node))]
-        code.facts["successor uses"] = found
-    return found
+def _is_successor_use(code: ModuleCode, node: ast.AST) -> bool:
+    if isinstance(node, ast.ImportFrom):
+        return not node.level and node.module is not None and node.names[0].name != "*" \
+            and any(is_successor(f"{node.module}.{alias.name}") for alias in node.names)
+    if isinstance(node, ast.Import):
+        return any(is_successor(alias.name) for alias in node.names)
+    return isinstance(node, (ast.Name, ast.Attribute)) and any(is_successor(q) for q in code.qualified_names(node))
 
 
 def _truth(value) -> bool:
@@ -785,8 +800,8 @@ class _Evaluator:
             self.checked.dependencies |= other.code.read
 
     def _local_to_function(self, name: ast.Name) -> bool:
-        return any(isinstance(ancestor, _FUNCTIONS) and name.id in _function_locals(self.code, ancestor)
-                   for ancestor in self.code.ancestors(name))
+        return any(isinstance(scope, _FUNCTIONS) and name.id in _function_locals(self.code, scope)
+                   for scope in self.code.scopes_around(name))
 
     def _helper(self, name: str, positional: list, keywords: dict, depth: int):
         """Call a module-level function of assignments, ``if`` and ``return`` with the values
@@ -917,15 +932,15 @@ def _module_bindings(code: ModuleCode) -> dict[str, list[ast.AST]]:
         found = {}
         bound_in: dict[int, set[str]] = {}  # by function: the names bound in its body
         for node, names in _bindings(code):
-            if not any(isinstance(a, _NESTED_SCOPES) for a in code.ancestors(node)):
+            scopes = code.scopes_around(node)
+            if not scopes:
                 for name in names:
                     found.setdefault(name, []).append(node)
-            function = next((a for a in code.ancestors(node) if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef))),
-                            None)
+            function = next((a for a in scopes if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
             if function is not None:
                 bound_in.setdefault(id(function), set()).update(names)
         for declaration in code.nodes(ast.Global):
-            function = next((a for a in code.ancestors(declaration)
+            function = next((a for a in code.scopes_around(declaration)
                              if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
             for name in declaration.names if function is not None else ():
                 if name in bound_in.get(id(function), ()):
@@ -952,18 +967,18 @@ def _function_locals(code: ModuleCode, function: ast.AST) -> frozenset[str]:
         bound: dict[int, set[str]] = {}
         declared: dict[int, set[str]] = {}
         for node, names in _bindings(code):
-            for ancestor in code.ancestors(node):
-                if isinstance(ancestor, _FUNCTIONS):
-                    bound.setdefault(id(ancestor), set()).update(names)
+            for scope in code.scopes_around(node):
+                if isinstance(scope, _FUNCTIONS):
+                    bound.setdefault(id(scope), set()).update(names)
         for param in code.nodes(ast.arg):
-            for ancestor in code.ancestors(param):
-                if isinstance(ancestor, _FUNCTIONS):
-                    bound.setdefault(id(ancestor), set()).add(param.arg)
+            for scope in code.scopes_around(param):
+                if isinstance(scope, _FUNCTIONS):
+                    bound.setdefault(id(scope), set()).add(param.arg)
         for declaration in code.nodes(ast.Global):
-            for ancestor in code.ancestors(declaration):
-                if isinstance(ancestor, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    declared.setdefault(id(ancestor), set()).update(declaration.names)
-                    break
+            function = next((a for a in code.scopes_around(declaration)
+                             if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+            if function is not None:
+                declared.setdefault(id(function), set()).update(declaration.names)
         by_function = code.facts["function locals"] = {
             key: frozenset(names - declared.get(key, set())) for key, names in bound.items()}
     return by_function.get(id(function), frozenset())

@@ -16,7 +16,6 @@ import argparse
 import collections
 import hashlib
 import json
-import os
 import subprocess
 import sys
 from datetime import date

@@ -7,7 +7,8 @@
 #   2. the cuDNN RNN kernel (`_cudnn_rnn`, which the committed table takes from PyTorch's
 #      source) executed on its own;
 #   3. `amplint trace` of the fixtures' training script on the GPU beside `amplint check` of the
-#      same file: the faulty one must report its mistakes, the correct one nothing.
+#      same file: the faulty one must report its mistakes, the correct one nothing;
+#   4. the same of the fixtures' other trainers, driven by benchmarks/cuda_fixtures.py.
 # Everything it writes goes to $OUT (default: a new temporary folder, printed first).
 #
 #     OUT=/tmp/cuda-check bash benchmarks/cuda_check.sh
@@ -55,4 +56,19 @@ print(len(found), sorted({(f['code'], f['location']['row']) for f in found}))" "
     rm -rf "$work"
     echo "check $kind/train_amp.py: $($PY -m amplint check --no-cache --exit-zero --output-format concise \
         "$ROOT/fixtures/$kind/train_amp.py" | tr '\n' ' ')"
+done
+
+for kind in faulty correct; do
+    (cd "$ROOT" && timeout 300 $PY -m amplint trace --steps 0 --output-format json \
+        -- python benchmarks/cuda_fixtures.py $kind > "$OUT/fixtures-$kind.json" 2> "$OUT/fixtures-$kind.err")
+    echo "trace of $kind trainers: rc $?; $(grep -E '^[A-Za-z_.]+( [a-z_]+)?: ' "$OUT/fixtures-$kind.err" | tr '\n' ';')"
+    $PY - "$OUT/fixtures-$kind.json" <<'PY'
+import json, sys
+from pathlib import Path
+found = json.load(open(sys.argv[1]))
+print("  traced:", sorted((f["code"], Path(f["filename"]).name, f["location"]["row"]) for f in found))
+PY
+    echo "  checked: $($PY -m amplint check --no-cache --exit-zero --output-format concise \
+        "$ROOT"/fixtures/$kind/{gan_trainer,legacy_trainer,segmentation_fp16,amp_recipes}.py 2>/dev/null \
+        | grep -oE '[a-z_0-9]+\.py:[0-9]+:[0-9]+: AMP[0-9]+' | tr '\n' ' ')"
 done

@@ -174,9 +174,7 @@ class Outline:
         and node index, ``_CARRIED``)."""
         kept = _KEPT.pop(source, None)
         if kept is not None:
-            outline = cls(kept.tree)
-            outline.__dict__.update((k, kept.__dict__[k]) for k in _CARRIED if k in kept.__dict__)
-            return outline
+            return kept.of_same_tree()
         try:
             outline = cls(ast.parse(source))
         except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -187,6 +185,13 @@ class Outline:
                 held -= len(oldest := next(iter(_KEPT)))
                 del _KEPT[oldest]
             _KEPT[source] = outline
+        return outline
+
+    def of_same_tree(self) -> "Outline":
+        """A new outline of this tree, with what was read of the tree alone (``_CARRIED``) and
+        nothing of what its names stand for."""
+        outline = Outline(self.tree)
+        outline.__dict__.update((k, self.__dict__[k]) for k in _CARRIED if k in self.__dict__)
         return outline
 
     @staticmethod

@@ -302,14 +302,14 @@ def new_run() -> None:
 _SEEN: dict[Path, tuple[int, int, int] | None] = {}
 
 
-def _looked_at(path: Path) -> None:
+def _declaration_looked_at(path: Path) -> None:
     """A file or folder that the torch the project declares is looked for in, before it is
     read: kept between runs like the modules, while it is unchanged."""
     if _KEEP_BETWEEN_RUNS:
         _SEEN.setdefault(path, _signature(path))
 
 
-torch_requirement.READ_HOOKS.append(_looked_at)
+torch_requirement.READ_HOOKS.append(_declaration_looked_at)
 
 
 def _signature(path: Path | str) -> tuple[int, int, int] | None:

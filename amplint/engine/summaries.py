@@ -780,8 +780,8 @@ def callee_summary(ctx: "CheckedFile", call: ast.Call) -> Summary | None:
 def checked_module(ctx: "CheckedFile") -> _Module | None:
     """The checked file's own module, from the tree of the outline its check read already
     (a new ``Outline`` of its tree: what a name stands for must not take the project's star
-    imports that the check's outline was given); kept with the check, not among the project's modules,
-    since an editor's document is another text after each edit."""
+    imports that the check's outline was given); kept with the check, not among the project's
+    modules, since an editor's document is another text after each edit."""
     if "_summary_module" not in ctx.__dict__:
         ctx.__dict__["_summary_module"] = _Module(Path(ctx.path), ctx.outline.of_same_tree(), ctx.project_root())
     return ctx.__dict__["_summary_module"]

@@ -4,6 +4,7 @@ nodes by type), the source of a node, edits of its text, and ``report``."""
 from __future__ import annotations
 
 import ast
+import bisect
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -74,6 +75,21 @@ class AstContext(CheckedFile):
     def resolves_to(self, node: ast.AST, names: frozenset[str] | set[str]) -> str | None:
         """One of ``names`` that ``node`` stands for by the file's imports, if any."""
         return next((n for n in self.outline.qualified_names(node) if n in names), None)
+
+    @cached_property
+    def calls_in_order(self) -> tuple[list[ast.Call], list[tuple[int, int]]]:
+        """The file's calls in source order, and where each starts."""
+        ordered = sorted(self.outline.nodes(ast.Call), key=self.order)
+        return ordered, [(c.lineno, c.col_offset) for c in ordered]
+
+    def calls_within(self, definition: ast.AST) -> list[ast.Call]:
+        """The calls inside a function or class (its decorators and what it defines included),
+        in source order: those that start inside a definition end inside it."""
+        ordered, starts = self.calls_in_order
+        start = min([(definition.lineno, definition.col_offset),
+                     *((d.lineno, d.col_offset) for d in getattr(definition, "decorator_list", ()))])
+        end = (definition.end_lineno, definition.end_col_offset)
+        return ordered[bisect.bisect_left(starts, start):bisect.bisect_right(starts, end)]
 
     def order(self, node: ast.AST) -> tuple[int, int, int, int]:
         """A key that sorts nodes in source order (an outer node before the nodes inside it)."""

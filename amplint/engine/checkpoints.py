@@ -28,7 +28,6 @@ for its value is followed to the plain assignment before it (``summaries``' ``va
 from __future__ import annotations
 
 import ast
-import bisect
 import re
 from dataclasses import dataclass
 from typing import Callable, Iterator
@@ -169,29 +168,11 @@ def in_unit(ctx: AstContext, unit: ast.AST, kind: type) -> list:
     return groups[kind].get(id(unit), [])
 
 
-def _calls_in_order(ctx: AstContext) -> tuple[list[ast.Call], list[tuple[int, int]]]:
-    """The file's calls in source order, and where each starts."""
-    if "_checkpoint_calls" not in ctx.__dict__:
-        ordered = sorted(ctx.outline.nodes(ast.Call), key=ctx.order)
-        ctx.__dict__["_checkpoint_calls"] = ordered, [(c.lineno, c.col_offset) for c in ordered]
-    return ctx.__dict__["_checkpoint_calls"]
-
-
-def calls_within(ctx: AstContext, function: ast.AST) -> list[ast.Call]:
-    """The calls inside ``function`` (its decorators and the functions it defines included),
-    in source order: those that start inside it end inside it."""
-    ordered, starts = _calls_in_order(ctx)
-    start = min([(function.lineno, function.col_offset),
-                 *((d.lineno, d.col_offset) for d in getattr(function, "decorator_list", ()))])
-    end = (function.end_lineno, function.end_col_offset)
-    return ordered[bisect.bisect_left(starts, start):bisect.bisect_right(starts, end)]
-
-
 def calls_in(ctx: AstContext, function: ast.AST | None) -> list[ast.Call]:
     """The calls whose innermost function is ``function`` (None: the top level), in source order."""
     if "_checkpoint_calls_in" not in ctx.__dict__:
         grouped: dict[int, list[ast.Call]] = {}
-        for call in _calls_in_order(ctx)[0]:
+        for call in ctx.calls_in_order[0]:
             grouped.setdefault(id(ctx.enclosing_function(call)), []).append(call)
         ctx.__dict__["_checkpoint_calls_in"] = grouped
     return ctx.__dict__["_checkpoint_calls_in"].get(id(function), [])
@@ -415,7 +396,7 @@ def _loaded_back(ctx: AstContext, node: ast.AST) -> bool:
                 grown = True
     return any(restores_from_checkpoint(call) and any(isinstance(v, ast.Name) and v.id in names
                                                       for v in argument_values(call))
-               for call in calls_within(ctx, function))
+               for call in ctx.calls_within(function))
 
 
 # -- restores --------------------------------------------------------------------------------

@@ -361,7 +361,9 @@ class _Lowering:
         self.counter += 1
         self.version[text] = self.counter
         self.aliases.pop(text, None)
-        for stale in [a for a, target in self.aliases.items() if mentions(target, frozenset({text}))]:
+        # (a target that does not spell ``text`` at all cannot mention it)
+        for stale in [a for a, target in self.aliases.items()
+                      if text in target and mentions(target, frozenset({text}))]:
             del self.aliases[stale]
         if self.assigned_stack:
             self.assigned_stack[-1].add(text)

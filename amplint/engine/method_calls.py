@@ -33,7 +33,7 @@ from .ast_context import AstContext
 from .crossfile import imported_in, located
 from .diagnostics import Related
 from .flow import Event, Exit, Flow, Loop, line_of
-from .outline import child_nodes, walk
+from .outline import child_nodes
 from .regions import bind, called_function
 
 MAX_DEPTH = 3  # calls followed from the analysed function
@@ -116,7 +116,8 @@ class MethodFlow:
                 return True
             helper = called_function(where, call)
             if helper is not None and any(isinstance(c.func, ast.Attribute) and c.func.attr in _SCALER_STATE
-                                          and flow.key(where, c.func.value) == scaler for c in _calls(helper)):
+                                          and flow.key(where, c.func.value) == scaler
+                                          for c in where.calls_within(helper)):
                 return True
         return False
 
@@ -304,7 +305,7 @@ class _Hierarchy:
         if key not in self._reaches:
             self._reaches[key] = frozenset()  # a method calling itself adds nothing
             found: set[str] = set()
-            for call in sorted(_calls(code), key=where.order):
+            for call in where.calls_within(code):
                 name = _self_method(call)
                 target = self.method(name, own) if name is not None and depth < MAX_DEPTH else None
                 if target is not None:
@@ -321,7 +322,7 @@ def _may_make_events(ctx: AstContext, cls: ast.ClassDef) -> bool:
     cache = ctx.__dict__.setdefault("_classes_making_events", {})
     if id(cls) not in cache:
         cache[id(cls)] = any(isinstance(c.func, ast.Attribute) and c.func.attr in _EVENT_METHODS
-                             for c in _calls(cls))
+                             for c in ctx.calls_within(cls))
     return cache[id(cls)]
 
 
@@ -377,11 +378,6 @@ def _params(function: Function) -> list[str]:
     """The function's parameters, in order (``*args`` and ``**kwargs`` last)."""
     args = function.args
     return [p.arg for p in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg) if p is not None]
-
-
-def _calls(node: ast.AST) -> list[ast.Call]:
-    """The calls inside ``node``, nested functions' included."""
-    return [c for c in walk(node) if isinstance(c, ast.Call)]
 
 
 def _arguments(call: ast.Call) -> list[ast.expr]:

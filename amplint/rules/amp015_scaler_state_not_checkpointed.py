@@ -4,7 +4,7 @@ import ast
 from pathlib import Path
 
 from ..engine.ast_context import AstContext
-from ..engine.checkpoints import (FUNCTIONS, Scaler, ScalerTest, ancestors, argument_values, body_of, calls_within,
+from ..engine.checkpoints import (FUNCTIONS, Scaler, ScalerTest, ancestors, argument_values, body_of,
                                   checkpoints, holds, in_block, in_unit, last_name, named, named_like_scaler,
                                   optimizer_restores, restores_of, restores_scaler, saves_scaler, scaler_creations,
                                   scalers, spelled, unit_of)
@@ -501,7 +501,7 @@ class Trainer:
             direct = {}
             for function in by_name.values():
                 direct[id(function)] = [function] + [
-                    by_name[last_name(c.func)] for c in calls_within(ctx, function)
+                    by_name[last_name(c.func)] for c in ctx.calls_within(function)
                     if (_self_call(c) if in_class else isinstance(c.func, ast.Name)) and last_name(c.func) in by_name]
             reach = {}
             for key, first in direct.items():

@@ -27,6 +27,9 @@ class AstContext(CheckedFile):
                  preview: bool = False):
         super().__init__(path, source, policy_loader, preview, outline)
         self.outline: Outline = outline
+        # Each node's text once: the rules ask the same nodes' many times. The node is held
+        # beside it, so that its id is not another node's while the context lives.
+        self._codes: dict[int, tuple[ast.AST, str]] = {}
 
     @cached_property
     def _encoded_lines(self) -> list[bytes]:
@@ -55,8 +58,11 @@ class AstContext(CheckedFile):
 
     def code(self, node: ast.AST) -> str:
         """The node's source text, as the file spells it."""
-        start, end = self.offsets(node)
-        return self.source[start:end]
+        known = self._codes.get(id(node))
+        if known is None:
+            start, end = self.offsets(node)
+            known = self._codes[id(node)] = (node, self.source[start:end])
+        return known[1]
 
     def parent(self, node: ast.AST) -> ast.AST | None:
         return self.outline.parents.get(id(node))

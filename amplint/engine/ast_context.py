@@ -30,6 +30,7 @@ class AstContext(CheckedFile):
         # Each node's text once: the rules ask the same nodes' many times. The node is held
         # beside it, so that its id is not another node's while the context lives.
         self._codes: dict[int, tuple[ast.AST, str]] = {}
+        self._functions: dict[int, ast.AST | None] = {}  # ``enclosing_function``'s answers
 
     @cached_property
     def _encoded_lines(self) -> list[bytes]:
@@ -75,8 +76,24 @@ class AstContext(CheckedFile):
         return parent
 
     def enclosing_function(self, node: ast.AST) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
-        """The innermost function around ``node`` (not a lambda); None at the top level."""
-        return self.enclosing(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        """The innermost function around ``node`` (not a lambda); None at the top level. Each
+        node's answer is kept: a walk up stops at the first node answered (the tree's nodes
+        live as long as the context, so their ids are theirs)."""
+        known = self._functions
+        walked = []
+        current, function = node, None
+        while id(current) not in known:
+            walked.append(id(current))
+            parent = self.outline.parents.get(id(current))
+            if parent is None or isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                function = parent
+                break
+            current = parent
+        else:
+            function = known[id(current)]
+        for walked_id in walked:
+            known[walked_id] = function
+        return function
 
     def resolves_to(self, node: ast.AST, names: frozenset[str] | set[str]) -> str | None:
         """One of ``names`` that ``node`` stands for by the file's imports, if any."""

@@ -27,8 +27,8 @@ class AstContext(CheckedFile):
                  preview: bool = False):
         super().__init__(path, source, policy_loader, preview, outline)
         self.outline: Outline = outline
-        # Each node's text once: the rules ask the same nodes' many times. The node is held
-        # beside it, so that its id is not another node's while the context lives.
+        # Each node's text once (the rules ask for the same nodes' text many times); the node
+        # is held beside it, so that its id is not another node's while the context lives.
         self._codes: dict[int, tuple[ast.AST, str]] = {}
         self._functions: dict[int, ast.AST | None] = {}  # ``enclosing_function``'s answers
 

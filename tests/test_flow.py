@@ -376,3 +376,39 @@ def test_a_file_that_clips_is_lowered_in_full():
     """)
     assert _kinds(flows["train"].block) == [flow.SCALED_BACKWARD, flow.CLIP]
     assert flows["log"].block
+
+
+def _walked_calls(ctx: AstContext, node: ast.AST) -> list[ast.Call]:
+    """The calls of ``node`` by walking it, nested definitions and lambdas left out."""
+    calls, stack = [], [node]
+    while stack:
+        current = stack.pop()
+        calls += [current] if isinstance(current, ast.Call) else []
+        stack.extend(c for c in ast.iter_child_nodes(current) if not isinstance(c, flow._NESTED))
+    return sorted(calls, key=ctx.order)
+
+
+def test_the_calls_of_a_statement_from_the_index_are_those_a_walk_finds():
+    """``calls_in`` answers a statement from the file's call index: for every statement and
+    expression of the rules' examples, the fixtures and the shapes where places mislead (a
+    decorated definition inside a block, a lambda, an f-string's calls, two statements on a
+    line), the calls a walk of it finds, in the same order."""
+    tricky = textwrap.dedent("""\
+        import torch
+        with torch.autocast("cuda"):
+            @register(make("a"))
+            def inner(x=default()):
+                return step(x)
+            out = model(x); loss = (lambda y: crit(y))(out) + f"{fmt(out)}"
+            print(f"loss {loss.item():.{width()}f}", key=lambda v: sort(v))
+        for batch in load(data()):
+            scaler.scale(loss(batch)).backward()
+        """)
+    checked = 0
+    for source in [*_every_example_and_fixture(), tricky]:
+        ctx, _ = _flows(source)
+        for node in ast.walk(ctx.outline.tree):
+            if isinstance(node, (ast.stmt, ast.expr)):
+                assert flow.calls_in(ctx, node) == _walked_calls(ctx, node), (ast.dump(node)[:200], source)
+                checked += 1
+    assert checked > 10_000

@@ -15,6 +15,7 @@ sets merged at every join and capped, so the cost stays linear in the function's
 from __future__ import annotations
 
 import ast
+import bisect
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -476,15 +477,42 @@ class _Lowering:
 
 
 def calls_in(ctx: AstContext, node: ast.AST) -> list[ast.Call]:
-    """The calls in ``node`` (a simple statement or an expression) in source order, less those
-    in nested functions, classes and lambdas (theirs)."""
-    calls, stack = [], [node]
-    while stack:
-        current = stack.pop()
-        if isinstance(current, ast.Call):
-            calls.append(current)
-        stack.extend(c for c in child_nodes(current) if not isinstance(c, _NESTED))
-    return sorted(calls, key=ctx.order)
+    """The calls in ``node`` (a statement or an expression) in source order, less those in
+    nested functions, classes and lambdas (theirs). For a statement, from the file's call
+    index: the calls that start and end inside it, less those inside a definition or lambda
+    that lies inside it. An expression is walked: one inside an f-string has the whole
+    string's place, and a definition's own code is what is asked of it."""
+    if not isinstance(node, ast.stmt) or isinstance(node, _NESTED):
+        calls, stack = [], [node]
+        while stack:
+            current = stack.pop()
+            if isinstance(current, ast.Call):
+                calls.append(current)
+            stack.extend(c for c in child_nodes(current) if not isinstance(c, _NESTED))
+        return sorted(calls, key=ctx.order)
+    ordered, starts = ctx.calls_in_order
+    start, end = (node.lineno, node.col_offset), (node.end_lineno, node.end_col_offset)
+    found = [c for c in ordered[bisect.bisect_left(starts, start):bisect.bisect_right(starts, end)]
+             if (c.end_lineno, c.end_col_offset) <= end]
+    spans, span_starts = _nested_spans(ctx)
+    nested = [(s, e) for s, e in spans[bisect.bisect_left(span_starts, start):bisect.bisect_right(span_starts, end)]
+              if e <= end]
+    if found and nested:
+        found = [c for c in found if not any(s <= (c.lineno, c.col_offset) and (c.end_lineno, c.end_col_offset) <= e
+                                             for s, e in nested)]
+    return found
+
+
+def _nested_spans(ctx: AstContext) -> tuple[list[tuple[tuple[int, int], tuple[int, int]]], list[tuple[int, int]]]:
+    """Where each function, class and lambda of the file lies (from its first decorator), in
+    source order, and where each starts."""
+    if "_nested_spans" not in ctx.__dict__:
+        spans = sorted((min([(n.lineno, n.col_offset), *((d.lineno, d.col_offset) for d in
+                                                          getattr(n, "decorator_list", ()))]),
+                        (n.end_lineno, n.end_col_offset))
+                       for kind in _NESTED for n in ctx.outline.nodes(kind))
+        ctx.__dict__["_nested_spans"] = spans, [s for s, _ in spans]
+    return ctx.__dict__["_nested_spans"]
 
 
 def _truth_subject(test: ast.expr) -> tuple[ast.expr, bool]:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from .checked_file import CheckedFile
 from .diagnostics import Edit, Fix, Related
-from .outline import Outline, walk
+from .outline import Outline, first_position, walk
 
 if TYPE_CHECKING:
     from ..policy import PolicyLoader
@@ -109,10 +109,8 @@ class AstContext(CheckedFile):
         """The calls inside a function or class (its decorators and what it defines included),
         in source order: those that start inside a definition end inside it."""
         ordered, starts = self.calls_in_order
-        start = min([(definition.lineno, definition.col_offset),
-                     *((d.lineno, d.col_offset) for d in getattr(definition, "decorator_list", ()))])
         end = (definition.end_lineno, definition.end_col_offset)
-        return ordered[bisect.bisect_left(starts, start):bisect.bisect_right(starts, end)]
+        return ordered[bisect.bisect_left(starts, first_position(definition)):bisect.bisect_right(starts, end)]
 
     def order(self, node: ast.AST) -> tuple[int, int, int, int]:
         """A key that sorts nodes in source order (an outer node before the nodes inside it)."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Hashable, Iterator
 
 from .ast_context import AstContext
-from .outline import child_nodes
+from .outline import child_nodes, first_position
 from .regions import autocast_of_with_item, called_function
 from .semantics import CLIP_GRAD, GRAD_SCALER, SCALER_PARAMETERS, named_like_optimizer, scaled_backward_scaler
 from .summaries import is_backward
@@ -507,9 +507,7 @@ def _nested_spans(ctx: AstContext) -> tuple[list[tuple[tuple[int, int], tuple[in
     """Where each function, class and lambda of the file lies (from its first decorator), in
     source order, and where each starts."""
     if "_nested_spans" not in ctx.__dict__:
-        spans = sorted((min([(n.lineno, n.col_offset), *((d.lineno, d.col_offset) for d in
-                                                          getattr(n, "decorator_list", ()))]),
-                        (n.end_lineno, n.end_col_offset))
+        spans = sorted((first_position(n), (n.end_lineno, n.end_col_offset))
                        for kind in _NESTED for n in ctx.outline.nodes(kind))
         ctx.__dict__["_nested_spans"] = spans, [s for s, _ in spans]
     return ctx.__dict__["_nested_spans"]

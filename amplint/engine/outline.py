@@ -105,12 +105,16 @@ def parameter_defaults(args: ast.arguments) -> dict[ast.arg, ast.expr]:
     return found
 
 
+def first_position(node: ast.AST) -> tuple[int, int]:
+    """Where ``node`` starts: at its first decorator, for a decorated definition."""
+    return min([(node.lineno, node.col_offset),
+                *((d.lineno, d.col_offset) for d in getattr(node, "decorator_list", ()))])
+
+
 def contains(outer: ast.AST, node: ast.AST) -> bool:
     """Whether ``node`` lies inside ``outer`` (its decorators included), by position: what
     ``ast.walk(outer)`` would reach, without walking it."""
-    start = min([(outer.lineno, outer.col_offset),
-                 *((d.lineno, d.col_offset) for d in getattr(outer, "decorator_list", ()))])
-    return start <= (node.lineno, node.col_offset) \
+    return first_position(outer) <= (node.lineno, node.col_offset) \
         and (node.end_lineno, node.end_col_offset) <= (outer.end_lineno, outer.end_col_offset)
 
 

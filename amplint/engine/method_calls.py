@@ -26,7 +26,7 @@ import ast
 import re
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Iterator
+from typing import Generator, Iterator
 
 from . import flow
 from .ast_context import AstContext
@@ -241,6 +241,21 @@ def _with_returns(block: list, returns: list[Event]) -> list:
 
 # -- the class's methods -------------------------------------------------------------------
 
+def _bases(ctx: AstContext, cls: ast.ClassDef, depth: int) -> Generator[tuple[AstContext, ast.ClassDef], None, bool]:
+    """The class and its bases, depth first, read only as far as a lookup asks. True once a
+    base cannot be read: a later one may define a name it does, so the lookup ends there."""
+    yield ctx, cls
+    for base in cls.bases:
+        if depth >= _MAX_BASES:
+            return False
+        if _is_object(base):
+            continue
+        found = _class_named(ctx, base)
+        if found is None or (yield from _bases(*found, depth + 1)):
+            return True
+    return False
+
+
 class _Hierarchy:
     """The classes ``self`` may be an instance of, in the order Python looks a method up in
     them (depth first over the bases), as far as they can be read."""
@@ -248,27 +263,14 @@ class _Hierarchy:
     def __init__(self, ctx: AstContext, cls: ast.ClassDef):
         self.classes: list[tuple[AstContext, ast.ClassDef]] = []  # those read so far
         self.own = cls
-        self._unread = self._bases(ctx, cls, 0)
-        self._ended = False  # at a base that cannot be read: a later one may define a name it does
+        # Not a generator of this object's: its frame would hold the object, a cycle that keeps
+        # the check's context alive past the check, for the cycle collector to walk.
+        self._unread = _bases(ctx, cls, 0)
         self._reaches: dict[tuple[int, bool], frozenset[str]] = {}
         self._methods: dict[str, tuple[AstContext, Function] | None] = {}
         # What the file sets on ``self``: attributes (``self.model(x)``), not methods.
         self.attributes = {text[5:] for a in ctx.outline.nodes(ast.Assign) for t in a.targets
                            if (text := ctx.code(t)).startswith("self.")}
-
-    def _bases(self, ctx: AstContext, cls: ast.ClassDef, depth: int) -> Iterator[tuple[AstContext, ast.ClassDef]]:
-        """The class and its bases, depth first, read only as far as a lookup asks."""
-        yield ctx, cls
-        for base in cls.bases:
-            if self._ended or depth >= _MAX_BASES:
-                return
-            if _is_object(base):
-                continue
-            found = _class_named(ctx, base)
-            if found is None:
-                self._ended = True
-                return
-            yield from self._bases(*found, depth + 1)
 
     def method(self, name: str, own: bool = False) -> tuple[AstContext, Function] | None:
         """The method ``self.name`` runs, if it is a plain one the hierarchy defines (``own``:

@@ -10,6 +10,9 @@ from pathlib import Path
 import click
 
 
+_NEEDS_TORCH = "amplint: error: amplint trace needs PyTorch (pip install torch)"
+
+
 def _codes(value: str | None) -> list[str] | None:
     return None if value is None else [c for c in value.replace(" ", "").split(",") if c]
 
@@ -83,9 +86,9 @@ def run_simulation(model_spec, input_specs, dtype="float16", output_format="text
     try:
         import torch
 
-        from . import report, simulate as sim
+        from . import simulate as sim
     except ImportError:
-        click.echo("amplint: error: amplint trace needs PyTorch (pip install torch)", err=True)
+        click.echo(_NEEDS_TORCH, err=True)
         return 2
     try:
         inputs = [sim.parse_input(spec) for spec in input_specs]
@@ -97,15 +100,24 @@ def run_simulation(model_spec, input_specs, dtype="float16", output_format="text
                           *(f"--input '{spec}'" for spec in input_specs)])
     result = sim.simulate(model, *inputs, dtype=getattr(torch, dtype), select={r.code for r in rules},
                           torch_version=config.torch_version, description=described)
+    return _shown(result, sys.stdout, output_format, report_file, sim.text, sim.full_json,
+                  bool(result.tracer.findings))
+
+
+def _shown(result, stdout, output_format, report_file, as_text, as_json, found: bool) -> int:
+    """Show what a run found (on ``stdout``, in the format asked) and write the report file;
+    the exit status."""
+    from . import report
+
     if result.error:
         sys.stderr.write(result.error)
-    render = {"json": report.findings_json, "html": report.html_page}.get(output_format, sim.text)
-    sys.stdout.write(render(result))
-    sys.stdout.flush()
-    if report_file is not None and not _write_report(report_file, result, sim.full_json):
+    render = {"json": report.findings_json, "html": report.html_page}.get(output_format, as_text)
+    stdout.write(render(result))
+    stdout.flush()
+    if report_file is not None and not _write_report(report_file, result, as_json):
         return 2
     click.echo(report.summary(result), err=True)
-    return result.exit_code or (1 if result.tracer.findings else 0)
+    return result.exit_code or (1 if found else 0)
 
 
 def _write_report(report_file: Path, result, as_json) -> bool:
@@ -130,7 +142,7 @@ def run_command(command, steps=3, output_format="text", select=None, ignore=None
     try:
         from .tracer import Tracer  # imports torch (quietly about numpy's absence)
     except ImportError:
-        click.echo("amplint: error: amplint trace needs PyTorch (pip install torch)", err=True)
+        click.echo(_NEEDS_TORCH, err=True)
         return 2
     from . import report
     from .runner import run, split_command
@@ -144,14 +156,4 @@ def run_command(command, steps=3, output_format="text", select=None, ignore=None
                     torch_version=config.torch_version)
     stdout = sys.stdout
     result = run(command, tracer, stdout=sys.stderr if output_format in ("json", "html") else None)
-    if result.error:
-        sys.stderr.write(result.error)
-    render = {"json": report.findings_json, "html": report.html_page}.get(output_format, report.text)
-    stdout.write(render(result))
-    stdout.flush()
-    if report_file is not None and not _write_report(report_file, result, report.full_json):
-        return 2
-    click.echo(report.summary(result), err=True)
-    if result.exit_code != 0:
-        return result.exit_code
-    return 1 if tracer.findings else 0
+    return _shown(result, stdout, output_format, report_file, report.text, report.full_json, bool(tracer.findings))

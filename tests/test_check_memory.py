@@ -78,7 +78,8 @@ def _check_leaves_nothing(path: Path, source: str) -> None:
         if enabled:
             gc.enable()
     assert checked.failure is None
-    assert (contexts, modules - modules_before) == (0, 0)
+    assert contexts == 0
+    assert modules <= modules_before  # fewer when a kept outline was taken
 
 
 @pytest.mark.parametrize("name", sorted(p.relative_to(FIXTURES).as_posix()

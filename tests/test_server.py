@@ -317,3 +317,75 @@ def test_a_check_of_a_replaced_text_is_given_up_between_two_rules(tmp_path):
     # A fix-all asked for a text keeps going whatever the editor does meanwhile.
     checked, fixed = lint.check(str(path), CLIP_BEFORE_UNSCALE, fix=True)
     assert not checked.abandoned and "scaler.unscale_(optimizer)" in fixed
+
+
+
+GATE = 'TORCH_GE_2_4 = tuple(int(p) for p in torch.__version__.split(".")[:2]) >= (2, 4)\n'
+
+BASE_TRAINER = """\
+import torch
+
+{gate}
+
+class BaseTrainer:
+    def clip(self):
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+"""
+
+AMP_TRAINER = textwrap.dedent("""\
+    import torch
+    from trainer.base import TORCH_GE_2_4, BaseTrainer
+
+    if TORCH_GE_2_4:
+        GradScaler = torch.amp.GradScaler
+    else:
+        GradScaler = torch.cuda.amp.GradScaler
+
+
+    class AmpTrainer(BaseTrainer):
+        def fit(self, loader):
+            scaler = GradScaler("cuda")
+            for x, y in loader:
+                with torch.autocast("cuda", dtype=torch.float16):
+                    loss = self.model(x).float().mean()
+                scaler.scale(loss).backward()
+                scaler.unscale_(self.optimizer)
+                self.clip()
+                scaler.step(self.optimizer)
+                scaler.update()
+""")
+
+
+def test_memory_stays_bounded_while_a_module_the_document_imports_is_saved_again_and_again(tmp_path):
+    """Each save of a module the open document reads (its base class, a torch-version flag)
+    is read anew; what was built from its older texts is not kept beside it."""
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'trainer'\ndependencies = ['torch>=2.4']\n")
+    (tmp_path / "trainer").mkdir()
+    (tmp_path / "trainer" / "__init__.py").write_text("")
+    base = tmp_path / "trainer" / "base.py"
+    # A large module: its trees are what a leak would keep, one set per version saved.
+    padding = "".join(f"\n\ndef helper_{i}(x, scale={i}):\n    y = x * scale\n    return y + {i}\n"
+                      for i in range(400))
+    base.write_text(BASE_TRAINER.format(gate=GATE) + padding)
+    train = tmp_path / "trainer" / "train.py"
+    train.write_text(AMP_TRAINER)
+    client = Client(cwd=tmp_path)
+    try:
+        client.initialize(tmp_path)
+        uri = client.open(train, AMP_TRAINER)
+        assert client.diagnostics(uri, 1) == []  # the fallback sits behind the version gate
+        first = rss_kib(client.process.pid)
+        for saved in range(1, 21):
+            # Every other save pins the flag to a constant: no gate, and the fallback is reported.
+            gate = GATE if saved % 2 == 0 else "TORCH_GE_2_4 = False\n"
+            base.write_text(BASE_TRAINER.format(gate=gate) + padding + "# saved\n" * saved)
+            client.notify("workspace/didChangeWatchedFiles", {"changes": [{"uri": base.as_uri(), "type": 2}]})
+            found = client.diagnostics(uri, 1)
+            assert [(d["code"], d["range"]["start"]["line"] + 1) for d in found] == (
+                [] if saved % 2 == 0 else [("AMP004", 7)])
+        grown = rss_kib(client.process.pid) - first
+        # Measured: a few MiB; with every version's trees kept, over 100 MiB.
+        assert grown < 40 * 1024, f"{grown} KiB more after 20 saves"
+        assert client.shutdown_and_exit() == 0
+    finally:
+        client.kill()

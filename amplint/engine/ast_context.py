@@ -6,20 +6,18 @@ from __future__ import annotations
 import ast
 import bisect
 from functools import cached_property
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .checked_file import CheckedFile
 from .diagnostics import Edit, Fix, Related
-from .outline import Outline, first_position, walk
+from .outline import ModulesByText, Outline, first_position, walk
 
 if TYPE_CHECKING:
     from ..policy import PolicyLoader
 
 # Other modules of the project read while checking a file, by path and text: a trainer's
 # base classes are read for each file that subclasses them.
-_PROJECT_MODULES: dict[tuple[Path, str], "AstContext | None"] = {}
-_KEPT_MODULES = 32
+_PROJECT_MODULES: ModulesByText[AstContext] = ModulesByText(32)
 
 
 class AstContext(CheckedFile):
@@ -159,12 +157,8 @@ class AstContext(CheckedFile):
         found = self.project_source(module, level)
         if found is None:
             return None
-        if found not in _PROJECT_MODULES:
-            if len(_PROJECT_MODULES) >= _KEPT_MODULES:
-                _PROJECT_MODULES.pop(next(iter(_PROJECT_MODULES)))
-            outline = Outline.parse(found[1])
-            _PROJECT_MODULES[found] = None if outline is None else AstContext(str(found[0]), found[1], outline)
-        return _PROJECT_MODULES[found]
+        path, text = found
+        return _PROJECT_MODULES.get(path, text, lambda outline: AstContext(str(path), text, outline))
 
     def report(self, node: ast.AST, message: str, fix: Fix | None = None, related: tuple[Related, ...] = (),
                preview: bool = False) -> None:

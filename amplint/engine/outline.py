@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from collections import deque
 from functools import cached_property
-from typing import Iterator
+from typing import Callable, Generic, Iterator, TypeVar
 
 
 def dotted(expr: ast.AST) -> list[str] | None:
@@ -287,3 +287,32 @@ class Outline:
         return any(node.id in imported and not self.qualified_names(node).isdisjoint(names)
                    for node in self.nodes(ast.Name)) or any(
             not self.qualified_names(node).isdisjoint(names) for node in self.nodes(ast.Attribute))
+
+
+Built = TypeVar("Built")
+
+
+class ModulesByText(Generic[Built]):
+    """What is built from the outlines of a project's other modules (by path and text), kept in
+    the process for the next check that reads the same text: a module many files import is
+    parsed once. At most ``most`` modules, the oldest dropped first, and one text per path: a
+    module read with a new text (saved since) drops what was built from its older one, which no
+    check reads again (the project's modules are read from disk), so that a language server
+    does not hold a tree for every version of a module saved while it runs."""
+
+    def __init__(self, most: int):
+        self._most = most
+        self._built: dict[tuple[object, str], Built | None] = {}
+
+    def get(self, path: object, text: str, build: Callable[[Outline], Built]) -> Built | None:
+        """What ``build`` makes of the module's outline; None when it does not parse."""
+        key = (path, text)
+        if key not in self._built:
+            for older in [k for k in self._built if k[0] == path]:
+                del self._built[older]
+            while len(self._built) >= self._most:
+                del self._built[next(iter(self._built))]
+            outline = Outline.parse(text)
+            self._built[key] = None if outline is None else build(outline)
+        return self._built[key]
+

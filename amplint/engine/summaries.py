@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .outline import Outline, child_nodes, contains, dotted, named_parameters, parameter_defaults, walk
+from .outline import ModulesByText, Outline, child_nodes, contains, dotted, named_parameters, parameter_defaults, walk
 from .semantics import named_like_optimizer
 from .project_index import dependency, module_dependency, module_text, project_module, relative_name, summarized_by
 
@@ -609,19 +609,13 @@ class _Module:
         return Place(self.path, node.lineno, code if len(code) <= 60 else code[:57] + "...", when=when)
 
 
-_MODULES: dict[tuple[Path, str], _Module | None] = {}
+_MODULES: ModulesByText[_Module] = ModulesByText(256)
 
 
 def _module(path: Path, text: str | None, root: Path | None) -> _Module | None:
     if text is None:
         return None
-    key = (path.resolve(), text)
-    if key not in _MODULES:
-        if len(_MODULES) > 256:
-            _MODULES.pop(next(iter(_MODULES)))
-        outline = Outline.parse(text)
-        _MODULES[key] = _Module(path, outline, root) if outline is not None else None
-    return _MODULES[key]
+    return _MODULES.get(path.resolve(), text, lambda outline: _Module(path, outline, root))
 
 
 def _summary(module: _Module, qualified: str, depth: int, seen: set, read: set[Path]) -> Summary | None:

@@ -31,7 +31,7 @@ from ..policy import PolicyError
 from .ast_names import AstImportResolver, dotted, file_resolver
 from .checked_file import CheckedFile
 from .crossfile import imported_as
-from .outline import Outline, contains, walk
+from .outline import ModulesByText, Outline, contains, walk
 from .project_index import (
     Dependency,
     module_dependency,
@@ -286,8 +286,7 @@ def checked_code(ctx: CheckedFile) -> ModuleCode:
 
 # The project's modules the gates read (names and helpers imported from them), by path and
 # text: a module that many files import is parsed once.
-_PROJECT_MODULES: dict[tuple[str, str], ModuleCode | None] = {}
-_KEPT_MODULES = 64
+_PROJECT_MODULES: ModulesByText[ModuleCode] = ModulesByText(64)
 
 
 def _project_module(checked: CheckedFile, code: ModuleCode, module: str | None, level: int) -> ModuleCode | None:
@@ -304,14 +303,8 @@ def _project_module(checked: CheckedFile, code: ModuleCode, module: str | None, 
     text = module_text(path)
     if text is None:
         return None
-    key = (str(path.resolve()), text)
-    if key not in _PROJECT_MODULES:
-        if len(_PROJECT_MODULES) >= _KEPT_MODULES:
-            _PROJECT_MODULES.pop(next(iter(_PROJECT_MODULES)))
-        outline = Outline.parse(text)
-        _PROJECT_MODULES[key] = None if outline is None else ModuleCode(
-            str(path), text, outline, project_root(path) if path.is_file() else None)
-    return _PROJECT_MODULES[key]
+    return _PROJECT_MODULES.get(str(path.resolve()), text, lambda outline: ModuleCode(
+        str(path), text, outline, project_root(path) if path.is_file() else None))
 
 
 def torch_version(ctx: CheckedFile) -> str | None:

@@ -315,4 +315,3 @@ class ModulesByText(Generic[Built]):
             outline = Outline.parse(text)
             self._built[key] = None if outline is None else build(outline)
         return self._built[key]
-

@@ -197,3 +197,83 @@ def test_a_method_hook_passed_by_keyword_and_one_that_reads_the_scale(tmp_path):
     assert [(d["location"]["row"], d["location"]["column"]) for d in found] == [(9, 13)]
     assert ("gradient hooks registered here clamp the gradients (`torch.clamp` on line 12) during the backward "
             "pass, while the GradScaler (`self.scaler`, line 7)") in found[0]["message"]
+
+
+BASES = {
+    "trainers/__init__.py": "",
+    "trainers/base.py": """
+        import torch
+
+
+        class BaseTrainer:
+            def clip_gradients(self, max_norm=1.0):
+                torch.nn.utils.clip_grad_value_(self.model.parameters(), max_norm)
+
+            def unscaled_clip(self, max_norm=1.0):
+                self.grad_scaler.unscale_(self.optimizer)
+                torch.nn.utils.clip_grad_value_(self.model.parameters(), max_norm)
+        """,
+    "trainers/mixed.py": """
+        from .base import BaseTrainer
+
+
+        class MixedPrecisionTrainer(BaseTrainer):
+            def log(self, message):
+                print(message)
+        """,
+}
+
+
+def _loop(base: str, call: str, extra: str = "") -> str:
+    return f"""
+        import torch
+        from trainers.mixed import MixedPrecisionTrainer
+        from vendor_lib import Callbacks
+
+
+        class {base.split("(")[0]}({base.split("(")[1]}:
+        {extra}
+            def train_step(self, batch):
+                with torch.autocast("cuda", dtype=torch.float16):
+                    loss = self.model(batch).float().mean()
+                self.grad_scaler.scale(loss).backward()
+                {call}
+                self.grad_scaler.step(self.optimizer)
+                self.grad_scaler.update()
+        """
+
+
+def test_a_clip_in_a_method_of_a_base_class_of_another_module(tmp_path):
+    # Two modules up: MixedPrecisionTrainer (trainers/mixed.py) inherits clip_gradients from
+    # BaseTrainer (trainers/base.py).
+    root = _project(tmp_path, {**BASES, "train.py": _loop("Trainer(MixedPrecisionTrainer)", "self.clip_gradients(0.5)")})
+    [found] = _findings(root)
+    assert (found["filename"], found["location"]["row"]) == (str(root / "train.py"), 12)
+    assert "(`self.clip_gradients` clips them at trainers/base.py:6)" in found["message"]
+    assert [(r["filename"], r["location"]["row"]) for r in found["related"]] == [
+        (str(root / "trainers" / "base.py"), 6)]
+    fixed = _fixed(root, "train.py")
+    assert "        self.grad_scaler.unscale_(self.optimizer)\n        self.clip_gradients(0.5)\n" in fixed
+    assert _findings(root) == []
+
+
+def test_no_finding_where_the_method_self_runs_does_not_clip_scaled_gradients(tmp_path):
+    files = {
+        # The base's method unscales before it clips.
+        "unscaled.py": _loop("Trainer(MixedPrecisionTrainer)", "self.unscaled_clip()"),
+        # The class's own method comes first: it only logs.
+        "overridden.py": _loop("Trainer(MixedPrecisionTrainer)", "self.clip_gradients()",
+                               "    def clip_gradients(self):\n                print('no clipping')\n"),
+        # A base that cannot be read comes first: it may define the method.
+        "unreadable.py": _loop("Trainer(Callbacks, MixedPrecisionTrainer)", "self.clip_gradients()"),
+    }
+    assert _findings(_project(tmp_path, {**BASES, **files})) == []
+
+
+def test_a_clip_in_a_method_of_a_base_class_of_the_same_file(tmp_path):
+    text = textwrap.dedent(BASES["trainers/base.py"]) + textwrap.dedent(
+        _loop("Trainer(BaseTrainer)", "self.clip_gradients()")).replace(
+        "from trainers.mixed import MixedPrecisionTrainer\n", "")
+    root = _project(tmp_path, {"train.py": text})
+    [found] = _findings(root)
+    assert "(`self.clip_gradients` clips them on line 6)" in found["message"] and not found.get("related")

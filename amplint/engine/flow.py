@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Hashable, Iterator
 
 from .ast_context import AstContext
+from .classes import inherited_method
 from .outline import child_nodes, first_position
 from .regions import autocast_of_with_item, called_function
 from .semantics import CLIP_GRAD, GRAD_SCALER, SCALER_PARAMETERS, named_like_optimizer, scaled_backward_scaler
@@ -52,6 +53,9 @@ class Event:
     scaler: str | None = None  # canonical text of the GradScaler
     optimizer: str | None = None  # canonical text of the optimizer (S.step/S.unscale_ argument, opt.step receiver)
     via: ast.Call | None = None  # for a helper's CLIP: the clip call inside the helper
+    # ... when the helper is another file's (a base class's method): that file (the checked
+    # file's own context is not held here: the flows it keeps would make a cycle through it)
+    via_module: AstContext | None = None
 
 
 @dataclass(frozen=True)
@@ -446,20 +450,27 @@ class _Lowering:
             return self._event(Event(CLIP, call))
         inner = self._helper_clip(call)
         if inner is not None:
-            return self._event(Event(CLIP, call, via=inner))
+            return self._event(Event(CLIP, call, via=inner[0], via_module=inner[1]))
         if ctx.resolves_to(call.func, GRAD_SCALER):
             parent = ctx.parent(call)
             if isinstance(parent, ast.Assign) and len(parent.targets) == 1:
                 return self._event(Event(SCALER_NEW, call, key(ctx, parent.targets[0])))
         return None
 
-    def _helper_clip(self, call: ast.Call) -> ast.Call | None:
-        """The clip inside a helper of this file that ``call`` runs (``helper``), whose own body
-        clips gradients and never unscales them."""
-        helper = called_function(self.ctx, call)
+    def _helper_clip(self, call: ast.Call) -> tuple[ast.Call, AstContext | None] | None:
+        """The clip inside a helper that ``call`` runs (``helper``, a function of this file; a
+        method of the class or of a base, ``self.helper``), whose own body clips gradients and
+        never unscales them; with the helper's file when it is another."""
+        helper, other = called_function(self.ctx, call), None
         if helper is None:
-            return None
-        # Once per helper, not once per call of it.
+            inherited = inherited_method(self.ctx, call)
+            if inherited is None:
+                return None
+            other, helper = inherited
+            other = other if other is not self.ctx else None
+        where = other or self.ctx
+        # Once per helper, not once per call of it; the helper is held beside its answer, as
+        # one of another file may outlive that file's kept context.
         cache = self.ctx.__dict__.setdefault("_helper_clips", {})
         if id(helper) not in cache:
             clips, stack = [], [s for s in helper.body if not isinstance(s, _NESTED)]
@@ -469,11 +480,11 @@ class _Lowering:
                     if isinstance(node.func, ast.Attribute) and node.func.attr == "unscale_":
                         clips = []
                         break
-                    if self.ctx.resolves_to(node.func, CLIP_GRAD):
+                    if where.resolves_to(node.func, CLIP_GRAD):
                         clips.append(node)
                 stack.extend(c for c in child_nodes(node) if not isinstance(c, _NESTED))
-            cache[id(helper)] = min(clips, key=self.ctx.order) if clips else None
-        return cache[id(helper)]
+            cache[id(helper)] = helper, ((min(clips, key=where.order), other) if clips else None)
+        return cache[id(helper)][1]
 
 
 def calls_in(ctx: AstContext, node: ast.AST) -> list[ast.Call]:

@@ -5,10 +5,8 @@ iteration to a rule. Only a method of a class that itself backpropagates, steps,
 unscales is followed, and only where it and its own class's methods reach a backward and a
 step or update (or one of them, with the rest left to a base): the bases are read then.
 
-A method is found as Python finds it on an instance of the function's class: the class's own
-body, then its bases (classes of the file, or classes imported from a module of the project),
-depth first; a base that cannot be read (another library's) ends the search, since it may
-define the name first. A callee's ``return`` continues after the call; its ``raise`` leaves
+A method is found as Python finds it on an instance of the function's class
+(``classes.lookup_order``). A callee's ``return`` continues after the call; its ``raise`` leaves
 the caller too. Calls are followed ``MAX_DEPTH`` deep, never into a method already on the way,
 a generator, a coroutine, or a method with a ``return`` inside a loop (it stays a call whose
 events are out of sight, ``MethodFlow.hides``).
@@ -26,18 +24,18 @@ import ast
 import re
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Generator, Iterator
+from typing import Iterator
 
 from . import flow
 from .ast_context import AstContext
-from .crossfile import imported_in, located
+from .classes import is_object, lookup_order
+from .crossfile import located
 from .diagnostics import Related
 from .flow import Event, Exit, Flow, Loop, line_of
 from .outline import child_nodes
 from .regions import bind, called_function
 
 MAX_DEPTH = 3  # calls followed from the analysed function
-_MAX_BASES = 8  # classes read up a hierarchy
 RETURN = "return"
 
 # Method names whose calls may make an event (a scaler's or an optimizer's, a backward): a
@@ -215,7 +213,7 @@ def _worth_following(hierarchy: "_Hierarchy", ctx: AstContext, function: Functio
     left to the bases (read only then)."""
     names = hierarchy.reaches(ctx, function, own=True)
     halves = ("backward" in names) + (not names.isdisjoint({"step", "update"}))
-    return halves == 2 or halves == 1 and any(not _is_object(base) for base in cls.bases)
+    return halves == 2 or halves == 1 and any(not is_object(base) for base in cls.bases)
 
 
 def _with_returns(block: list, returns: list[Event]) -> list:
@@ -241,21 +239,6 @@ def _with_returns(block: list, returns: list[Event]) -> list:
 
 # -- the class's methods -------------------------------------------------------------------
 
-def _bases(ctx: AstContext, cls: ast.ClassDef, depth: int) -> Generator[tuple[AstContext, ast.ClassDef], None, bool]:
-    """The class and its bases, depth first, read only as far as a lookup asks. True once a
-    base cannot be read: a later one may define a name it does, so the lookup ends there."""
-    yield ctx, cls
-    for base in cls.bases:
-        if depth >= _MAX_BASES:
-            return False
-        if _is_object(base):
-            continue
-        found = _class_named(ctx, base)
-        if found is None or (yield from _bases(*found, depth + 1)):
-            return True
-    return False
-
-
 class _Hierarchy:
     """The classes ``self`` may be an instance of, in the order Python looks a method up in
     them (depth first over the bases), as far as they can be read."""
@@ -265,7 +248,7 @@ class _Hierarchy:
         self.own = cls
         # Not a generator of this object's: its frame would hold the object, a cycle that keeps
         # the check's context alive past the check, for the cycle collector to walk.
-        self._unread = _bases(ctx, cls, 0)
+        self._unread = lookup_order(ctx, cls)
         self._reaches: dict[tuple[int, bool], frozenset[str]] = {}
         self._methods: dict[str, tuple[AstContext, Function] | None] = {}
         # What the file sets on ``self``: attributes (``self.model(x)``), not methods.
@@ -326,29 +309,6 @@ def _may_make_events(ctx: AstContext, cls: ast.ClassDef) -> bool:
         cache[id(cls)] = any(isinstance(c.func, ast.Attribute) and c.func.attr in _EVENT_METHODS
                              for c in ctx.calls_within(cls))
     return cache[id(cls)]
-
-
-def _class_named(ctx: AstContext, expr: ast.expr) -> tuple[AstContext, ast.ClassDef] | None:
-    """The class a base names: one defined at the top of this module, or of the project
-    module it is imported from."""
-    if isinstance(expr, ast.Name):
-        local = _top_class(ctx, expr.id)
-        if local is not None:
-            return ctx, local
-    for module, level, name in imported_in(ctx, expr):
-        other = ctx.project_module(module, level)
-        found = _top_class(other, name) if other is not None else None
-        if found is not None:
-            return other, found
-    return None
-
-
-def _top_class(ctx: AstContext, name: str) -> ast.ClassDef | None:
-    return next((s for s in ctx.outline.tree.body if isinstance(s, ast.ClassDef) and s.name == name), None)
-
-
-def _is_object(base: ast.expr) -> bool:
-    return isinstance(base, ast.Name) and base.id == "object"
 
 
 def _followable(ctx: AstContext, method: Function) -> bool:

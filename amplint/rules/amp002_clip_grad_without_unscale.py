@@ -2,12 +2,13 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from ..engine import flow
 from ..engine.ast_context import AstContext
 from ..engine.enabling import scaler_switch
 from ..engine.crossfile import located, project_function
-from ..engine.diagnostics import Fix
+from ..engine.diagnostics import Fix, Related
 from ..engine.flow import Event, Flow, line_of
 from ..engine.gradient_hooks import CLAMP_WORDS, called_name, calls_in, clamping, hook_clamp, registered_clamp
 from ..engine.outline import named_parameters
@@ -26,7 +27,7 @@ class ClipGradWithoutUnscale(Rule):
     """
     ## What it does
     Finds gradient clipping (`torch.nn.utils.clip_grad_norm_` / `clip_grad_value_`, any
-    spelling or alias, or a helper of the same file whose body clips and never unscales)
+    spelling or alias, or a function or (base class's) method whose body clips, never unscaling)
     that some path reaches after `S.scale(loss).backward()` with no `S.unscale_(optimizer)`
     since, in the same function. Paths follow `if`s by their conditions (`if scaler is not
     None:` twice takes the same branch both times), `return`, `continue`, `break`, loops
@@ -76,7 +77,7 @@ class ClipGradWithoutUnscale(Rule):
     reaches the clip already unscaled: a second `unscale_` there would raise.
 
     ## False positives
-    A clipping helper in another file, or one reached through another object, is not seen (a
+    A clipping function of another file, or one reached through another object, is not seen (a
     miss, not a false alarm); of hooks registered in another file, only a module-level
     function named like a clip or clamp (`enable_gradient_clipping`) is read, not what it
     calls in turn. A GradScaler created with `enabled=False` still counts. Library wrappers that unscale for you (`accelerator.clip_grad_norm_`,
@@ -377,6 +378,28 @@ class Trainer:
             p.register_post_accumulate_grad_hook(clamp)
 """, at=((6, 9, "`self._hook_gradients` registers gradient hooks that clamp the gradients (`grad.clamp_` on "
                 "line 10) during the backward pass, while the GradScaler (`scaler`, line 4)"),)),
+        # A method of a base class in another file clips.
+        Invalid("""
+from base import BaseTrainer
+class AmpTrainer(BaseTrainer):
+    def step(self, loss):
+        self.scaler.scale(loss).backward()
+        self.clip()
+        self.scaler.step(self.optimizer)
+""", fixed="""
+from base import BaseTrainer
+class AmpTrainer(BaseTrainer):
+    def step(self, loss):
+        self.scaler.scale(loss).backward()
+        self.scaler.unscale_(self.optimizer)
+        self.clip()
+        self.scaler.step(self.optimizer)
+""", at=((6, 9, "(`self.clip` clips them at base.py:5)"),), project=(("base.py", """
+import torch
+class BaseTrainer:
+    def clip(self):
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+"""),)),
         # ... also registered by a helper in another file of the project.
         Invalid("""
 import torch
@@ -476,14 +499,25 @@ def enable_gradient_clamping(model, bound):
                 where = f"`{scaler}.scale(...).backward()` on line {line}"
             else:
                 where = f"`{ctx.code(cause.node)}` on line {line} steps them, and nothing unscales them before"
-            helper = f" (`{ctx.code(clip.node.func)}` clips them on line {line_of(ctx, clip.via)})" if clip.via else ""
+            helper, inside = self._helper(ctx, clip)
             later = [e for e in scope.events if ctx.order(e.node) > ctx.order(clip.node)]
             fix = None if clip in analysis.unscaled_before else self._fix(ctx, clip.node, scaler, later)
             switch = scaler_switch(ctx, scaler)
             when = f" ({switch.when})" if switch else ""
             ctx.report(clip.node, f"gradients are clipped while still scaled by `{scaler}`{when}{helper}: {where}; "
                                   f"call `{scaler}.unscale_(optimizer)` first", fix,
-                       related=switch.related if switch else ())
+                       related=(*inside, *(switch.related if switch else ())))
+
+    def _helper(self, ctx: AstContext, clip: Event) -> tuple[str, tuple[Related, ...]]:
+        """The clip inside the helper a clip event calls, named (another file's, as a related place too)."""
+        if clip.via is None:
+            return "", ()
+        where, inner = clip.via_module, clip.via
+        if where is None:
+            return f" (`{ctx.code(clip.node.func)}` clips them on line {line_of(ctx, inner)})", ()
+        place, related = located(ctx, Path(where.path), line_of(where, inner),
+                                 f"`{where.code(inner.func)}` clips the gradients, in `{ctx.code(clip.node.func)}`")
+        return f" (`{ctx.code(clip.node.func)}` clips them at {place})", (related,)
 
     def _fix(self, ctx: AstContext, clip: ast.Call, scaler: str, later: list[Event]) -> Fix | None:
         steps = []

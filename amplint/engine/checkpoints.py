@@ -288,26 +288,56 @@ def _optimizer_state_call(ctx: AstContext, call: ast.Call) -> bool:
     return "optim" in name.lower()
 
 
+# How many assignments back a name is followed to the state it was made from.
+_TRACE_DEPTH = 3
+
+
+def _transforms(call: ast.Call) -> bool:
+    """A function applied to some state that gives it back changed (``move_to_device(sd, dev)``,
+    ``copy.deepcopy(sd)``): not a constructor or a dict, which build a checkpoint of their own."""
+    name = last_name(call.func)
+    return bool(name) and not name[:1].isupper() and name != "dict" and not _state_call(call)
+
+
 def _state_names(ctx: AstContext) -> set[str]:
-    """The names some plain assignment of the file binds to a call that reads some state: the
-    only names ``_traced`` looks up."""
+    """The names some plain assignment of the file binds to a call that reads some state, or to
+    a function of such a name or call (``sd = move_to_device(sd, dev)``): the only names
+    ``_traced`` looks up."""
     if "_state_names" not in ctx.__dict__:
         outline = ctx.outline
-        ctx.__dict__["_state_names"] = {
-            t.id for node in (*outline.nodes(ast.Assign), *outline.nodes(ast.AnnAssign), *outline.nodes(ast.NamedExpr))
-            if isinstance(node.value, ast.Call) and _state_call(node.value)
-            for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)}
+        bound = [(t.id, node.value)
+                 for node in (*outline.nodes(ast.Assign), *outline.nodes(ast.AnnAssign), *outline.nodes(ast.NamedExpr))
+                 if isinstance(node.value, ast.Call)
+                 for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)]
+        names = {name for name, value in bound if _state_call(value)}
+        grown = True
+        while grown:
+            grown = False
+            for name, value in bound:
+                if name not in names and _transforms(value) and any(
+                        isinstance(v, ast.Call) and _state_call(v) or isinstance(v, ast.Name) and v.id in names
+                        for v in argument_values(value)):
+                    names.add(name)
+                    grown = True
+        ctx.__dict__["_state_names"] = names
     return ctx.__dict__["_state_names"]
 
 
-def _traced(ctx: AstContext, expr: ast.expr) -> ast.expr:
-    """A name's value where it was last assigned before, when that reads some state
-    (``opt_state = optimizer.state_dict()``), else the expression itself. A name bound to a
-    checkpoint already found (a dict) is not followed: that checkpoint is reported once."""
-    if isinstance(expr, ast.Name) and expr.id in _state_names(ctx) and (module := checked_module(ctx)) is not None:
+def _traced(ctx: AstContext, expr: ast.expr, depth: int = _TRACE_DEPTH) -> ast.expr:
+    """The state call a name's value was made from where it was last assigned before
+    (``opt_state = optimizer.state_dict()``, then perhaps ``opt_state = to_cpu(opt_state)``),
+    else the expression itself. A name bound to a checkpoint already found (a dict) is not
+    followed: that checkpoint is reported once."""
+    if depth and isinstance(expr, ast.Name) and expr.id in _state_names(ctx) \
+            and (module := checked_module(ctx)) is not None:
         value = module.value_before(ctx.enclosing_function(expr) or ctx.outline.tree, expr)
         if isinstance(value, ast.Call) and _state_call(value):
             return value
+        if isinstance(value, ast.Call) and _transforms(value):
+            for given in argument_values(value):
+                traced = _traced(ctx, given, depth - 1) if isinstance(given, ast.Name) else given
+                if isinstance(traced, ast.Call) and _state_call(traced):
+                    return traced
     return expr
 
 

@@ -16,6 +16,12 @@ project and be imported (``from .compat import TORCH_GE_2_4``, ``utils.torch_at_
 re-exported by a package's ``__init__``): they are evaluated in their own module, and the
 file's findings then depend on its text. Anything else is unknown, and so is a condition that
 depends on it. Names resolve through imports with Python's scoping (``ast_names``).
+
+A condition that reads the torch version (a name in it, or in a helper it calls, holds it; a
+call names the torch distribution, ``"torch"`` or ``"torch>=2.4"``) but cannot be worked out
+still gates a fallback when the arm it does not take uses the device-generic AMP API: code
+that chooses between ``torch.amp.GradScaler("cuda")`` and ``torch.cuda.amp.GradScaler()`` on
+the torch version keeps the old one for older torch.
 """
 
 from __future__ import annotations
@@ -419,8 +425,11 @@ def is_successor(name: str) -> bool:
     return name in _SUCCESSORS or name.startswith(_SUCCESSOR_PREFIXES)
 
 
-def _uses_successor(code: ModuleCode, block: list[ast.stmt]) -> bool:
-    """Whether ``block`` (a ``try``'s body) imports or references the device-generic AMP API."""
+def _uses_successor(code: ModuleCode, block: list[ast.AST]) -> bool:
+    """Whether ``block`` (a ``try``'s body, an arm of an ``if`` or of a conditional
+    expression) imports or references the device-generic AMP API."""
+    if not block:
+        return False
     known = code.facts.setdefault("successor blocks", {})
     if id(block[0]) not in known:
         known[id(block[0])] = any(_is_successor_use(code, node) for statement in block for node in walk(statement))
@@ -456,9 +465,20 @@ class _Evaluator:
         self.version = version if version.count(".") >= 2 else version + ".0"
         # module-level names: (value, whether it depends on torch), or None: unknown
         self._names: dict[str, tuple | None] = {}
+        self._unknown_reading_torch: dict[str, bool] = {}  # unknown names: whether they read torch
         self._torch = False  # whether the expression evaluated so far depends on torch
 
     def gate(self, test: ast.expr | _Operands, depth: int) -> bool | None:
+        return self._judged(test, depth)[0]
+
+    def reads_torch(self, test: ast.expr, depth: int) -> bool:
+        """Whether working out ``test`` reached the torch version (``torch.__version__``, the
+        torch distribution's version, torch's AMP attributes), finished or not: a test the
+        evaluator cannot finish (a project helper that parses versions with ``re``) may
+        still be a gate on it."""
+        return self._judged(test, depth)[1]
+
+    def _judged(self, test: ast.expr | _Operands, depth: int) -> tuple[bool | None, bool]:
         cache = self.code.facts.setdefault(("gates", self.version), {})
         key = (id(test.node), test.count) if isinstance(test, _Operands) else id(test)
         hit = cache.get(key)
@@ -469,32 +489,63 @@ class _Evaluator:
             value = _truth(self.value(test, {}, depth))
         except _EVAL_ERRORS:
             value = None
-        if not self._torch:
+        reads_torch = self._torch
+        if not reads_torch:
             value = None  # a constant, not a gate on the torch version
+            if not isinstance(test, _Operands):  # the evaluation stopped early: a later name may read it
+                reads_torch = self._names_torch_version(test, depth)
         self._torch = outer or self._torch
         if depth == 0:  # deeper answers may be cut short by the depth limit
-            cache[key] = (test.node if isinstance(test, _Operands) else test, value)
-        return value
+            cache[key] = (test.node if isinstance(test, _Operands) else test, (value, reads_torch))
+        return value, reads_torch
+
+    def _names_torch_version(self, code: ast.AST, depth: int, local: frozenset[str] = frozenset()) -> bool:
+        """Whether a name in ``code`` (a whole dotted name, not the ``torch`` of
+        ``torch.cuda.is_available``; not one of ``local``) holds the torch version or torch's
+        AMP API: each is worked out on its own."""
+        for node in walk(code):
+            if not isinstance(node, (ast.Name, ast.Attribute)) or not isinstance(node.ctx, ast.Load) \
+                    or isinstance(self.code.parent(node), ast.Attribute):
+                continue
+            root = node
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in local:
+                continue
+            outer, self._torch = self._torch, False
+            try:
+                value = self.value(node, {}, depth)
+            except _EVAL_ERRORS:
+                value = None
+            reads, self._torch = self._torch, outer
+            if reads and not (isinstance(value, _Api) and value.name == "torch"):
+                return True
+        return False
 
     def fallback(self, node: ast.AST, depth: int) -> ast.AST | None:
         child = node
         for ancestor in self.code.ancestors(node):
-            if isinstance(ancestor, ast.IfExp):
-                if child is ancestor.body and self.gate(ancestor.test, depth) is False:
+            if isinstance(ancestor, (ast.If, ast.IfExp)) and child is not ancestor.test:
+                in_body = child is ancestor.body if isinstance(ancestor, ast.IfExp) \
+                    else any(s is child for s in ancestor.body)
+                value = self.gate(ancestor.test, depth)
+                if value is (not in_body):
                     return ancestor
-                if child is ancestor.orelse and self.gate(ancestor.test, depth) is True:
-                    return ancestor
-            elif isinstance(ancestor, ast.If) and child is not ancestor.test:
-                if any(s is child for s in ancestor.body):
-                    if self.gate(ancestor.test, depth) is False:
-                        return ancestor
-                elif self.gate(ancestor.test, depth) is True:
+                if value is None and self._successor_elsewhere(ancestor, in_body) \
+                        and self.reads_torch(ancestor.test, depth):
                     return ancestor
             elif isinstance(ancestor, ast.Try) and isinstance(child, ast.ExceptHandler):
                 if _catches_missing_api(child) and _uses_successor(self.code, ancestor.body):
                     return ancestor
             child = ancestor
         return None
+
+    def _successor_elsewhere(self, branch: ast.If | ast.IfExp, in_body: bool) -> bool:
+        """Whether the other arm of ``branch`` uses the device-generic AMP API: a test on the
+        torch version that chooses between it and the code here keeps the code for older
+        torch, even where the test itself cannot be worked out."""
+        other = branch.orelse if in_body else branch.body
+        return _uses_successor(self.code, other if isinstance(other, list) else [other])
 
     def value(self, expr: ast.expr | _Operands, env: dict, depth: int):
         if depth > _DEPTH:
@@ -652,6 +703,9 @@ class _Evaluator:
     def _Call(self, expr, env, depth):
         if any(isinstance(a, ast.Starred) for a in expr.args) or any(k.arg is None for k in expr.keywords):
             raise _Unknown(expr)
+        if any(isinstance(a, ast.Constant) and isinstance(a.value, str) and _TORCH_DISTRIBUTION.fullmatch(a.value)
+               for a in (*expr.args, *(k.value for k in expr.keywords))):
+            self._torch = True  # asks about the installed torch: `compare_version("torch", operator.ge, "2.4")`
         names = self.code.qualified_names(expr.func)
         positional = [self.value(a, env, depth) for a in expr.args]
         keywords = {k.arg: self.value(k.value, env, depth) for k in expr.keywords}
@@ -726,10 +780,11 @@ class _Evaluator:
             try:
                 self._names[name] = (self._assigned_value(name, depth), self._torch)
             except _EVAL_ERRORS:
-                pass
+                self._unknown_reading_torch[name] = self._torch
             self._torch = outer
         found = self._names[name]
         if found is None:
+            self._torch = self._torch or self._unknown_reading_torch.get(name, False)
             raise _Unknown(name)
         self._torch = self._torch or found[1]
         return found[0]
@@ -824,7 +879,13 @@ class _Evaluator:
             raise _Unknown(name)
         if not self.code.on_own_line(function.body[0]):
             raise _Unknown(name)  # `def f(): return x`: its body is not read as a block
-        returned = self._run(function.body, local, depth)
+        try:
+            returned = self._run(function.body, local, depth)
+        except _EVAL_ERRORS:
+            # a helper it cannot finish may still compare the torch version
+            if self._names_torch_version(function, depth, _function_locals(self.code, function)):
+                self._torch = True
+            raise
         if returned is _FELL_THROUGH:
             return None
         return returned
@@ -854,6 +915,8 @@ class _Evaluator:
         return _FELL_THROUGH
 
 
+# The torch distribution named as a string, alone or with a version requirement ("torch>=2.4").
+_TORCH_DISTRIBUTION = re.compile(r"torch\s*(?:[<>=!~]=?\s*[\w.*+]+\s*,?\s*)*")
 _NOT_BUILTIN = object()
 _BUILTIN_VALUES = {"int": int, "float": float, "str": str, "tuple": tuple, "list": list, "len": len,
                    "bool": bool}

@@ -90,8 +90,10 @@ class DeprecatedAmpApi(Rule):
     version (`if version.parse(torch.__version__) >= version.parse("2.4")`, a module-level flag
     or helper function computing one, `hasattr(torch.amp, "custom_fwd")`, in the file or
     imported from another module of the project) evaluated for the configured
-    `torch-version`, and an `except AttributeError/ImportError/TypeError` handler
-    around a use of torch.amp. Nor references that call nothing and accept the torch.amp
+    `torch-version`; a condition that reads the torch version but cannot be worked out to
+    the end (a helper that parses it with `re`, another library's `compare_version("torch",
+    operator.ge, "2.4")`) when its other arm uses the torch.amp API; and an `except
+    AttributeError/ImportError/TypeError` handler around a use of torch.amp. Nor references that call nothing and accept the torch.amp
     classes as well: annotations, and `isinstance`/`issubclass`/`except` classes that include
     a torch.amp one (the deprecated classes subclass them). A type check on a deprecated
     class alone is reported: it rejects `torch.amp.GradScaler("cuda")`.

@@ -5,8 +5,11 @@
     python benchmarks/triage/precision.py --todo FILE     # the findings still to label, as JSON lines
     python benchmarks/triage/precision.py --preview       # also count the rules that run only with --preview
 
-Two corpora: the dev corpus of benchmarks/lint_speed.py (installed in .corpus/site) and the pinned
-releases of ../shared/realworld (installed by its score.py in the temp folder amplint-realworld).
+Three corpora: the dev corpus of benchmarks/lint_speed.py (installed in .corpus/site), the pinned
+releases of ../shared/realworld (installed by its score.py in the temp folder amplint-realworld),
+and a held-out corpus (HELDOUT below, installed in .corpus/heldout by this script when missing):
+packages chosen after the rules were written and never used to tune them, so its labels measure
+the rules on code they were not fitted to.
 Each label in labels/*.jsonl names one finding: corpus, path (relative to the corpus folder),
 line, line_sha1 (of the stripped line, so a shifted file is refused), code, and the verdict:
 `true` (a real mistake), `false` (no mistake: the reason says what the rule missed) or `depends`
@@ -30,7 +33,12 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-CORPORA = {"dev": ROOT / ".corpus" / "site", "realworld": Path(tempfile.gettempdir()) / "amplint-realworld"}
+CORPORA = {"dev": ROOT / ".corpus" / "site", "realworld": Path(tempfile.gettempdir()) / "amplint-realworld",
+           "heldout": ROOT / ".corpus" / "heldout"}
+HELDOUT = ["ultralytics==8.4.190", "accelerate==1.15.0", "monai==1.6.1", "speechbrain==1.1.2",
+           "pytorch-ignite==0.5.5", "mmengine==0.10.7", "mmdet==3.3.0", "yolov5==7.0.14", "litgpt==0.5.13",
+           "pyannote.audio==4.0.7", "lightly==1.6.0", "open_clip_torch==3.3.0", "k-diffusion==0.1.1.post1",
+           "pytorch-lightning==2.6.6", "transformers==5.24.0", "timm==1.0.31"]
 SAMPLE_PER_RULE = 40
 THRESHOLD = 0.9
 
@@ -40,8 +48,16 @@ def line_sha1(path: Path, row: int) -> str:
     return hashlib.sha1(lines[row - 1].strip().encode()).hexdigest()
 
 
+def install_heldout() -> None:
+    folder = CORPORA["heldout"]
+    if not folder.is_dir():
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile",
+                        "--target", str(folder), *HELDOUT], check=True)
+
+
 def findings(preview: bool) -> list[dict]:
     """amplint's findings on each corpus, keyed as labels are."""
+    install_heldout()
     found = []
     for corpus, folder in CORPORA.items():
         if not folder.is_dir():

@@ -234,3 +234,41 @@ def test_a_folder_named_on_the_command_line_is_the_root_of_an_unmarked_source_tr
     CliRunner().invoke(main, ["check", "--no-cache", "--select", "AMP004", "--fix", "downloaded"])
     assert "torch.cuda.amp.GradScaler()" in (tree / "lib" / "loop.py").read_text()
     assert "torch.cuda.amp.GradScaler()" in (tree / "scripts" / "train.py").read_text()
+
+
+# A project helper that forces float32 for numerics: its `enabled` parameter is the region's
+# switch, and every call the project makes of it sets it False, so it never turns autocast on.
+FLOAT32_HELPER = """\
+import torch
+
+
+def precision_context(device_type, enabled=True):
+    return torch.autocast(device_type, enabled=enabled)
+
+
+class Rotary(torch.nn.Module):
+    def forward(self, x):
+        with precision_context(x.device.type, enabled=False):
+            return x.float().cos()
+
+
+def normalize(x):
+    with precision_context("cuda", False):
+        return x.float() / x.float().norm()
+"""
+
+
+@pytest.mark.parametrize("extra_call,expected", [
+    ("", []),  # every call passes False: no region of the project turns autocast on
+    ("with precision_context('cuda'):\n    pass\n", [12, 16]),  # the default, True
+    ("with precision_context('cuda', enabled=use_amp):\n    pass\n", [12, 16]),  # a flag
+    ("factory = precision_context\n", [12, 16]),  # handed on: a caller we cannot see
+])
+def test_a_helper_whose_enabled_switch_every_call_turns_off_is_no_region(tmp_path, monkeypatch, extra_call,
+                                                                          expected):
+    _project(tmp_path, trainer=FLOAT32_HELPER)
+    (tmp_path / "demo" / "run.py").write_text(f"from .trainer import precision_context\nuse_amp = True\n{extra_call}")
+    found = _findings(tmp_path, monkeypatch, "demo/losses.py")
+    assert [row for _, row, _, _ in found] == expected
+    if expected:
+        assert "runs code under autocast (demo/trainer.py:5)" in found[0][3]

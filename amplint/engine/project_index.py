@@ -399,7 +399,8 @@ def bytes_read(path: Path) -> bytes | None:
 
 
 def _sites_of(outline: Outline) -> list[list]:
-    """A module's autocast sites (``AutocastSite`` without its path): [row, device, setting, dtype]."""
+    """A module's autocast sites (``AutocastSite`` without its path): [row, device, setting, dtype],
+    and for a call whose ``enabled=`` is its function's parameter, that switch (``_switch_parameter``)."""
     models = [(c.lineno, c.end_lineno) for c in outline.nodes(ast.ClassDef)
               if any(isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name == "forward" for s in c.body)
               or any(getattr(b, "attr", getattr(b, "id", "")).endswith("Module") for b in c.bases)]
@@ -410,7 +411,8 @@ def _sites_of(outline: Outline) -> list[list]:
         enabled = next((k.value for k in call.keywords if k.arg == "enabled"), None)
         if isinstance(enabled, ast.Constant) and enabled.value is False:
             continue
-        found.append([call.lineno, _autocast_device(outline, call), None, _literal_dtype(outline, call)])
+        found.append([call.lineno, _autocast_device(outline, call), None, _literal_dtype(outline, call),
+                      _switch_parameter(outline, call, enabled)])
     for call in outline.calls_to(_FRAMEWORK_CLASSES):
         names = outline.qualified_names(call.func)
         for classes, keyword, values in _FRAMEWORK_SETTINGS:
@@ -423,6 +425,70 @@ def _sites_of(outline: Outline) -> list[list]:
             if isinstance(value, ast.Constant) and value.value in values and type(value.value) in (str, int, bool):
                 found.append([call.lineno, None, f"{keyword}={value.value!r}", _setting_dtype(keyword, value.value)])
     return found + _config_module_sites(outline)
+
+
+def _switch_parameter(outline: Outline, call: ast.Call, enabled: ast.expr | None) -> list | None:
+    """For ``enabled=flag`` where ``flag`` is a parameter of the function around the call that
+    its body never rebinds: [the function's name, the parameter, its position as callers pass
+    it (``self`` left out of a method's), its default (True, False, or None when not a
+    literal or none)]; None otherwise."""
+    if not isinstance(enabled, ast.Name):
+        return None
+    function = outline.parents.get(id(call))
+    while function is not None and not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        function = outline.parents.get(id(function))
+    if function is None or function.args.vararg is not None:
+        return None
+    params = [*function.args.posonlyargs, *function.args.args]
+    names = [p.arg for p in params]
+    if enabled.id not in names or any(
+            isinstance(n, ast.Name) and n.id == enabled.id and not isinstance(n.ctx, ast.Load)
+            for n in walk(function)):
+        return None
+    method = isinstance(outline.parents.get(id(function)), ast.ClassDef) and names[:1] in (["self"], ["cls"])
+    defaults = dict(zip(names[len(names) - len(function.args.defaults):], function.args.defaults))
+    default = defaults.get(enabled.id)
+    literal = default.value if isinstance(default, ast.Constant) and isinstance(default.value, bool) else None
+    return [function.name, enabled.id, names.index(enabled.id) - (1 if method else 0), literal]
+
+
+def _switched_off(root: Path, switch: list) -> bool:
+    """Whether every call in the project of the function a site's ``enabled=`` parameter
+    belongs to (``_switch_parameter``) turns the region off: there is at least one, each
+    passes a literal False or leaves a False default, none passes ``*args``/``**kwargs``, and
+    the function is not handed on uncalled (a callback could pass anything)."""
+    name, parameter, index, default = switch
+    key = (f"switched-off:{name}:{parameter}:{index}:{default}", root)
+    if key not in _FACTS:
+        calls = 0
+        off = True
+        for _, tree in _parsed_where(root, lambda data: name.encode() in data):
+            called = set()
+            for node in walk(tree):
+                if not isinstance(node, ast.Call) or _called_name(node.func) != name:
+                    continue
+                called.add(id(node.func))
+                calls += 1
+                given = next((k.value for k in node.keywords if k.arg == parameter), None)
+                if given is None and index < len(node.args):
+                    given = node.args[index]
+                if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
+                    off = False
+                elif given is None:
+                    off = off and default is False
+                else:
+                    off = off and isinstance(given, ast.Constant) and given.value is False
+            if any(_called_name(node) == name and id(node) not in called for node in walk(tree)
+                   if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load)):
+                off = False
+            if not off:
+                break
+        _FACTS[key] = off and calls > 0
+    return _FACTS[key]
+
+
+def _called_name(func: ast.expr) -> str | None:
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
 
 
 def _config_module_sites(outline: Outline) -> list[list]:
@@ -469,8 +535,9 @@ def _autocast_device(outline: Outline, call: ast.Call) -> str | None:
 
 @_per_project
 def autocast_sites(root: Path) -> tuple[AutocastSite, ...]:
-    """Every autocast call of the project that is not disabled by a literal ``enabled=False``,
-    in path order, then every key of its config files that turns mixed precision on
+    """Every autocast call of the project that is not disabled by a literal ``enabled=False``
+    or by a parameter that every call of its function sets False (``_switched_off``), in path
+    order, then every key of its config files that turns mixed precision on
     (``switches.turns_on``: the framework that reads the file opens the region)."""
     found: list[AutocastSite] = []
     for count, path in enumerate(_python_files(root)):
@@ -481,7 +548,8 @@ def autocast_sites(root: Path) -> tuple[AutocastSite, ...]:
             continue
         if _may_hold_sites(data):
             summary = _summary(path)
-            found.extend(AutocastSite(path, *site) for site in (summary["sites"] if summary else ()))
+            found.extend(AutocastSite(path, *site[:4]) for site in (summary["sites"] if summary else ())
+                         if len(site) < 5 or site[4] is None or not _switched_off(root, site[4]))
     for key in config_keys(root):  # a config file that turns it on for the framework that reads it
         on, dtype = turns_on(key)
         if on:

@@ -38,7 +38,11 @@ CORPORA = {"dev": ROOT / ".corpus" / "site", "realworld": Path(tempfile.gettempd
 HELDOUT = ["ultralytics==8.4.190", "accelerate==1.15.0", "monai==1.6.1", "speechbrain==1.1.2",
            "pytorch-ignite==0.5.5", "mmengine==0.10.7", "mmdet==3.3.0", "yolov5==7.0.14", "litgpt==0.5.13",
            "pyannote.audio==4.0.7", "lightly==1.6.0", "open_clip_torch==3.3.0", "k-diffusion==0.1.1.post1",
-           "pytorch-lightning==2.6.6", "transformers==5.24.0", "timm==1.0.31"]
+           "pytorch-lightning==2.6.6", "transformers==5.24.0", "timm==1.0.31", "torchdistill==1.1.5",
+           "mace-torch==0.3.16", "chemprop==2.3.1", "neuralforecast==3.3.0", "pytorch-forecasting==1.8.0",
+           "mmagic==1.2.0", "mmaction2==1.2.0", "salesforce-lavis==1.0.2", "deepchem==2.8.0",
+           "schnetpack==2.1.1", "tianshou==2.0.1", "pytorchvideo==0.1.5", "torchtitan==0.3.0",
+           "nemo-toolkit==3.0.0", "fairseq2==0.8.1", "pytorch-tabular==1.2.0"]
 SAMPLE_PER_RULE = 40
 THRESHOLD = 0.9
 

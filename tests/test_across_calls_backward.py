@@ -201,3 +201,66 @@ def test_an_edit_of_the_helper_rechecks_its_caller_through_the_cache(tmp_path, m
     assert cached_rows() == []
     engine.write_text(ENGINE)
     assert cached_rows() == [("trainer/loop.py", 8)]
+
+
+PROFILING = """\
+import time
+
+import torch
+
+
+def measure(model, x):
+    start = time.perf_counter()
+    out = model(x)
+    out.float().sum().backward()
+    return time.perf_counter() - start, torch.cuda.max_memory_allocated()
+
+
+def sweep(model, sizes):
+    return [measure(model, torch.randn(n, 3, 224, 224)) for n in sizes]
+
+
+def fit_step(model, x, y, optimizer):
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_a_backward_that_no_optimizer_steps_on_is_a_measurement_and_stays_silent(tmp_path, monkeypatch):
+    root = _project(tmp_path, {"trainer/profiling.py": PROFILING, "trainer/batch_size.py": """\
+        import copy
+
+        import torch
+        from .profiling import measure, sweep
+
+
+        def pick_batch_size(model, sizes, use_amp=True):
+            with torch.autocast("cuda", enabled=use_amp):
+                probe = copy.deepcopy(model).train()
+                timings = sweep(probe, sizes)
+                single = measure(probe, torch.randn(1, 3, 224, 224))
+            return max(n for n, (seconds, memory) in zip(sizes, timings) if memory < 8e9), single
+        """})
+    assert _findings(root, monkeypatch) == []
+
+
+def test_the_same_helpers_are_reported_where_an_optimizer_steps_on_their_gradients(tmp_path, monkeypatch):
+    root = _project(tmp_path, {"trainer/profiling.py": PROFILING, "trainer/loop.py": """\
+        import torch
+        from .profiling import fit_step, measure
+
+
+        def fit(model, loader, optimizer):
+            for x, y in loader:
+                with torch.autocast("cuda"):
+                    fit_step(model, x, y, optimizer)
+
+
+        def warm_up(model, loader, optimizer):
+            for x, _ in loader:
+                with torch.autocast("cuda"):
+                    measure(model, x)
+                optimizer.step()
+        """})
+    assert [(f[0], f[1]) for f in _findings(root, monkeypatch)] == [("trainer/loop.py", 8), ("trainer/loop.py", 14)]

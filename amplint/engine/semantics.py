@@ -25,6 +25,16 @@ def named_like_optimizer(code: str) -> bool:
         and "sched" not in last
 
 
+def steps_optimizer(call: ast.Call) -> bool:
+    """An optimizer's step on its gradients: ``optimizer.step()``, ``self.opt_g.step()``, or a
+    step handed one (``scaler.step(optimizer)``); not a scheduler's."""
+    func = call.func
+    if not isinstance(func, ast.Attribute) or func.attr != "step":
+        return False
+    return named_like_optimizer(ast.unparse(func.value)) or any(
+        named_like_optimizer(ast.unparse(a)) for a in (*call.args, *(k.value for k in call.keywords)))
+
+
 def scaled_backward_scaler(ctx, call: ast.Call) -> str | None:
     """For ``S.scale(loss).backward()`` the code of S."""
     func = call.func

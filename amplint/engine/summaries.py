@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .outline import ModulesByText, Outline, child_nodes, contains, dotted, named_parameters, parameter_defaults, walk
-from .semantics import named_like_optimizer
+from .semantics import named_like_optimizer, steps_optimizer
 from .project_index import dependency, module_dependency, module_text, project_module, relative_name, summarized_by
 
 if TYPE_CHECKING:
@@ -81,6 +81,7 @@ class Summary:
     returns_half: Place | None  # every `return` returns a model it made float16 (the first conversion)
     # The parameters it never rebinds, each with its default's code (None: no default).
     defaults: tuple[tuple[str, str | None], ...] = ()
+    steps: bool = False  # steps an optimizer (``steps_optimizer``) on some path
 
 
 @dataclass(frozen=True)
@@ -517,7 +518,7 @@ class _Module:
         guards = guards_of(function)
         once = self.assigned_once(function)
         backwards, checkpoints, calls, conversions = [], [], [], []
-        scales = False
+        scales = steps = False
         for node in body:
             if isinstance(node, ast.For):
                 conversions += self._parameters_converted(node, once, guards)
@@ -526,6 +527,7 @@ class _Module:
             received = receiver(node)
             if received is not None and received[1] == "scale" and node.args:
                 scales = True
+            steps = steps or steps_optimizer(node)
             if is_backward(outline, node):
                 scaled = received is not None and isinstance(received[0], ast.Call) \
                     and (receiver(received[0]) or (None, ""))[1] == "scale"
@@ -542,7 +544,7 @@ class _Module:
         called = {id(c[0]) for c in calls}
         returns = [self._returned(n.value, once, assigned, stores, called) if n.value is not None else (None, None)
                    for n in sorted((n for n in body if isinstance(n, ast.Return)), key=lambda n: n.lineno)]
-        return {"params": params, "backwards": backwards, "scales": scales, "checkpoints": checkpoints,
+        return {"params": params, "backwards": backwards, "scales": scales, "steps": steps, "checkpoints": checkpoints,
                 "converted": sorted(conversions, key=lambda c: c[1].row), "returns": returns, "calls": calls,
                 "fixed": tuple((p, defaults.get(p)) for p in params if not stores[p]), "row": function.lineno}
 
@@ -626,7 +628,7 @@ def _summary(module: _Module, qualified: str, depth: int, seen: set, read: set[P
     backwards = list(facts["backwards"])
     checkpoints = [Checkpoint(*c) for c in facts["checkpoints"]]
     converted = list(facts["converted"])
-    scales = facts["scales"]
+    scales, steps = facts["scales"], facts["steps"]
     returned: dict[int, Place | None] = {}  # a call's result: the float16 model its callee returns
     key = (module.path.resolve(), qualified)
     if depth > 0 and key not in seen:
@@ -643,6 +645,7 @@ def _summary(module: _Module, qualified: str, depth: int, seen: set, read: set[P
             backwards += [(replace(p, via=(via, *p.via)), s) for p, s in inner.backwards]
             checkpoints += [replace(c, place=replace(c.place, via=(via, *c.place.via))) for c in inner.checkpoints]
             scales = scales or inner.scales
+            steps = steps or inner.steps
             passed = _passed(call, inner)
             if passed is None:
                 continue
@@ -657,7 +660,7 @@ def _summary(module: _Module, qualified: str, depth: int, seen: set, read: set[P
         first.setdefault(name, place)
     halves = tuple((name, place) for name, place in first.items() if name in facts["params"])
     return Summary(qualified, own_place, facts["params"], tuple(backwards), scales, tuple(checkpoints),
-                   halves, _returns_half(facts["returns"], first, returned), facts["fixed"])
+                   halves, _returns_half(facts["returns"], first, returned), facts["fixed"], steps)
 
 
 def _returns_half(returns: list, converted: dict[str, Place], returned: dict[int, Place | None]) -> Place | None:

@@ -10,6 +10,7 @@ from ..engine.outline import walk
 from ..engine.region_tables import disables_itself
 from ..engine.regions import autocast_region, project_autocast_wrapper
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
+from ..engine.semantics import steps_optimizer
 from ..engine.summaries import callee_summary
 
 _AUTOGRAD = frozenset({"torch.autograd.backward", "torch.autograd.grad"})
@@ -94,7 +95,10 @@ class BackwardInsideAutocast(Rule):
     (`helper(...)`, `self.helper(...)`) or of another module of the project (`from .engine
     import train_step`, `engine.train_step(...)`), followed up to three calls deep
     (`summaries`). The finding then sits on the call in the region and names the backward's
-    line and the helpers on the way, also as a related location.
+    line and the helpers on the way, also as a related location. It is made where an optimizer
+    steps on those gradients, in a function on the way or anywhere in the file
+    (`optimizer.step()`, `scaler.step(optimizer)`): a helper that runs a backward only to
+    measure it (a batch-size probe on a copy of the model) trains nothing.
 
     ## Why is this bad?
     PyTorch's AMP documentation: "Backward passes under autocast are not recommended."
@@ -214,6 +218,20 @@ def train_step(self, x, y):
         loss = self.model(x, y)
         self.accelerator.backward(loss)
 """),
+        # A memory probe: the helper's backward trains nothing, no optimizer steps anywhere.
+        Valid("""
+import copy
+import torch
+from profiling import time_forward_backward
+def largest_batch(model, sizes):
+    with torch.autocast("cuda"):
+        return [time_forward_backward(copy.deepcopy(model), torch.randn(n, 3, 64, 64)) for n in sizes]
+""", project=(("profiling.py", """
+def time_forward_backward(model, x):
+    y = model(x)
+    y.float().sum().backward()
+    return torch.cuda.max_memory_allocated()
+"""),)),
         # apex's loss-scaling context wants the backward inside it; it is no autocast.
         Valid("""
 from apex import amp
@@ -379,6 +397,8 @@ def step(self, batch):
         summary = callee_summary(ctx, call)
         if summary is None or not summary.backwards:
             return
+        if not summary.steps and not any(steps_optimizer(c) for c in ctx.outline.nodes(ast.Call)):
+            return  # no optimizer steps on these gradients: a measurement (a memory probe), not training
         backward = summary.backwards[0][0]
         where, related = located(ctx, backward.path, backward.row, f"`{backward.code}`, in `{(summary.name, *backward.via)[-1]}`")
         through = f" through `{'` and `'.join(backward.via)}`" if backward.via else ""

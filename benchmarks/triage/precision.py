@@ -4,6 +4,7 @@
     python benchmarks/triage/precision.py --markdown      # the same, as markdown
     python benchmarks/triage/precision.py --todo FILE     # the findings still to label, as JSON lines
     python benchmarks/triage/precision.py --preview       # also count the rules that run only with --preview
+    python benchmarks/triage/precision.py --corpus heldout  # one corpus only (repeat for more)
 
 Three corpora: the dev corpus of benchmarks/lint_speed.py (installed in .corpus/site), the pinned
 releases of ../shared/realworld (installed by its score.py in the temp folder amplint-realworld),
@@ -59,11 +60,13 @@ def install_heldout() -> None:
                         "--target", str(folder), *HELDOUT], check=True)
 
 
-def findings(preview: bool) -> list[dict]:
-    """amplint's findings on each corpus, keyed as labels are."""
-    install_heldout()
+def findings(preview: bool, corpora: list[str]) -> list[dict]:
+    """amplint's findings on each corpus named, keyed as labels are."""
+    if "heldout" in corpora:
+        install_heldout()
     found = []
-    for corpus, folder in CORPORA.items():
+    for corpus in corpora:
+        folder = CORPORA[corpus]
         if not folder.is_dir():
             sys.exit(f"{folder} is missing: install it first (see this script's docstring)")
         cmd = [sys.executable, "-m", "amplint", "check", "--no-cache", "--exit-zero", "--output-format",
@@ -141,8 +144,9 @@ def main() -> int:
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--preview", action="store_true", help="run amplint with --preview")
     ap.add_argument("--todo", type=Path, help="write the sampled findings without a label here")
+    ap.add_argument("--corpus", action="append", choices=sorted(CORPORA), help="only this corpus (default: all)")
     args = ap.parse_args()
-    found = findings(args.preview)
+    found = findings(args.preview, args.corpus or list(CORPORA))
     known = labels()
     drawn = sample(found)
     if args.todo:

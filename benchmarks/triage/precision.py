@@ -43,7 +43,9 @@ HELDOUT = ["ultralytics==8.4.190", "accelerate==1.15.0", "monai==1.6.1", "speech
            "mace-torch==0.3.16", "chemprop==2.3.1", "neuralforecast==3.3.0", "pytorch-forecasting==1.8.0",
            "mmagic==1.2.0", "mmaction2==1.2.0", "salesforce-lavis==1.0.2", "deepchem==2.8.0",
            "schnetpack==2.1.1", "tianshou==2.0.1", "pytorchvideo==0.1.5", "torchtitan==0.3.0",
-           "nemo-toolkit==3.0.0", "fairseq2==0.8.1", "pytorch-tabular==1.2.0"]
+           "nemo-toolkit==3.0.0", "fairseq2==0.8.1", "pytorch-tabular==1.2.0", "axolotl==0.19.0",
+           "basicsr==1.3.3.3", "nanotron==0.4", "poutyne==1.19.0", "pytorch-accelerated==0.1.61",
+           "lightning-bolts==0.7.0", "lightning-flash==0.8.2", "pytorch-tabnet==4.1.0"]
 SAMPLE_PER_RULE = 40
 THRESHOLD = 0.9
 

@@ -6,7 +6,7 @@ search, since it may define the name first."""
 from __future__ import annotations
 
 import ast
-from typing import Generator
+from typing import Callable, Generator, TypeVar
 
 from .ast_context import AstContext
 from .crossfile import imported_in
@@ -14,22 +14,60 @@ from .crossfile import imported_in
 _MAX_BASES = 8  # classes read up a hierarchy
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 Function = ast.FunctionDef | ast.AsyncFunctionDef
+Module = TypeVar("Module")
 
 
-def lookup_order(ctx: AstContext, cls: ast.ClassDef,
-                 depth: int = 0) -> Generator[tuple[AstContext, ast.ClassDef], None, bool]:
-    """The class and its bases, depth first, read only as far as a lookup asks. True once a
-    base cannot be read: a later one may define a name it does, so the lookup ends there."""
-    yield ctx, cls
-    for base in cls.bases:
-        if depth >= _MAX_BASES:
-            return False
-        if is_object(base):
-            continue
-        found = class_named(ctx, base)
-        if found is None or (yield from lookup_order(*found, depth + 1)):
+def bases_in_order(module: Module, cls: ast.ClassDef,
+                   class_named: Callable[[Module, ast.expr], tuple[Module, ast.ClassDef] | None],
+                   depth: int = 0) -> Generator[tuple[Module, ast.ClassDef], None, bool]:
+    """The class and its bases in the order Python looks a method up, each with the module it
+    is in, read only as far as a lookup asks; ``class_named`` finds the class a base names from
+    a module (of whatever model of a module the caller reads). Depth first, which is Python's
+    order where no two bases share a base; where two do (a diamond), Python puts the shared one
+    after both, and the walk stops before the bases. True once the order stops: there, or at a
+    base that cannot be read (a later one may define a name it does)."""
+    yield module, cls
+    bases = [b for b in cls.bases if not is_object(b)]
+    if depth >= _MAX_BASES:
+        return bool(bases)
+    if len(bases) > 1 and _bases_share(module, bases, class_named, depth):
+        return True
+    for base in bases:
+        found = class_named(module, base)
+        if found is None or (yield from bases_in_order(*found, class_named, depth + 1)):
             return True
     return False
+
+
+def _bases_share(module: Module, bases: list[ast.expr],
+                 class_named: Callable[[Module, ast.expr], tuple[Module, ast.ClassDef] | None], depth: int) -> bool:
+    """Whether two of ``bases`` have a class in common, as far as they can be read."""
+    seen: set[int] = set()
+    for base in bases:
+        found = class_named(module, base)
+        if found is None:
+            return False  # the walk stops at it anyway
+        mine = {id(c) for _, c in _all_of(*found, class_named, depth + 1)}
+        if mine & seen:
+            return True
+        seen |= mine
+    return False
+
+
+def _all_of(module: Module, cls: ast.ClassDef,
+            class_named: Callable[[Module, ast.expr], tuple[Module, ast.ClassDef] | None],
+            depth: int) -> list[tuple[Module, ast.ClassDef]]:
+    found = [(module, cls)]
+    if depth < _MAX_BASES:
+        for base in cls.bases:
+            if not is_object(base) and (named := class_named(module, base)) is not None:
+                found += _all_of(*named, class_named, depth + 1)
+    return found
+
+
+def lookup_order(ctx: AstContext, cls: ast.ClassDef) -> Generator[tuple[AstContext, ast.ClassDef], None, bool]:
+    """``bases_in_order`` over the checked file and the project modules it reads."""
+    return bases_in_order(ctx, cls, class_named)
 
 
 def inherited_method(ctx: AstContext, call: ast.Call) -> tuple[AstContext, Function] | None:

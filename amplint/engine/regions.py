@@ -373,7 +373,8 @@ def reaching_region(ctx: AstContext, node: ast.AST, depth: int = REACHING_DEPTH
 
 def called_function(ctx: AstContext, call: ast.Call) -> ast.AST | None:
     """The function of this file that ``call`` runs: ``self.m(...)`` for a method of the
-    enclosing class, or ``f(...)`` for a module-level function (the first of its name)."""
+    enclosing class, or ``f(...)`` for a module-level function (the last of its name, which
+    replaced any before it)."""
     func = call.func
     if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
         owner = ctx.enclosing(call, ast.ClassDef)
@@ -384,7 +385,8 @@ def called_function(ctx: AstContext, call: ast.Call) -> ast.AST | None:
         owner, name = ctx.outline.tree, func.id
     else:
         return None
-    return next((s for s in owner.body if isinstance(s, _FUNCTIONS) and s.name == name), None)
+    defined = [s for s in owner.body if isinstance(s, _FUNCTIONS) and s.name == name]
+    return defined[-1] if defined else None
 
 
 def calls_of(ctx: AstContext, function: ast.AST) -> list[ast.Call]:

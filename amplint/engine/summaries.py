@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .classes import bases_in_order
 from .outline import ModulesByText, Outline, child_nodes, contains, dotted, named_parameters, parameter_defaults, walk
 from .semantics import named_like_optimizer, steps_optimizer
 from .project_index import dependency, module_dependency, module_text, project_module, relative_name, summarized_by
@@ -43,7 +44,6 @@ _SAVE = frozenset({"torch.save"})
 _SAME_MODULE = frozenset({"cuda", "cpu", "to", "train", "eval", "requires_grad_"})
 _NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 _COLLECTING = frozenset({"append", "extend", "add", "update"})  # methods that put their arguments in a collection
-_MAX_BASES = 8  # classes read up a hierarchy to find a method
 
 
 @dataclass(frozen=True)
@@ -294,6 +294,8 @@ class _Module:
             return self.path, func.id, ()
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
             cls = self.classes.get(id(function))
+            if cls in self.class_defs:  # the class's own method, else a base's
+                return self.method(cls, func.attr, ())
             qualified = f"{cls}.{func.attr}"
             return (self.path, qualified, ()) if cls is not None and qualified in self.functions else None
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id not in self.imported:
@@ -331,27 +333,18 @@ class _Module:
 
     def method(self, class_name: str, method: str, read: tuple[Path, ...]) -> tuple[Path, str, tuple[Path, ...]] | None:
         """The method Python runs for ``method`` of an instance of ``class_name`` (this module's):
-        the class's own, else its bases', depth first (the order Python's takes where no two
-        bases share a base: where they do, None). None where a base another library defines
-        (or none) comes first."""
-        seen: set[tuple[Path, str]] = set()
-        stack: list[tuple[_Module, str] | None] = [(self, class_name)]
-        while stack and len(seen) < _MAX_BASES:
-            entry = stack.pop()
-            if entry is None or (entry[0].path, entry[1]) in seen:
-                return None
-            module, name = entry
-            seen.add((module.path, name))
-            if f"{name}.{method}" in module.functions:
-                return module.path, f"{name}.{method}", read
-            bases: list[tuple[_Module, str] | None] = []
-            for base in module.class_defs[name].bases:
-                if not (isinstance(base, ast.Name) and base.id == "object"):
-                    found = module._class(base)
-                    bases.append(found[:2] if found is not None else None)
-                    read += found[2] if found is not None else ()
-            stack += reversed(bases)
+        the class's own, else its bases', in ``classes.bases_in_order``. None where a base
+        another library defines (or none) comes first, or the order is not Python's."""
+        for module, cls in bases_in_order(self, self.class_defs[class_name], _Module._class_node):
+            if module is not self:
+                read += (module.path,)
+            if f"{cls.name}.{method}" in module.functions:
+                return module.path, f"{cls.name}.{method}", read
         return None
+
+    def _class_node(self, expr: ast.expr) -> "tuple[_Module, ast.ClassDef] | None":
+        found = self._class(expr)
+        return (found[0], found[0].class_defs[found[1]]) if found is not None else None
 
     def _built(self, function: ast.AST | None, name: str, call: ast.Call) -> tuple | None:
         """The project class of the object ``name`` holds where ``call`` (in ``function``, or

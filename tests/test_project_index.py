@@ -272,3 +272,93 @@ def test_a_helper_whose_enabled_switch_every_call_turns_off_is_no_region(tmp_pat
     assert [row for _, row, _, _ in found] == expected
     if expected:
         assert "runs code under autocast (demo/trainer.py:5)" in found[0][3]
+
+
+# A package of Lightning modules, one of whose command-line entry points trains one of them
+# in mixed precision; the GAN's own entry point leaves the precision to its user.
+LIT_MODULES = {
+    "gan.py": """\
+        import torch.nn.functional as F
+        import lightning as L
+
+
+        class GAN(L.LightningModule):
+            def training_step(self, batch, batch_idx):
+                fake = self.generator(batch)
+                return F.binary_cross_entropy(self.discriminator(fake).sigmoid(), batch.new_ones(len(batch), 1))
+        """,
+    "heads.py": """\
+        import torch
+        import lightning as L
+
+
+        class MarginLoss(torch.nn.Module):
+            def forward(self, probs, y):
+                return torch.nn.functional.binary_cross_entropy(probs, y)
+
+
+        class Finetuner(L.LightningModule):
+            def __init__(self):
+                super().__init__()
+                self.criterion = MarginLoss()
+
+            def training_step(self, batch, batch_idx):
+                x, y = batch
+                return self.criterion(self.head(x).sigmoid(), y)
+        """,
+    "finetune.py": """\
+        import lightning as L
+        from .heads import Finetuner
+
+
+        def cli_main(data):
+            model = Finetuner()
+            trainer = L.Trainer(precision="16-mixed", max_epochs=10)
+            trainer.fit(model, data)
+
+
+        if __name__ == "__main__":
+            cli_main(None)
+        """,
+    "gan_main.py": """        import lightning as L
+        from .gan import GAN
+
+
+        def cli_main(data, precision):
+            L.Trainer(precision=precision).fit(GAN(), data)
+
+
+        if __name__ == "__main__":
+            cli_main(None, "32-true")
+        """,
+}
+
+
+def _lit_project(tmp_path, extra: dict[str, str]):
+    package = _project(tmp_path, trainer="")
+    (package / "__init__.py").write_text("")
+    for name, text in {**LIT_MODULES, **extra}.items():
+        (package / name).write_text(textwrap.dedent(text))
+    return package
+
+
+def test_a_setting_that_trains_one_model_is_no_evidence_for_another_models_loss(tmp_path, monkeypatch):
+    _lit_project(tmp_path, {})
+    found = _findings(tmp_path, monkeypatch, "demo/gan.py", "demo/heads.py")
+    # the finetuner's loss module (named by the module of the class it trains) is found; the GAN's is not
+    assert [(f, row) for f, row, _, _ in found] == [("demo/heads.py", 7)]
+    assert "runs code under autocast (demo/finetune.py:7, `precision='16-mixed'`)" in found[0][3]
+
+
+def test_a_setting_that_trains_what_it_is_given_is_evidence_for_every_loss(tmp_path, monkeypatch):
+    _lit_project(tmp_path, {"fit.py": """\
+        import lightning as L
+
+
+        def fit(model, data):
+            L.Trainer(precision="16-mixed").fit(model, data)
+        """})
+    found = _findings(tmp_path, monkeypatch, "demo/gan.py")
+    assert [(f, row) for f, row, _, _ in found] == [("demo/gan.py", 8)]
+    # of the two settings, the one that can run the GAN: the other trains the finetuner only
+    assert "runs code under autocast (demo/fit.py:5, `precision='16-mixed'`)" in found[0][3]

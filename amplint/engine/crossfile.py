@@ -6,12 +6,13 @@ AMP008, AMP018), so that they agree on what counts."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
 from .diagnostics import Related
 from .outline import dotted
-from .project_index import AutocastSite, function_dependency, relative_name
+from .project_index import AutocastSite, function_dependency, module_dependency, module_text, relative_name
 from .project_index import project_function as lookup
 
 if TYPE_CHECKING:
@@ -49,6 +50,27 @@ def named_loss_place(ctx: AstContext, node: ast.AST) -> str | None:
                          and not any("loss" in part.lower() for part in Path(ctx.path).parts[-2:])):
         return None
     return place
+
+
+def may_run(ctx: "CheckedFile", site: AutocastSite, names: Iterable[str]) -> bool:
+    """Whether code named ``names`` (the class or function a loss is in) may run under
+    ``site``: any code, where the site's framework trains what it is given; where it trains one
+    class of the project (``AutocastSite.trains``), that class, or code its module or the
+    site's module names. The file's findings then depend on those modules' text."""
+    if site.trains is None:
+        return True
+    wanted = set(names)
+    trained, defined_in = site.trains
+    if trained in wanted:
+        return True
+    root = ctx.project_root()
+    for path in dict.fromkeys((site.path, defined_in)):
+        if root is not None:
+            ctx.dependencies.add(module_dependency(root, path))
+        text = module_text(path) or ""
+        if any(re.search(rf"\b{re.escape(name)}\b", text) for name in wanted):
+            return True
+    return False
 
 
 def enabling_site(ctx: CheckedFile, float16: bool = False) -> tuple[AutocastSite, str, Related] | None:

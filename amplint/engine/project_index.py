@@ -72,6 +72,10 @@ class AutocastSite:
     # "float16" / "bfloat16" when a literal or the setting says; None when not given (the
     # device's default: float16 on CUDA); DYNAMIC when an expression decides.
     dtype: str | None = None
+    # The one class a framework setting trains, where its code fits a model it builds right
+    # there (``_trained_class``), and the module that defines it; None where it trains what it
+    # is given.
+    trains: tuple[str, Path] | None = None
 
     def may_be_float16(self) -> bool:
         """Whether the region may run in float16: a literal float16, or no dtype on a device
@@ -423,8 +427,65 @@ def _sites_of(outline: Outline) -> list[list]:
                 continue
             value = next((k.value for k in call.keywords if k.arg == keyword), None)
             if isinstance(value, ast.Constant) and value.value in values and type(value.value) in (str, int, bool):
-                found.append([call.lineno, None, f"{keyword}={value.value!r}", _setting_dtype(keyword, value.value)])
+                found.append([call.lineno, None, f"{keyword}={value.value!r}", _setting_dtype(keyword, value.value),
+                              None, _trained_class(outline, call)])
     return found + _config_module_sites(outline)
+
+
+def _trained_class(outline: Outline, setting: ast.Call) -> list | None:
+    """For a framework object built with a mixed-precision setting (``trainer = Trainer(...)``),
+    the one class every ``trainer.fit(model, ...)`` of the same function trains, where the
+    function builds that model right there (``model = Net(...)``, ``Net.load_from_checkpoint(...)``,
+    or the call inline): [its name, and the module and level of the ``from ... import`` that
+    binds it (None and 0 for a class of this module)]. None where it fits what it is given, or
+    nothing."""
+    parent = outline.parents.get(id(setting))
+    if not (isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name)):
+        return None
+    function = parent
+    while function is not None and not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+        function = outline.parents.get(id(function))
+    if function is None:
+        return None
+    trainer = parent.targets[0].id
+    built = {}  # a name bound once in the function, to what it is bound
+    for node in walk(function):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            built[node.targets[0].id] = node.value if node.targets[0].id not in built else None
+    trained = set()
+    for node in walk(function):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "fit" \
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == trainer:
+            model = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "model"), None)
+            if isinstance(model, ast.Name):
+                model = built.get(model.id)
+            trained.add(_class_built(outline, model))
+    if len(trained) != 1 or None in trained:
+        return None
+    name = trained.pop()
+    imported = next(((node.module, node.level) for node in outline.nodes(ast.ImportFrom)
+                     for alias in node.names if (alias.asname or alias.name) == name), (None, 0))
+    return [name, *imported]
+
+
+def _class_built(outline: Outline, value: ast.expr | None) -> str | None:
+    """The name of the class ``Net(...)`` or ``Net.load_from_checkpoint(...)`` builds."""
+    if not isinstance(value, ast.Call):
+        return None
+    func = value.func
+    if isinstance(func, ast.Attribute) and func.attr.startswith("load_from"):
+        func = func.value
+    return func.id if isinstance(func, ast.Name) and func.id[:1].isupper() else None
+
+
+def _trained_where(root: Path, path: Path, trained: list | None) -> tuple[str, Path] | None:
+    """A trained class (``_trained_class``) with the module that defines it: the site's own,
+    the project module it is imported from, or, for another library's, the site's."""
+    if trained is None:
+        return None
+    name, module, level = trained
+    found = project_module(root, path, module, level) if module or level else None
+    return name, found if found is not None else path
 
 
 def _switch_parameter(outline: Outline, call: ast.Call, enabled: ast.expr | None) -> list | None:
@@ -548,7 +609,9 @@ def autocast_sites(root: Path) -> tuple[AutocastSite, ...]:
             continue
         if _may_hold_sites(data):
             summary = _summary(path)
-            found.extend(AutocastSite(path, *site[:4]) for site in (summary["sites"] if summary else ())
+            found.extend(AutocastSite(path, *site[:4], trains=_trained_where(root, path, site[5]) if len(site) > 5
+                                      else None)
+                         for site in (summary["sites"] if summary else ())
                          if len(site) < 5 or site[4] is None or not _switched_off(root, site[4]))
     for key in config_keys(root):  # a config file that turns it on for the framework that reads it
         on, dtype = turns_on(key)
@@ -1190,7 +1253,8 @@ class Dependency:
 
 
 def _sites_summary(root: Path) -> object:
-    return [[s.path.as_posix(), s.row, s.device, s.setting, s.dtype] for s in autocast_sites(root)]
+    return [[s.path.as_posix(), s.row, s.device, s.setting, s.dtype,
+             s.trains and [s.trains[0], s.trains[1].as_posix()]] for s in autocast_sites(root)]
 
 
 def _requirement_summary(root: Path) -> object:

@@ -5,7 +5,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..engine.ast_context import AstContext
-from ..engine.crossfile import loss_place
+from ..engine.crossfile import loss_place, may_run
 from ..engine.diagnostics import Fix, Related
 from ..engine.reach import used
 from ..engine.region_tables import region_table
@@ -114,13 +114,30 @@ def _class_handed_over(ctx: AstContext, call: ast.Call, banned: frozenset[str]):
     return None
 
 
+def _sites_running(ctx: AstContext, project, node: ast.AST) -> list:
+    """The project's autocast sites under which the code around ``node`` may run
+    (``crossfile.may_run``), by the name of the outermost class around it, else of the
+    outermost function: a method's own name (`forward`, `training_step`) names no one thing."""
+    if not project:
+        return []
+    outer = None
+    scope = ctx.enclosing(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+    while scope is not None:
+        if isinstance(scope, ast.ClassDef) or not isinstance(outer, ast.ClassDef):
+            outer = scope
+        scope = ctx.enclosing(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+    names = {outer.name} if outer is not None else set()
+    return [site for site in project[1] if may_run(ctx, site, names)]
+
+
 def _enabling_site(ctx: AstContext, project, call: ast.Call, spelling_of):
     """(table, spelling, where, related) for the first autocast call of the project whose device's
     table bans what ``call`` reaches; a device that is not a literal is judged with the
     configured device's table."""
-    if not project:
+    sites = _sites_running(ctx, project, call)
+    if not sites:
         return None
-    root, sites = project
+    root = project[0]
     for site in sites:
         try:
             table = ctx.policy(site.device)
@@ -156,7 +173,10 @@ class OpUnsafeUnderAutocast(Rule):
     itself: Lightning's `Trainer(precision="16-mixed")` (or `"bf16-mixed"`), accelerate's
     `Accelerator(mixed_precision="fp16")`, transformers' `TrainingArguments(fp16=True)` (or
     `bf16=True`), mmcv's `Fp16OptimizerHook(...)`; they are judged with the configured device's
-    table. The loss must be in code the project uses (`reach`): its class or function (the
+    table. A setting whose code fits one model it builds right there (`model = Finetuner()`,
+    then `trainer.fit(model)`) counts only for that class, and for the code its module or the
+    setting's module names (a loss class `Finetuner` uses): a loss of another model is not
+    shown to run there. The loss must be in code the project uses (`reach`): its class or function (the
     outermost one around it) is decorated (a registry), named in a config file, in module-level
     code, in a package's `__init__.py` that re-exports it, or in a class or function used
     itself; a class whose `__init__` calls `super(Cls).__init__()` and then assigns a submodule
@@ -368,7 +388,8 @@ class MaskLoss:
         project = ctx.project() or ()
         if not project or not _used(ctx, call):
             return
-        for site in project[1]:
+        sites = _sites_running(ctx, project, call)
+        for site in sites:
             try:
                 table = ctx.policy(site.device)
             except PolicyError:
@@ -376,7 +397,7 @@ class MaskLoss:
             if spelling not in table.spellings_with("banned"):
                 continue
             ops = [op for op in table.ops_reached_by(spelling) if table.policy(op) == "banned"]
-            more = len(project[1]) - 1
+            more = len(sites) - 1
             where = site.where(project[0]) + (f" and {more} more" if more else "")
             related = Related(site.shown_path(), site.row, f"autocast on ({site.setting})" if site.setting
                               else "autocast entered here")

@@ -362,3 +362,22 @@ def test_a_setting_that_trains_what_it_is_given_is_evidence_for_every_loss(tmp_p
     assert [(f, row) for f, row, _, _ in found] == [("demo/gan.py", 8)]
     # of the two settings, the one that can run the GAN: the other trains the finetuner only
     assert "runs code under autocast (demo/fit.py:5, `precision='16-mixed'`)" in found[0][3]
+
+
+def test_a_model_built_from_what_the_caller_passes_runs_anything_and_stays_evidence(tmp_path, monkeypatch):
+    _lit_project(tmp_path, {"finetune.py": """\
+        import lightning as L
+        from .heads import Finetuner
+
+
+        def cli_main(backbone, data):
+            trainer = L.Trainer(precision="16-mixed")
+            trainer.fit(Finetuner(backbone), data)
+
+
+        if __name__ == "__main__":
+            cli_main(None, None)
+        """})
+    found = _findings(tmp_path, monkeypatch, "demo/gan.py")
+    assert [(f, row) for f, row, _, _ in found] == [("demo/gan.py", 8)]
+    assert "runs code under autocast (demo/finetune.py:6, `precision='16-mixed'`)" in found[0][3]

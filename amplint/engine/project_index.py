@@ -459,7 +459,7 @@ def _trained_class(outline: Outline, setting: ast.Call) -> list | None:
             model = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "model"), None)
             if isinstance(model, ast.Name):
                 model = built.get(model.id)
-            trained.add(_class_built(outline, model))
+            trained.add(_class_built(outline, model, _parameters(function)))
     if len(trained) != 1 or None in trained:
         return None
     name = trained.pop()
@@ -468,9 +468,15 @@ def _trained_class(outline: Outline, setting: ast.Call) -> list | None:
     return [name, *imported]
 
 
-def _class_built(outline: Outline, value: ast.expr | None) -> str | None:
-    """The name of the class ``Net(...)`` or ``Net.load_from_checkpoint(...)`` builds."""
-    if not isinstance(value, ast.Call):
+def _parameters(function: ast.AST) -> set[str]:
+    return {a.arg for a in named_parameters(function.args)} if not isinstance(function, ast.Module) else set()
+
+
+def _class_built(outline: Outline, value: ast.expr | None, given: set[str]) -> str | None:
+    """The name of the class ``Net(...)`` or ``Net.load_from_checkpoint(...)`` builds, where
+    it is handed none of ``given`` (the function's parameters: ``LitClassifier(model)`` runs
+    whatever model its caller passes)."""
+    if not isinstance(value, ast.Call) or any(isinstance(n, ast.Name) and n.id in given for n in walk(value)):
         return None
     func = value.func
     if isinstance(func, ast.Attribute) and func.attr.startswith("load_from"):

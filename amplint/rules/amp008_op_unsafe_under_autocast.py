@@ -173,10 +173,10 @@ class OpUnsafeUnderAutocast(Rule):
     itself: Lightning's `Trainer(precision="16-mixed")` (or `"bf16-mixed"`), accelerate's
     `Accelerator(mixed_precision="fp16")`, transformers' `TrainingArguments(fp16=True)` (or
     `bf16=True`), mmcv's `Fp16OptimizerHook(...)`; they are judged with the configured device's
-    table. A setting whose code fits one model it builds right there (`model = Finetuner()`,
-    then `trainer.fit(model)`) counts only for that class, and for the code its module or the
-    setting's module names (a loss class `Finetuner` uses): a loss of another model is not
-    shown to run there. The loss must be in code the project uses (`reach`): its class or function (the
+    table. A setting whose code fits one model it builds right there from nothing its caller
+    passes (`model = Finetuner()`, then `trainer.fit(model)`) counts only for that class, and
+    for the code its module or the setting's module names (a loss class `Finetuner` uses): a
+    loss of another model is not shown to run there. The loss must be in code the project uses (`reach`): its class or function (the
     outermost one around it) is decorated (a registry), named in a config file, in module-level
     code, in a package's `__init__.py` that re-exports it, or in a class or function used
     itself; a class whose `__init__` calls `super(Cls).__init__()` and then assigns a submodule

@@ -466,17 +466,35 @@ class _Evaluator:
         # module-level names: (value, whether it depends on torch), or None: unknown
         self._names: dict[str, tuple | None] = {}
         self._unknown_reading_torch: dict[str, bool] = {}  # unknown names: whether they read torch
+        self._scanning = False  # whether a helper it cannot finish is searched for the torch version
         self._torch = False  # whether the expression evaluated so far depends on torch
 
     def gate(self, test: ast.expr | _Operands, depth: int) -> bool | None:
         return self._judged(test, depth)[0]
 
     def reads_torch(self, test: ast.expr, depth: int) -> bool:
-        """Whether working out ``test`` reached the torch version (``torch.__version__``, the
-        torch distribution's version, torch's AMP attributes), finished or not: a test the
-        evaluator cannot finish (a project helper that parses versions with ``re``) may
-        still be a gate on it."""
-        return self._judged(test, depth)[1]
+        """Whether ``test`` reads the torch version (``torch.__version__``, the torch
+        distribution's version, torch's AMP attributes), whether or not it can be worked out:
+        a test the evaluator cannot finish (a project helper that parses versions with ``re``)
+        may still be a gate on it. Asked only where an answer would decide something (the
+        other arm uses the device-generic API): the names in the test, and in a helper it
+        cannot finish, are then worked out one by one."""
+        if self._judged(test, depth)[1]:
+            return True
+        cache = self.code.facts.setdefault(("reads torch", self.version), {})
+        hit = cache.get(id(test))
+        if hit is not None and hit[0] is test:
+            return hit[1]
+        scanning = _Evaluator(self.checked, self.code, self.version)
+        scanning._scanning = True
+        try:
+            scanning.value(test, {}, depth)
+        except _EVAL_ERRORS:
+            pass
+        found = scanning._torch or (not isinstance(test, _Operands) and scanning._names_torch_version(test, depth))
+        if depth == 0:
+            cache[id(test)] = (test, found)
+        return found
 
     def _judged(self, test: ast.expr | _Operands, depth: int) -> tuple[bool | None, bool]:
         cache = self.code.facts.setdefault(("gates", self.version), {})
@@ -492,8 +510,6 @@ class _Evaluator:
         reads_torch = self._torch
         if not reads_torch:
             value = None  # a constant, not a gate on the torch version
-            if not isinstance(test, _Operands):  # the evaluation stopped early: a later name may read it
-                reads_torch = self._names_torch_version(test, depth)
         self._torch = outer or self._torch
         if depth == 0:  # deeper answers may be cut short by the depth limit
             cache[key] = (test.node if isinstance(test, _Operands) else test, (value, reads_torch))
@@ -825,7 +841,7 @@ class _Evaluator:
         other = _project_module(self.checked, self.code, statement.module, statement.level)
         if other is None:
             raise _Unknown(alias)
-        evaluator = _Evaluator(self.checked, other, self.version)
+        evaluator = self._of(other)
         return self._asking(evaluator, lambda: evaluator._module_name(alias.name, depth))
 
     def _imported_from_project(self, expr: ast.expr) -> "tuple[_Evaluator, str] | None":
@@ -835,8 +851,14 @@ class _Evaluator:
         for module, level, name in imported_as(expr, self.code.qualified_names(expr), self.code.in_order(ast.ImportFrom)):
             other = _project_module(self.checked, self.code, module, level)
             if other is not None:
-                return _Evaluator(self.checked, other, self.version), name
+                return self._of(other), name
         return None
+
+    def _of(self, code: ModuleCode) -> "_Evaluator":
+        """An evaluator of another module, for the same torch version and search."""
+        other = _Evaluator(self.checked, code, self.version)
+        other._scanning = self._scanning
+        return other
 
     def _asking(self, other: "_Evaluator", question):
         """``question``'s answer, asked of another module's evaluator: the gate depends on
@@ -883,7 +905,7 @@ class _Evaluator:
             returned = self._run(function.body, local, depth)
         except _EVAL_ERRORS:
             # a helper it cannot finish may still compare the torch version
-            if self._names_torch_version(function, depth, _function_locals(self.code, function)):
+            if self._scanning and self._names_torch_version(function, depth, _function_locals(self.code, function)):
                 self._torch = True
             raise
         if returned is _FELL_THROUGH:

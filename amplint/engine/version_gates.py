@@ -459,14 +459,14 @@ def _introduced(name: str, version: str) -> bool | None:
 
 
 class _Evaluator:
-    def __init__(self, checked: CheckedFile, code: ModuleCode, version: str):
+    def __init__(self, checked: CheckedFile, code: ModuleCode, version: str, scanning: bool = False):
         self.checked = checked  # the file whose findings depend on what is read
         self.code = code
         self.version = version if version.count(".") >= 2 else version + ".0"
         # module-level names: (value, whether it depends on torch), or None: unknown
         self._names: dict[str, tuple | None] = {}
         self._unknown_reading_torch: dict[str, bool] = {}  # unknown names: whether they read torch
-        self._scanning = False  # whether a helper it cannot finish is searched for the torch version
+        self._scanning = scanning  # whether a helper it cannot finish is searched for the torch version
         self._torch = False  # whether the expression evaluated so far depends on torch
 
     def gate(self, test: ast.expr | _Operands, depth: int) -> bool | None:
@@ -485,8 +485,7 @@ class _Evaluator:
         hit = cache.get(id(test))
         if hit is not None and hit[0] is test:
             return hit[1]
-        scanning = _Evaluator(self.checked, self.code, self.version)
-        scanning._scanning = True
+        scanning = _Evaluator(self.checked, self.code, self.version, scanning=True)
         try:
             scanning.value(test, {}, depth)
         except _EVAL_ERRORS:
@@ -856,9 +855,7 @@ class _Evaluator:
 
     def _of(self, code: ModuleCode) -> "_Evaluator":
         """An evaluator of another module, for the same torch version and search."""
-        other = _Evaluator(self.checked, code, self.version)
-        other._scanning = self._scanning
-        return other
+        return _Evaluator(self.checked, code, self.version, self._scanning)
 
     def _asking(self, other: "_Evaluator", question):
         """``question``'s answer, asked of another module's evaluator: the gate depends on

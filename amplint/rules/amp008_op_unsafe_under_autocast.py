@@ -176,8 +176,8 @@ class OpUnsafeUnderAutocast(Rule):
     table. A setting whose code fits one model it builds right there from nothing its caller
     passes (`model = Finetuner()`, then `trainer.fit(model)`) counts only for that class, and
     for the code its module or the setting's module names (a loss class `Finetuner` uses): a
-    loss of another model is not shown to run there. The loss must be in code the project uses (`reach`): its class or function (the
-    outermost one around it) is decorated (a registry), named in a config file, in module-level
+    loss of another model is not shown to run there. The loss must be in code the project uses
+    (`reach`): its class or function (the outermost one around it) is decorated (a registry), named in a config file, in module-level
     code, in a package's `__init__.py` that re-exports it, or in a class or function used
     itself; a class whose `__init__` calls `super(Cls).__init__()` and then assigns a submodule
     can never be built. There, a banned loss class handed uncalled to a call that builds it

@@ -381,3 +381,105 @@ def test_a_model_built_from_what_the_caller_passes_runs_anything_and_stays_evide
     found = _findings(tmp_path, monkeypatch, "demo/gan.py")
     assert [(f, row) for f, row, _, _ in found] == [("demo/gan.py", 8)]
     assert "runs code under autocast (demo/finetune.py:6, `precision='16-mixed'`)" in found[0][3]
+
+
+def _distribution(site, files: dict[str, str], top_level: list[str] | None):
+    """A distribution as `pip install --target site` leaves it: ``files`` (path from ``site``)
+    and its dist-info, listing the top-level packages in ``top_level.txt`` (None: only in the
+    paths of its ``RECORD``)."""
+    for name, text in files.items():
+        (site / name).parent.mkdir(parents=True, exist_ok=True)
+        (site / name).write_text(textwrap.dedent(text))
+    dist_info = site / "segkit-1.2.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: segkit\nVersion: 1.2\n")
+    (dist_info / "RECORD").write_text("".join(f"{name},sha256=x,1\n" for name in files)
+                                      + "segkit-1.2.dist-info/METADATA,,\n")
+    if top_level is not None:
+        (dist_info / "top_level.txt").write_text("".join(f"{n}\n" for n in top_level))
+
+
+SEGKIT_TRAINER = """\
+import torch
+
+from segkit.precision import amp_dtype_for
+
+
+class Runner:
+    def __init__(self, cfg, model, optimizer):
+        self.cfg, self.model, self.optimizer = cfg, model, optimizer
+        self.scaler = torch.amp.GradScaler("cuda", enabled=cfg.solver.mixed.enabled)
+
+    def step(self, batch):
+        with torch.autocast("cuda", enabled=self.cfg.solver.mixed.enabled,
+                            dtype=amp_dtype_for(self.cfg.solver.mixed.precision)):
+            loss = self.model(batch)
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+"""
+SEGKIT_PRECISION = """\
+import torch
+
+
+def amp_dtype_for(name):
+    if name == "bf16":
+        return torch.bfloat16
+    return torch.float16
+"""
+SEGKIT_CONFIG = """\
+solver:
+  mixed:
+    enabled: true
+    precision: bf16
+"""
+
+
+@pytest.mark.parametrize("top_level", [["segkit", "segtrain"], None], ids=["top_level.txt", "RECORD"])
+def test_an_installed_distributions_packages_that_one_imports_are_one_project(tmp_path, monkeypatch, top_level):
+    # `segtrain` runs what `segkit` defines and reads its configs: the scaler is built for a
+    # bfloat16 run that segkit's config and function choose
+    site = tmp_path / "site"
+    _distribution(site, {"segtrain/__init__.py": "", "segtrain/runner.py": SEGKIT_TRAINER,
+                         "segkit/__init__.py": "", "segkit/precision.py": SEGKIT_PRECISION,
+                         "segkit/configs/finetune.yaml": SEGKIT_CONFIG}, top_level)
+    assert project_root(site / "segtrain" / "runner.py") == site / "segtrain"
+    found = _findings(tmp_path, monkeypatch, "site/segtrain/runner.py")
+    assert [(f, row, code) for f, row, code, _ in found] == [("site/segtrain/runner.py", 9, "AMP010")]
+    assert ("with `solver.mixed.precision: bf16` (../segkit/configs/finetune.yaml:4), for which `amp_dtype_for` "
+            "gives torch.bfloat16 (../segkit/precision.py:6)") in found[0][3]
+
+
+def test_a_sibling_package_that_only_imports_the_package_is_not_its_code(tmp_path, monkeypatch):
+    # the distribution also installs its examples: their autocast trains a detector, not the
+    # package's losses, and the package never imports them
+    site = tmp_path / "site"
+    files = {"demo/__init__.py": PACKAGE_INIT, "demo/losses.py": LOSSES,
+             "demo_examples/__init__.py": "", "demo_examples/train.py": "import demo\n" + TRAINER.format(device='"cuda"')}
+    _distribution(site, files, ["demo", "demo_examples"])
+    assert _findings(tmp_path, monkeypatch, "site/demo/losses.py") == []
+    # once the package runs that loop itself, its autocast is the package's
+    (site / "demo" / "fit.py").write_text("from demo_examples.train import Trainer\n")
+    forget()
+    assert [code for _, _, code, _ in _findings(tmp_path, monkeypatch, "site/demo/losses.py")] == ["AMP008", "AMP008"]
+
+
+def test_a_version_gate_from_a_sibling_package_of_the_distribution_is_followed(tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    files = {"corefab/__init__.py": "", "corefab/versions.py": """\
+                 import torch
+                 from packaging.version import Version
+                 TORCH_AT_LEAST_2_4 = Version(torch.__version__) >= Version("2.4.0")
+                 """,
+             "corelight/__init__.py": "", "corelight/plugin.py": """\
+                 import torch
+                 from corefab.versions import TORCH_AT_LEAST_2_4
+
+
+                 def make_scaler():
+                     return torch.amp.GradScaler("cuda") if TORCH_AT_LEAST_2_4 else torch.cuda.amp.GradScaler()
+                 """}
+    _distribution(site, files, ["corefab", "corelight"])
+    (site / "segkit-1.2.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: segkit\nVersion: 1.2\nRequires-Dist: torch>=2.1\n")
+    assert _findings(tmp_path, monkeypatch, "site/corelight/plugin.py", extra=("--select", "AMP004")) == []

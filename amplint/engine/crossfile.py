@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Iterable
 
 from .diagnostics import Related
 from .outline import dotted
-from .project_index import AutocastSite, function_dependency, module_dependency, module_text, relative_name
+from .project_index import (AutocastSite, function_dependency, module_dependency, module_text, project_name,
+                            relative_name)
 from .project_index import project_function as lookup
 
 if TYPE_CHECKING:
@@ -143,5 +144,5 @@ def located(ctx: CheckedFile, path: Path, row: int, message: str) -> tuple[str, 
     there)."""
 
     root = ctx.project_root()
-    where = relative_name(path.resolve(), root.resolve()) if root is not None else path.as_posix()
+    where = project_name(path.resolve(), root.resolve()) if root is not None else path.as_posix()
     return f"{where}:{row}", Related(relative_name(path.resolve(), Path.cwd()), row, message)

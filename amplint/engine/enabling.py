@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .ast_context import AstContext
 from .diagnostics import Related
-from .project_index import relative_name
+from .project_index import project_name, relative_name
 from .flow import key
 from .outline import dotted, parameter_defaults
 from .regions import autocast_arguments, literal_bool, value_before
@@ -224,7 +224,7 @@ def _chain(expr) -> list[str] | None:
 def _ordered(ctx: AstContext, found: list[Flag] | list[ConfigKey]) -> list:
     """This file's own first, then by place."""
     root = ctx.project_root()
-    here = relative_name(Path(ctx.path).resolve(), root.resolve()) if root is not None else None
+    here = project_name(Path(ctx.path).resolve(), root.resolve()) if root is not None else None
     return sorted(found, key=lambda f: (f.path != here, f.path, f.row))
 
 

@@ -6,7 +6,8 @@ folder of the nearest ``pyproject.toml``, ``setup.py``, ``setup.cfg`` or ``.git`
 else the outermost folder named on the command line that holds it (a downloaded source tree
 with a ``requirements.txt``: ``name_folders``), unless a package (folders with
 ``__init__.py``) holds that folder or is an installed distribution: then the outermost
-package. Its facts are read
+package, with the other top-level packages of its distribution that it imports
+(``project_folders``). Its facts are read
 once per run (``forget`` starts a new one), when a rule asks or, where files are spread over
 processes, by one of them for all (``project_facts``): the torch it declares (``torch_requirement``),
 and a literal scan of the project's ``.py`` files for ``autocast`` (and the words of the
@@ -87,7 +88,7 @@ class AutocastSite:
         return relative_name(self.path, Path.cwd())
 
     def where(self, root: Path) -> str:
-        return f"{relative_name(self.path, root)}:{self.row}" + (f", `{self.setting}`" if self.setting else "")
+        return f"{project_name(self.path, root)}:{self.row}" + (f", `{self.setting}`" if self.setting else "")
 
 
 DYNAMIC = "dynamic"
@@ -243,19 +244,55 @@ def _per_project(question: Callable[[Path], object]) -> Callable:
     return answer
 
 
+@lru_cache(maxsize=None)
+def project_folders(root: Path) -> tuple[Path, ...]:
+    """The folders a project's files are read from: its root; for an installed package, also
+    the other top-level packages of its distribution (as its ``top_level.txt``, else its
+    ``RECORD``, lists them) that the package's modules import: ``training`` runs ``sam2``'s
+    models with ``sam2``'s configs, one source tree installed as both. A sibling that only
+    imports the package (its examples, its tests) is not code the package runs."""
+    if not _package(root) or not _holds_distributions(root.parent):
+        return (root,)
+    names = set().union(*(torch_requirement.top_level_names(d) for d in torch_requirement.distributions_holding(root)))
+    siblings = sorted(n for n in names - {root.name} if _package(root.parent / n))
+    if not siblings:
+        return (root,)
+    imports = re.compile(rb"^[ \t]*(?:from|import)[ \t]+(" + b"|".join(re.escape(n.encode()) for n in siblings)
+                         + rb")\b", re.MULTILINE)
+    imported = set()
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if _walked(d))
+        for name in files:
+            if name.endswith(".py"):
+                imported.update(m.decode() for m in imports.findall(_read(Path(folder) / name) or b""))
+    return (root, *(root.parent / n for n in siblings if n in imported))
+
+
+def project_name(path: Path, root: Path) -> str:
+    """How the project names one of its files: from its root (``pkg/utils.py``); a file of
+    another of its folders (``project_folders``) from the root too (``../sam2/config.yaml``),
+    so that ``root / name`` is the file again."""
+    for folder in project_folders(root)[1:]:
+        if path.is_relative_to(folder):
+            return f"../{folder.name}/{path.relative_to(folder).as_posix()}"
+    return relative_name(path, root)
+
+
 @lru_cache(maxsize=32)
 def _files(root: Path) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
-    """The project's ``.py`` files and its config files (``switches.CONFIG_SUFFIXES``)."""
+    """The project's ``.py`` files and its config files (``switches.CONFIG_SUFFIXES``), from
+    each of its folders."""
     python, configs = [], []
-    for folder, dirs, files in os.walk(root):
-        if _KEEP_BETWEEN_RUNS:  # a file added or removed changes its folder
-            _SEEN[Path(folder)] = _signature(folder)
-        dirs[:] = sorted(d for d in dirs if _walked(d))
-        for name in sorted(files):
-            if name.endswith(".py"):
-                python.append(Path(folder) / name)
-            elif name.endswith(CONFIG_SUFFIXES):
-                configs.append(Path(folder) / name)
+    for top in project_folders(root):
+        for folder, dirs, files in os.walk(top):
+            if _KEEP_BETWEEN_RUNS:  # a file added or removed changes its folder
+                _SEEN[Path(folder)] = _signature(folder)
+            dirs[:] = sorted(d for d in dirs if _walked(d))
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    python.append(Path(folder) / name)
+                elif name.endswith(CONFIG_SUFFIXES):
+                    configs.append(Path(folder) / name)
     return tuple(python), tuple(configs)
 
 
@@ -645,7 +682,7 @@ class AutocastWrapper:
     device: str | None = None
 
     def where(self, root: Path) -> str:
-        return f"{relative_name(self.path, root)}:{self.row}"
+        return f"{project_name(self.path, root)}:{self.row}"
 
     def shown_path(self) -> str:
         return relative_name(self.path, Path.cwd())
@@ -660,6 +697,7 @@ def _top_level_names(root: Path) -> frozenset[str]:
     ``mypkg.utils``): its packages and modules at the root or below ``src/``, and the root's
     own name when the root is a package."""
     found = {root.name} if (root / "__init__.py").exists() else set()
+    found.update(folder.name for folder in project_folders(root)[1:])
     for folder in (root, root / "src"):
         try:
             for entry in folder.iterdir():
@@ -850,7 +888,7 @@ def flags_named(root: Path, dest: str) -> tuple[Flag, ...]:
         _FACTS[key] = tuple(
             f for path, tree in _parsed_where(root, lambda data: any(s in data for s in spellings)
                                               and may_define_flags(data))
-            for f in flags_in(tree, relative_name(path, root)) if f.dest == dest)
+            for f in flags_in(tree, project_name(path, root)) if f.dest == dest)
     return _FACTS[key]
 
 
@@ -911,7 +949,7 @@ def config_keys(root: Path) -> tuple[ConfigKey, ...]:
             continue
         text = (_read(path) or b"").decode("utf-8", errors="replace")
         if may_hold_amp_key(text):
-            keys += config_keys_in(text, relative_name(path, root))
+            keys += config_keys_in(text, project_name(path, root))
     return tuple(keys)
 
 
@@ -936,13 +974,17 @@ def _module_file(root: Path, importer: Path, module: str | None, level: int) -> 
             # where they are namespace packages (`megatron.core.utils` from `megatron/core`).
             bases = [root.parents[i] for i in range(min(len(names), len(root.parts) - 1))
                      if root.parts[len(root.parts) - 1 - i:] == tuple(names[:i + 1])] or bases
+        folders = project_folders(root)
+        if any(folder.name == top for folder in folders[1:]):
+            bases = [root.parent]  # another top-level package of the distribution
         base = next((b for b in bases if (b / top).exists() or (b / f"{top}.py").exists()), None)
         if base is None:
             return None
     target = base.joinpath(*module.split(".")) if module else base
     for candidate in (target.with_name(target.name + ".py"), target / "__init__.py"):
         try:
-            if candidate.is_file() and candidate.resolve().is_relative_to(root.resolve()):
+            resolved = candidate.resolve() if candidate.is_file() else None
+            if resolved is not None and any(resolved.is_relative_to(f.resolve()) for f in project_folders(root)):
                 return candidate
         except OSError:
             continue
@@ -1051,7 +1093,7 @@ def module_text(path: Path) -> str | None:
 
 def module_dependency(root: Path, path: Path) -> Dependency:
     """A module of the project, its whole text, as a summary a file's result depends on."""
-    return dependency(f"module:{relative_name(path.resolve(), root.resolve())}", root)
+    return dependency(f"module:{project_name(path.resolve(), root.resolve())}", root)
 
 
 def _function(path: Path, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
@@ -1063,7 +1105,7 @@ def _function(path: Path, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef |
 def function_dependency(root: Path, path: Path, name: str) -> Dependency:
     """A module-level function of the project (``project_function``) as a summary a file's
     result depends on: its code and place (or that the module defines none)."""
-    return dependency(f"function:{relative_name(path.resolve(), root.resolve())}:{name}", root)
+    return dependency(f"function:{project_name(path.resolve(), root.resolve())}:{name}", root)
 
 
 def _function_summary(root: Path, shown: str, name: str) -> object:
@@ -1079,7 +1121,7 @@ def keyword_passes(root: Path, name: str) -> tuple[tuple[str, int], ...]:
         encoded = name.encode()
         word = re.compile(rb"\b" + re.escape(encoded) + rb"\s*=(?!=)")
         _FACTS[key] = tuple(
-            (relative_name(path, root), node.lineno)  # the plain word first: found far faster than the pattern
+            (project_name(path, root), node.lineno)  # the plain word first: found far faster than the pattern
             for path, tree in _parsed_where(root, lambda data: encoded in data and word.search(data) is not None)
             for node in walk(tree) if isinstance(node, ast.Call) and any(k.arg == name for k in node.keywords))
     return _FACTS[key]
@@ -1164,7 +1206,7 @@ def dtype_choices(root: Path, name: str, attribute: bool) -> tuple[DtypeChoice, 
                     found = None
                     break
                 parameters = tuple(p.arg for p in named_parameters(function.args))
-                found.extend(DtypeChoice(relative_name(path, root), row, dtype, test, parameters)
+                found.extend(DtypeChoice(project_name(path, root), row, dtype, test, parameters)
                              for row, dtype, test in returned)
             if found is None:
                 break
@@ -1182,10 +1224,10 @@ def scaler_states_saved(root: Path) -> tuple[tuple[str, int], ...]:
         for node in walk(tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "state_dict" \
                     and "scaler" in _dotted_name(node.func.value).lower():
-                found.append((relative_name(path, root), node.lineno))
+                found.append((project_name(path, root), node.lineno))
             elif isinstance(node, ast.Dict) and any(isinstance(k, ast.Constant) and isinstance(k.value, str)
                                                     and "scaler" in k.value.lower() for k in node.keys):
-                found.append((relative_name(path, root), node.lineno))
+                found.append((project_name(path, root), node.lineno))
     return tuple(found)
 
 
@@ -1280,7 +1322,7 @@ SUMMARIES = {"autocast-sites": _sites_summary, "torch-requirement": _requirement
 
 def star_dependency(root: Path, path: Path) -> Dependency:
     """What a file's star imports of project modules bind, as a summary its result depends on."""
-    return dependency(f"star-imports:{relative_name(path, root.resolve())}", root)
+    return dependency(f"star-imports:{project_name(path, root.resolve())}", root)
 
 
 def _star_summary(root: Path, shown: str) -> object:
@@ -1311,18 +1353,17 @@ def _fingerprint(root: Path) -> str:
     if key not in _FACTS:
         digest = hashlib.blake2b(digest_size=20)
         python, configs = _files(root)
-        prefix = len(str(root))  # the files are listed from the root down
         for index, path in enumerate(configs):
             try:
                 size = path.stat().st_size
             except OSError:
                 size = -1
             data = _read(path) if index < MAX_CONFIG_FILES and 0 <= size <= MAX_CONFIG_BYTES else None
-            digest.update(f"{str(path)[prefix:]}\0{size}\0{-1 if data is None else len(data)}\0".encode())
+            digest.update(f"{project_name(path, root)}\0{size}\0{-1 if data is None else len(data)}\0".encode())
             digest.update(data or b"")
         for path in python:
             data = _read(path)
-            digest.update(f"{str(path)[prefix:]}\0{-1 if data is None else len(data)}\0".encode())
+            digest.update(f"{project_name(path, root)}\0{-1 if data is None else len(data)}\0".encode())
             digest.update(data or b"")
         _FACTS[key] = digest.hexdigest()
     return _FACTS[key]
@@ -1364,9 +1405,9 @@ def dependency(kind: str, root: Path) -> Dependency:
             text = json.dumps(_PREFIXED[kind.split(":", 1)[0]](root, kind.split(":", 1)[1]), default=str)
         elif kind.startswith("mentions:"):
             word = kind.split(":", 1)[1]
-            text = json.dumps([[relative_name(path, root), hashlib.sha256(_read(path) or b"").hexdigest()]
+            text = json.dumps([[project_name(path, root), hashlib.sha256(_read(path) or b"").hexdigest()]
                                for path in modules_mentioning(root, word)]
-                              + [relative_name(path, root) for path in configs_mentioning(root, word)])
+                              + [project_name(path, root) for path in configs_mentioning(root, word)])
         elif kind == "scaler-states":  # read only when a rule asks: not among the SUMMARIES handed over
             text = json.dumps(scaler_states_saved(root))
         elif kind.startswith("function:"):
@@ -1421,6 +1462,7 @@ def forget() -> None:
     _FACTS.clear()
     _NAMED.clear()
     _folder_root.cache_clear()
+    project_folders.cache_clear()
     _holds_distributions.cache_clear()
     _nearest_marked.cache_clear()
     _outermost_package.cache_clear()

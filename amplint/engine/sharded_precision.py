@@ -30,7 +30,7 @@ from .crossfile import imported_in, located
 from .diagnostics import Related
 from .enabling import Switch, switch_of
 from .outline import walk
-from .project_index import project_module, relative_name
+from .project_index import project_module, project_name
 from .regions import bind, called_function, calls_of, dtype_of, value_before
 
 # FSDP1's policy and FSDP2's, under the names torch has exported them by.
@@ -423,7 +423,7 @@ class Float16Models:
         which records what the findings read)."""
         root = fctx.project_root()
         path = project_module(root, Path(fctx.path), module, level) if root is not None else None
-        return path is not None and relative_name(path.resolve(), root.resolve()) in {
+        return path is not None and project_name(path.resolve(), root.resolve()) in {
             shown for keyword in POLICY_KEYWORDS for shown, _ in self.ctx.keyword_passes(keyword)}
 
     def _place(self, fctx: AstContext, node: ast.AST, what: str) -> Place:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from .classes import bases_in_order
 from .outline import ModulesByText, Outline, child_nodes, contains, dotted, named_parameters, parameter_defaults, walk
 from .semantics import named_like_optimizer, steps_optimizer
-from .project_index import dependency, module_dependency, module_text, project_module, relative_name, summarized_by
+from .project_index import dependency, module_dependency, module_text, project_module, project_name, summarized_by
 
 if TYPE_CHECKING:
     from .ast_context import AstContext
@@ -762,7 +762,7 @@ def callee_summary(ctx: "CheckedFile", call: ast.Call) -> Summary | None:
     if root is not None:
         # the callee's summary, and the modules consulted to find it (a class and its bases)
         if other is not module:
-            ctx.dependencies.add(dependency(f"summary:{relative_name(path.resolve(), root.resolve())}:{name}", root))
+            ctx.dependencies.add(dependency(f"summary:{project_name(path.resolve(), root.resolve())}:{name}", root))
         ctx.dependencies.update(module_dependency(root, p) for p in consulted if p != module.path)
     return found
 
@@ -787,7 +787,7 @@ def _summary_of(root: Path, where: str) -> object:
 
     def stable(value):  # paths from the root, however the module was first reached
         if isinstance(value, Path):
-            return relative_name(value.resolve(), root.resolve())
+            return project_name(value.resolve(), root.resolve())
         if isinstance(value, (tuple, list)):
             return [stable(v) for v in value]
         if hasattr(value, "__dataclass_fields__"):

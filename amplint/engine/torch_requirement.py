@@ -231,7 +231,7 @@ def _from_setup_py(path: Path) -> list[str]:
     return found
 
 
-def _top_level(dist_info: Path) -> set[str]:
+def top_level_names(dist_info: Path) -> set[str]:
     """The top-level names an installed distribution holds: its ``top_level.txt``, else the
     first parts of the paths its ``RECORD`` lists (inside the folder it was installed to)."""
     top_level = _looked_at(dist_info / "top_level.txt")
@@ -265,19 +265,24 @@ def _from_metadata(path: Path) -> list[str]:
     return found
 
 
-def _distribution_of(root: Path) -> list[Path]:
-    """The ``METADATA`` of the installed distributions beside the package folder ``root`` that
-    hold it (none for a folder that is not a package)."""
+def distributions_holding(root: Path) -> list[Path]:
+    """The ``.dist-info`` folders of the installed distributions beside the package folder
+    ``root`` that hold it (none for a folder that is not a package)."""
     if not _looked_at(root / "__init__.py").is_file():
         return []
     found = []
     for dist_info in sorted(_looked_at(root.parent).glob("*.dist-info")):
         try:
-            if root.name in _top_level(dist_info) and _looked_at(dist_info / "METADATA").is_file():
-                found.append(dist_info / "METADATA")
+            if root.name in top_level_names(dist_info):
+                found.append(dist_info)
         except (OSError, UnicodeDecodeError):
             continue
     return found
+
+
+def _distribution_of(root: Path) -> list[Path]:
+    """The ``METADATA`` of the installed distributions that hold the package folder ``root``."""
+    return [d / "METADATA" for d in distributions_holding(root) if _looked_at(d / "METADATA").is_file()]
 
 
 def _declarations(root: Path) -> list[tuple[str, Path]]:

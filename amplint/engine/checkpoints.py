@@ -398,16 +398,18 @@ def checkpoints(ctx: AstContext) -> list[ast.AST]:
 
 def _loaded_back(ctx: AstContext, node: ast.AST) -> bool:
     """State built to be restored, not saved: an old checkpoint converted and handed (directly,
-    or through plain ``a = b`` copies of its name in the same function) to a load or restore."""
+    or through plain ``a = b`` copies of its name in the same function) to a load or restore.
+    A restore that can only read another binding of the name (``ckpt = torch.load(w)`` handed
+    to a resume before the loop that binds ``ckpt = {...}`` and saves it) is not this state's."""
     parent = ctx.parent(node)
     given_to = ctx.parent(parent) if isinstance(parent, (ast.keyword, ast.Starred)) else \
         parent if isinstance(parent, ast.Call) and parent.func is not node else None
     if isinstance(given_to, ast.Call) and restores_from_checkpoint(given_to):
         return True
     if isinstance(node, ast.Assign):
-        bound = node.targets[0].value
+        bound, built = node.targets[0].value, node
     elif isinstance(parent, ast.Assign) and len(parent.targets) == 1 and parent.value is node:
-        bound = parent.targets[0]
+        bound, built = parent.targets[0], parent
     else:
         return False
     function = ctx.enclosing_function(node)
@@ -424,9 +426,41 @@ def _loaded_back(ctx: AstContext, node: ast.AST) -> bool:
             if source in names and target not in names:
                 names.add(target)
                 grown = True
-    return any(restores_from_checkpoint(call) and any(isinstance(v, ast.Name) and v.id in names
-                                                      for v in argument_values(call))
-               for call in ctx.calls_within(function))
+    return any(restores_from_checkpoint(call) and any(
+        isinstance(v, ast.Name) and v.id in names and (v.id != bound.id or _may_read(ctx, v, built, function))
+        for v in argument_values(call)) for call in ctx.calls_within(function))
+
+
+def _may_read(ctx: AstContext, read: ast.Name, built: ast.stmt, function: ast.AST) -> bool:
+    """Whether ``read`` may see the value the statement ``built`` gives its name: not where it
+    comes first and no loop holds both, nor where a binding of the name between them runs on
+    every path to it (in a block that holds the read)."""
+    if ctx.order(read) < ctx.order(built):
+        return any(isinstance(loop, (ast.For, ast.AsyncFor, ast.While)) and contains(loop, read)
+                   and contains(loop, built) for loop in _ancestors(ctx, read))
+    module = checked_module(ctx)
+    bindings = module.placed(function).get(read.id, ()) if module is not None else ()
+    around = {id(a): a for a in _ancestors(ctx, read)}
+    for binding, _ in bindings:
+        if not ctx.order(built) < ctx.order(binding) < ctx.order(read):
+            continue
+        holder = ctx.parent(binding)
+        block = next((b for b in _blocks(holder) if any(s is binding for s in b)), None)
+        if block is not None and any(id(s) in around or s is read for s in block):
+            return False
+    return True
+
+
+def _ancestors(ctx: AstContext, node: ast.AST) -> Iterator[ast.AST]:
+    parent = ctx.parent(node)
+    while parent is not None:
+        yield parent
+        parent = ctx.parent(parent)
+
+
+def _blocks(node: ast.AST | None) -> list[list[ast.stmt]]:
+    """The statement lists of a compound statement (a function's body, an ``if``'s two arms)."""
+    return [value for field in ("body", "orelse", "finalbody") if isinstance(value := getattr(node, field, None), list)]
 
 
 # -- restores --------------------------------------------------------------------------------

@@ -80,9 +80,11 @@ class ScalerStateNotCheckpointed(Rule):
     by its function or one around it, by the class (`self.scaler`) or the module, or local to
     a function of the same class or module that calls the checkpoint's function (directly or
     through others: `self.save_model(...)`). State built only to be loaded back (an old
-    checkpoint converted, then handed to a `load...` call) is no checkpoint, and an optimizer
-    given its own live state back (`state = move_to_device(optimizer.state_dict(), device)`,
-    then `optimizer.load_state_dict(state)`) restores nothing.
+    checkpoint converted, then handed to a `load...` call) is no checkpoint; a call that reads
+    another binding of its name (`ckpt = torch.load(w)` handed to a resume, `ckpt = {...}` saved
+    later in the epoch loop) does not make it one. An optimizer given its own live state back
+    (`state = move_to_device(optimizer.state_dict(), device)`, then
+    `optimizer.load_state_dict(state)`) restores nothing.
     The scaler's state counts as saved anywhere in that class or module if some scaler's
     `state_dict()` is taken (an attribute named like a scaler, or the object that holds it:
     `self.state.state_dict()` for `self.state.scaler`), a dict key or subscript names a scaler

@@ -113,3 +113,43 @@ def test_silent_where_the_region_is_off_without_a_scaler_or_the_scaler_is_requir
             else:
                 scaler.scale(loss).backward()
         """) == []
+
+
+FACTORY = """\
+import torch
+
+
+def make_update(model, optimizer, loss_fn, scaler=None, accumulate=1):
+    def update(engine, batch):
+        x, y = batch
+        with torch.autocast("cuda"):
+            loss = loss_fn(model(x), y) / accumulate
+{step}
+        return loss.item()
+
+    return update
+"""
+UNSCALED_WITHOUT = """\
+        if scaler:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()"""
+
+
+def test_the_step_a_factory_returns_reads_the_factorys_optional_scaler(tmp_path, monkeypatch):
+    [(path, row, message, related)] = _findings(tmp_path, monkeypatch, FACTORY.replace("{step}", UNSCALED_WITHOUT))
+    assert (path, row) == ("engine.py", 7)
+    assert message.startswith("float16 autocast when called without a scaler (`scaler` defaults to None, line 4): "
+                              "`loss.backward()` on line 14 then runs unscaled")
+    assert related == [("engine.py", 4, "`scaler` defaults to None")]
+
+
+def test_a_step_that_makes_its_own_scaler_does_not_read_the_factorys(tmp_path, monkeypatch):
+    own = "        scaler = torch.amp.GradScaler('cuda')\n" + UNSCALED_WITHOUT
+    assert _findings(tmp_path, monkeypatch, FACTORY.replace("{step}", own)) == []
+    # nor does a region the factory's scaler turns off
+    off = FACTORY.replace('torch.autocast("cuda")', 'torch.autocast("cuda", enabled=scaler is not None)')
+    assert _findings(tmp_path / "b", monkeypatch, off.replace("{step}", UNSCALED_WITHOUT)) == []

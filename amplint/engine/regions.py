@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 
 from .ast_context import AstContext
 from .names import AUTOCAST, AUTOCAST_DEVICE, DTYPES
-from .outline import walk
+from .outline import parameter_defaults, walk
 from .project_index import AutocastWrapper
 from .summaries import checked_module
 
@@ -164,6 +164,28 @@ def value_before(ctx: AstContext, name: ast.Name) -> ast.expr | None:
     if module is None:
         return None
     return module.value_before(ctx.enclosing_function(name) or ctx.outline.tree, name)
+
+
+def parameters_read(ctx: AstContext, function: ast.AST) -> dict[str, tuple[ast.arg, ast.expr | None]]:
+    """The parameters whose value ``function``'s code reads, with their defaults: its own, and
+    those of the functions around it that it reads as free names (it binds none of their names
+    itself): the step function a factory returns reads the factory's ``scaler=None``. The
+    innermost function's parameter of a name wins, as in Python."""
+    found: dict[str, tuple[ast.arg, ast.expr | None]] = {}
+    module = checked_module(ctx)
+    bound: set[str] = set()
+    scope = function
+    while isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        args = scope.args
+        defaults = parameter_defaults(args)
+        for arg in (*args.posonlyargs, *args.args, args.vararg, *args.kwonlyargs, args.kwarg):
+            if arg is not None and arg.arg not in bound and arg.arg not in found:
+                found[arg.arg] = (arg, defaults.get(arg))
+        if module is not None:
+            bound |= set(module.placed(scope))
+        bound |= set(found)
+        scope = ctx.enclosing_function(scope)
+    return found
 
 
 def _off_unless_passed(ctx: AstContext, expr: ast.expr) -> bool:

@@ -8,9 +8,10 @@ from ..engine.checkpoints import argument_values, calls_in
 from ..engine.diagnostics import Related
 from ..engine.enabling import float16_choice, region_switch
 from ..engine.flow import Event
-from ..engine.outline import parameter_defaults, walk
+from ..engine.outline import walk
 from ..engine.region_tables import region_dtype
-from ..engine.regions import AutocastCall, autocast_calls, autocast_region, called_function, calls_of, value_before
+from ..engine.regions import (AutocastCall, autocast_calls, autocast_region, called_function, calls_of,
+                              parameters_read, value_before)
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import scaled_backward_scaler
 from ..engine.sharded_precision import POLICY_KEYWORDS, Float16Models
@@ -139,9 +140,10 @@ class Fp16TrainingWithoutScaler(Rule):
     literal device or dtype: one loss scaled, another not (`if scaler is not None: ... else:
     loss.backward()` runs one or the other, and is not reported there). Such a branch (an `else`, an
     `elif`, `if scaler is None: loss.backward(); return`) is reported when the scaler is a parameter
-    that defaults to None (a library's `train_one_epoch(..., scaler=None)`): called without one, the
-    float16 region still runs and its loss backpropagates unscaled — unless the region's `enabled=`
-    depends on the scaler (`enabled=scaler is not None`).
+    that defaults to None (a library's `train_one_epoch(..., scaler=None)`, or a factory's
+    `make_update(..., scaler=None)` whose returned step function reads it): called without one,
+    the float16 region still runs and its loss backpropagates unscaled — unless the region's
+    `enabled=` depends on the scaler (`enabled=scaler is not None`).
 
     It also finds an unscaled backward pass of a model that FSDP wraps with a float16 policy
     (`FullyShardedDataParallel(m, mixed_precision=MixedPrecision(param_dtype=torch.float16))`,
@@ -550,7 +552,7 @@ class GanTrainer:
         ``train_one_epoch(..., scaler=None)``) and that, on the paths where none was given (the
         flow's branches on it), backpropagates a float16 autocast loss unscaled: the region does
         not depend on it."""
-        params = _none_by_default(scope.scope)
+        params = _none_by_default(ctx, scope.scope)
         for branch in flow.items(scope.block) if params else ():
             param = params.get(name := branch.atom.text) if isinstance(branch, flow.Branch) else None
             for event in flow.items(branch.orelse) if param is not None else ():
@@ -583,10 +585,11 @@ class GanTrainer:
                                 "so its small gradients underflow to zero; scale it too")
 
 
-def _none_by_default(function: ast.AST) -> dict[str, ast.arg]:
-    """The parameters of a function that default to None, by name."""
-    defaults = parameter_defaults(function.args) if hasattr(function, "args") else {}  # none for the module
-    return {p.arg: p for p, d in defaults.items() if isinstance(d, ast.Constant) and d.value is None}
+def _none_by_default(ctx: AstContext, function: ast.AST) -> dict[str, ast.arg]:
+    """The parameters a function reads (its own, or a factory's around it) that default to
+    None, by name."""
+    return {name: arg for name, (arg, default) in parameters_read(ctx, function).items()
+            if isinstance(default, ast.Constant) and default.value is None}
 
 
 def _float16_region_of_loss(ctx: AstContext, call: ast.Call) -> AutocastCall | None:

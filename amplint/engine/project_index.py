@@ -146,7 +146,8 @@ def _literal_dtype(outline: Outline, call: ast.Call) -> str | None:
 
 
 def _walked(name: str) -> bool:
-    return name not in DEFAULT_EXCLUDE and not name.startswith(".")
+    # `.mim` is where an installed OpenMMLab package keeps the configs its tools train with
+    return name not in DEFAULT_EXCLUDE and (not name.startswith(".") or name == ".mim")
 
 
 def project_root(path: Path) -> Path | None:
@@ -598,8 +599,16 @@ def _called_name(func: ast.expr) -> str | None:
 def _config_module_sites(outline: Outline) -> list[list]:
     """The settings of a config module (mmengine, mmcv 1.x) that make the runner open the
     region: an optimizer wrapper of type ``AmpOptimWrapper`` (as ``dict(type=...)`` or a dict
-    literal; its ``dtype`` picks the precision), and a module-level ``fp16 = dict(...)``."""
+    literal, its ``dtype`` picking the precision; or a training script's
+    ``cfg.optim_wrapper.type = 'AmpOptimWrapper'``, which sets it for whatever config it is given),
+    and a module-level ``fp16 = dict(...)``."""
     found = []
+    for node in outline.nodes(ast.Assign):
+        target = node.targets[0]
+        named_type = isinstance(target, ast.Attribute) and target.attr == "type" or \
+            isinstance(target, ast.Subscript) and isinstance(target.slice, ast.Constant) and target.slice.value == "type"
+        if named_type and isinstance(node.value, ast.Constant) and node.value.value == "AmpOptimWrapper":
+            found.append([node.lineno, None, f"{_dotted_name(target)} = 'AmpOptimWrapper'", "float16"])
     for node in outline.nodes(ast.Call) + outline.nodes(ast.Dict):
         if isinstance(node, ast.Call):
             if not (isinstance(node.func, ast.Name) and node.func.id == "dict"):

@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 from .ast_context import AstContext
 from .names import AUTOCAST, AUTOCAST_DEVICE, DTYPES
 from .outline import parameter_defaults, walk
-from .project_index import AutocastWrapper
+from .project_index import AutocastSite, AutocastWrapper
 from .summaries import checked_module
 
 _SIGNATURES = {
@@ -291,10 +291,23 @@ def framework_autocast(ctx: AstContext, expr: ast.expr) -> bool | None:
         return None
     if not isinstance(expr.func, ast.Attribute) or expr.func.attr != "autocast" \
             or ctx.outline.qualified_names(expr.func):
-        if project_autocast_wrapper(ctx, expr) is None:
+        if project_autocast_wrapper(ctx, expr) is None and optim_wrapper_setting(ctx, expr) is None:
             return None
     enabled = next((k.value for k in expr.keywords if k.arg == "enabled"), None)
     return enabled is None or literal_bool(enabled) is not False
+
+
+def optim_wrapper_setting(ctx: AstContext, expr: ast.expr) -> AutocastSite | None:
+    """For ``X.optim_context(model)``, the context of an optimizer wrapper (mmengine's), which
+    opens autocast when the wrapper is an ``AmpOptimWrapper``: the project's setting of one (a
+    config's ``type='AmpOptimWrapper'``, its constructor); None otherwise."""
+    if not (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "optim_context"):
+        return None
+    project = ctx.project()
+    settings = [s for s in project[1] if s.setting and "AmpOptimWrapper" in s.setting] if project else []
+    # a training script's `cfg.optim_wrapper.type = ...` first: it applies to every config
+    return min(settings, key=lambda s: (not s.setting.endswith("= 'AmpOptimWrapper'"), str(s.path), s.row),
+               default=None)
 
 
 def project_autocast_wrapper(ctx: AstContext, expr: ast.expr) -> AutocastWrapper | None:

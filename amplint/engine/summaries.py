@@ -105,6 +105,17 @@ def is_backward(outline: Outline, call: ast.Call) -> bool:
     return method == "backward" and not call.args or "torch.autograd.backward" in outline.qualified_names(call.func)
 
 
+# Methods by which a framework runs the backward pass of the loss it is given, scaling it as its
+# precision setting says: Lightning's `self.manual_backward(loss)`, mmengine's
+# `optim_wrapper.update_params(loss)` (which steps the optimizer too).
+FRAMEWORK_BACKWARDS = frozenset({"manual_backward", "update_params"})
+
+
+def framework_backward(call: ast.Call) -> bool:
+    """A framework's backward pass of the loss given to it (``FRAMEWORK_BACKWARDS``)."""
+    return isinstance(call.func, ast.Attribute) and call.func.attr in FRAMEWORK_BACKWARDS and len(call.args) >= 1
+
+
 def backward_tensor(call: ast.Call) -> ast.expr | None:
     """The tensor a backward pass differentiates: ``loss`` of ``loss.backward()`` or
     ``torch.autograd.backward(loss)``."""
@@ -525,6 +536,9 @@ class _Module:
                 scaled = received is not None and isinstance(received[0], ast.Call) \
                     and (receiver(received[0]) or (None, ""))[1] == "scale"
                 backwards.append((self._place(node, ast.unparse(node)), scaled))
+            elif framework_backward(node):  # the framework scales it where its precision needs
+                backwards.append((self._place(node, ast.unparse(node)), True))
+                steps = steps or received[1] == "update_params"
             elif outline.qualified_names(node.func) & _SAVE and node.args:
                 parts, from_caller = self._saved_parts(function, node.args[0], params)
                 checkpoints.append((self._place(node, ast.unparse(node)), any(map(_names_optimizer, parts)),

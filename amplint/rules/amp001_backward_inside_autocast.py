@@ -8,10 +8,10 @@ from ..engine.diagnostics import Fix, Related
 from ..engine.enabling import region_switch
 from ..engine.outline import walk
 from ..engine.region_tables import disables_itself
-from ..engine.regions import autocast_region, project_autocast_wrapper
+from ..engine.regions import autocast_region, optim_wrapper_setting, project_autocast_wrapper
 from ..engine.rule import AnyOf, Invalid, Rule, Valid
 from ..engine.semantics import steps_optimizer
-from ..engine.summaries import callee_summary
+from ..engine.summaries import callee_summary, framework_backward
 
 _AUTOGRAD = frozenset({"torch.autograd.backward", "torch.autograd.grad"})
 
@@ -29,6 +29,18 @@ def _project_wrapper(ctx: AstContext, region: ast.AST):
         return None
     return next((w for item in reversed(region.items)
                  if (w := project_autocast_wrapper(ctx, item.context_expr)) is not None), None)
+
+
+def _optim_wrapper(ctx: AstContext, region: ast.AST):
+    """The project's ``AmpOptimWrapper`` setting, where an optimizer wrapper's ``optim_context``
+    is what makes the ``with`` a region."""
+    if not isinstance(region, (ast.With, ast.AsyncWith)):
+        return None
+    return next((s for item in reversed(region.items) if (s := optim_wrapper_setting(ctx, item.context_expr))), None)
+
+
+def _opened_by(ctx: AstContext, setting) -> str:
+    return f"an optimizer wrapper's `optim_context` runs autocast with {setting.where(ctx.project()[0])}"
 
 
 def _movable_expr(expr: ast.expr) -> bool:
@@ -83,7 +95,14 @@ class BackwardInsideAutocast(Rule):
     `autocast(enabled=False)` block ends the region, and so does one
     whose dtype its device does not accept (`torch.autocast("cpu", dtype=torch.float64)`,
     which torch turns off; AMP011 reports it). A backward pass is also a framework's
-    `accelerator.backward(loss)`.
+    `accelerator.backward(loss)`, Lightning's `self.manual_backward(loss)` and an optimizer
+    wrapper's `update_params(loss)` (mmengine's, which backpropagates and steps).
+
+    An optimizer wrapper's `with optim_wrapper.optim_context(model):` is a region where the
+    project makes the wrapper an `AmpOptimWrapper`: a training script's
+    `cfg.optim_wrapper.type = 'AmpOptimWrapper'` (behind `--amp`), a config's
+    `optim_wrapper = dict(type='AmpOptimWrapper', ...)`. The message names that setting, also
+    a related location; no fix is offered there (the context does more than autocast).
 
     A region may be chosen at run time: `ctx = torch.autocast if use_amp else
     contextlib.nullcontext` then `with ctx("cuda"):`, or `amp = torch.autocast("cuda") if
@@ -144,8 +163,9 @@ class BackwardInsideAutocast(Rule):
     uses_policy = True  # which dtypes a region's device accepts
     # A backward pass in a region (which a call of the project's wrapper also opens); or a
     # region the file opens itself, where a helper's backward counts: another spelling of
-    # the word, so that files without it do not ask the project's wrappers for it.
-    fragments = (("autocast", AnyOf("backward", "autograd")), r"autocast\W")
+    # the word, so that files without it do not ask the project's wrappers for it. An optimizer
+    # wrapper's context opens one where the project sets an AmpOptimWrapper.
+    fragments = (("autocast", AnyOf("backward", "autograd")), r"autocast\W", r"optim_context\(")
     project_wrappers_for = "autocast"  # `with amp_ctx():`, a wrapper of the project's
 
     valid = (
@@ -367,18 +387,26 @@ def step(self, batch):
         for call in sorted(ctx.outline.nodes(ast.Call), key=ctx.order):
             is_method = isinstance(call.func, ast.Attribute)
             is_backward = (is_method and call.func.attr == "backward") \
-                or ctx.resolves_to(call.func, _AUTOGRAD) is not None
+                or ctx.resolves_to(call.func, _AUTOGRAD) is not None or framework_backward(call)
             region = autocast_region(ctx, call, frameworks=True)
             if region is None or (region[0] is not None and disables_itself(ctx, region[0])):
                 continue
             if not is_backward:
                 self._through_helper(ctx, call, region)
                 continue
-            what = "backward()" if is_method else ctx.code(call.func) + "()"
-            # One fix per block: the first backward's fix moves every later one out with it.
-            fix = None if id(region[1]) in fixed_blocks else self._fix(ctx, call, region[1])
+            what = f"{call.func.attr}(...)" if framework_backward(call) else "backward()" if is_method \
+                else ctx.code(call.func) + "()"
+            setting = _optim_wrapper(ctx, region[1]) if region[0] is None else None
+            # One fix per block: the first backward's fix moves every later one out with it. An
+            # optimizer wrapper's context does more than autocast: no fix moves code out of it.
+            fix = None if id(region[1]) in fixed_blocks or setting else self._fix(ctx, call, region[1])
             if fix is not None:
                 fixed_blocks.add(id(region[1]))
+            if setting is not None:
+                ctx.report(call, f"`{what}` inside an autocast region ({_opened_by(ctx, setting)}): run the "
+                                 "backward pass after the `with` block",
+                           related=(Related(setting.shown_path(), setting.row, f"`{setting.setting}`"),))
+                continue
             wrapper = _project_wrapper(ctx, region[1]) if region[0] is None else None
             if wrapper is None:
                 switch = region_switch(ctx, region[0], device=False) if region[0] is not None else None
@@ -403,10 +431,12 @@ def step(self, batch):
         where, related = located(ctx, backward.path, backward.row, f"`{backward.code}`, in `{(summary.name, *backward.via)[-1]}`")
         through = f" through `{'` and `'.join(backward.via)}`" if backward.via else ""
         switch = region_switch(ctx, region[0], device=False) if region[0] is not None else None
+        setting = _optim_wrapper(ctx, region[1]) if region[0] is None else None
+        when = f" ({switch.when})" if switch else f" ({_opened_by(ctx, setting)})" if setting else ""
         ctx.report(call, f"`{ctx.code(call.func)}(...)` runs `{backward.code}` ({where}{through}) inside an "
-                         f"autocast region{f' ({switch.when})' if switch else ''}: call it after the `with` block, "
-                         "or move the backward pass out of it",
-                   related=(related, *(switch.related if switch else ())))
+                         f"autocast region{when}: call it after the `with` block, or move the backward pass out of it",
+                   related=(related, *(switch.related if switch else ()),
+                            *((Related(setting.shown_path(), setting.row, f"`{setting.setting}`"),) if setting else ())))
 
     @staticmethod
     def _fix(ctx: AstContext, call: ast.Call, region: ast.AST) -> Fix | None:

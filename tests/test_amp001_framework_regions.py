@@ -64,7 +64,7 @@ class TinyDetector(BaseModel):
 
 
 @pytest.mark.parametrize("switch, where", [
-    ({"tools/train.py": TRAIN_SCRIPT}, "tools/train.py:14, `cfg.optim_wrapper.type = 'AmpOptimWrapper'`"),
+    ({"tools/train.py": TRAIN_SCRIPT}, "tools/train.py:14, `if args.amp: cfg.optim_wrapper.type = 'AmpOptimWrapper'`"),
     ({"configs/gan_fp16.py": CONFIG}, "configs/gan_fp16.py:1, `type='AmpOptimWrapper'`"),
 ], ids=["training-script", "config"])
 def test_a_backward_in_an_amp_optimizer_wrappers_context(tmp_path, monkeypatch, switch, where):

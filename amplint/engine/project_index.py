@@ -608,7 +608,9 @@ def _config_module_sites(outline: Outline) -> list[list]:
         named_type = isinstance(target, ast.Attribute) and target.attr == "type" or \
             isinstance(target, ast.Subscript) and isinstance(target.slice, ast.Constant) and target.slice.value == "type"
         if named_type and isinstance(node.value, ast.Constant) and node.value.value == "AmpOptimWrapper":
-            found.append([node.lineno, None, f"{_dotted_name(target)} = 'AmpOptimWrapper'", "float16"])
+            setting = f"{_dotted_name(target)} = 'AmpOptimWrapper'"
+            guard = _guarding_test(outline, node)  # the switch: `if args.amp:`
+            found.append([node.lineno, None, f"if {_dotted_name(guard)}: {setting}" if guard else setting, "float16"])
     for node in outline.nodes(ast.Call) + outline.nodes(ast.Dict):
         if isinstance(node, ast.Call):
             if not (isinstance(node.func, ast.Name) and node.func.id == "dict"):
@@ -628,6 +630,17 @@ def _config_module_sites(outline: Outline) -> list[list]:
                 and isinstance(statement.value, (ast.Call, ast.Dict)):
             found.append([statement.lineno, None, "fp16 = dict(...)", "float16"])
     return found
+
+
+def _guarding_test(outline: Outline, node: ast.AST) -> ast.expr | None:
+    """The test of the outermost ``if`` of its function whose body holds ``node``: the switch a
+    user turns (``if args.amp:``), the tests inside it being the script's own cases."""
+    child, parent, test = node, outline.parents.get(id(node)), None
+    while parent is not None and not isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        if isinstance(parent, ast.If) and any(s is child for s in parent.body):
+            test = parent.test
+        child, parent = parent, outline.parents.get(id(parent))
+    return test
 
 
 def _dotted_name(expr: ast.expr) -> str:

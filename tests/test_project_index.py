@@ -483,3 +483,32 @@ def test_a_version_gate_from_a_sibling_package_of_the_distribution_is_followed(t
     (site / "segkit-1.2.dist-info" / "METADATA").write_text(
         "Metadata-Version: 2.1\nName: segkit\nVersion: 1.2\nRequires-Dist: torch>=2.1\n")
     assert _findings(tmp_path, monkeypatch, "site/corelight/plugin.py", extra=("--select", "AMP004")) == []
+
+
+def test_a_training_scripts_switch_for_any_config_is_the_evidence_named_first(tmp_path, monkeypatch):
+    # a config turns the AMP wrapper on for one detector; the training script's `--amp` turns it
+    # on for whatever config it trains: that is what makes the loss run under autocast
+    package = _project(tmp_path, trainer="")
+    (package / "trainer.py").unlink()
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "atss_amp.py").write_text(
+        "_base_ = './atss.py'\noptim_wrapper = dict(type='AmpOptimWrapper', loss_scale='dynamic')\n")
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "train.py").write_text(textwrap.dedent("""\
+        import argparse
+
+
+        def main():
+            parser = argparse.ArgumentParser()
+            parser.add_argument('--amp', action='store_true')
+            args = parser.parse_args()
+            cfg = load_config()
+            if args.amp:
+                if cfg.optim_wrapper.get('type') != 'AmpOptimWrapper':
+                    cfg.optim_wrapper.type = 'AmpOptimWrapper'
+            run(cfg)
+        """))
+    found = _findings(tmp_path, monkeypatch, "demo/losses.py")
+    assert [code for _, _, code, _ in found] == ["AMP008", "AMP008"]
+    assert ("this project runs code under autocast (tools/train.py:11, `if args.amp: cfg.optim_wrapper.type = "
+            "'AmpOptimWrapper'` and 1 more)") in found[0][3]

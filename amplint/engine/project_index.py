@@ -596,6 +596,10 @@ def _called_name(func: ast.expr) -> str | None:
     return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
 
 
+# How a setting a training script makes behind its switch begins (``_config_module_sites``).
+_SWITCHED = "if "
+
+
 def _config_module_sites(outline: Outline) -> list[list]:
     """The settings of a config module (mmengine, mmcv 1.x) that make the runner open the
     region: an optimizer wrapper of type ``AmpOptimWrapper`` (as ``dict(type=...)`` or a dict
@@ -610,7 +614,8 @@ def _config_module_sites(outline: Outline) -> list[list]:
         if named_type and isinstance(node.value, ast.Constant) and node.value.value == "AmpOptimWrapper":
             setting = f"{_dotted_name(target)} = 'AmpOptimWrapper'"
             guard = _guarding_test(outline, node)  # the switch: `if args.amp:`
-            found.append([node.lineno, None, f"if {_dotted_name(guard)}: {setting}" if guard else setting, "float16"])
+            found.append([node.lineno, None, f"{_SWITCHED}{_dotted_name(guard)}: {setting}" if guard else setting,
+                          "float16"])
     for node in outline.nodes(ast.Call) + outline.nodes(ast.Dict):
         if isinstance(node, ast.Call):
             if not (isinstance(node.func, ast.Name) and node.func.id == "dict"):
@@ -629,7 +634,7 @@ def _config_module_sites(outline: Outline) -> list[list]:
         if isinstance(statement, ast.Assign) and [getattr(t, "id", None) for t in statement.targets] == ["fp16"] \
                 and isinstance(statement.value, (ast.Call, ast.Dict)):
             found.append([statement.lineno, None, "fp16 = dict(...)", "float16"])
-    return found
+    return sorted(found, key=lambda site: site[0])
 
 
 def _guarding_test(outline: Outline, node: ast.AST) -> ast.expr | None:
@@ -664,7 +669,9 @@ def autocast_sites(root: Path) -> tuple[AutocastSite, ...]:
     """Every autocast call of the project that is not disabled by a literal ``enabled=False``
     or by a parameter that every call of its function sets False (``_switched_off``), in path
     order, then every key of its config files that turns mixed precision on
-    (``switches.turns_on``: the framework that reads the file opens the region)."""
+    (``switches.turns_on``: the framework that reads the file opens the region). A training
+    script's switch that applies to whatever config it is given (``if args.amp:
+    cfg.optim_wrapper.type = 'AmpOptimWrapper'``) comes first: a config sets it for one model."""
     found: list[AutocastSite] = []
     for count, path in enumerate(_python_files(root)):
         if count >= MAX_PROJECT_FILES:
@@ -682,7 +689,7 @@ def autocast_sites(root: Path) -> tuple[AutocastSite, ...]:
         on, dtype = turns_on(key)
         if on:
             found.append(AutocastSite(root / key.path, key.row, None, f"{'.'.join(key.key)}: {key.value}", dtype))
-    return tuple(found)
+    return tuple(sorted(found, key=lambda site: not (site.setting or "").startswith(_SWITCHED)))
 
 
 def _may_hold_sites(data: bytes) -> bool:

@@ -304,10 +304,8 @@ def optim_wrapper_setting(ctx: AstContext, expr: ast.expr) -> AutocastSite | Non
     if not (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "optim_context"):
         return None
     project = ctx.project()
-    settings = [s for s in project[1] if s.setting and "AmpOptimWrapper" in s.setting] if project else []
-    # a training script's `cfg.optim_wrapper.type = ...` first: it applies to every config
-    return min(settings, key=lambda s: (not s.setting.endswith("= 'AmpOptimWrapper'"), str(s.path), s.row),
-               default=None)
+    # the project's sites come with a training script's switch for any config first
+    return next((s for s in project[1] if s.setting and "AmpOptimWrapper" in s.setting), None) if project else None
 
 
 def project_autocast_wrapper(ctx: AstContext, expr: ast.expr) -> AutocastWrapper | None:

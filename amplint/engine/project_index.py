@@ -608,10 +608,11 @@ def _config_module_sites(outline: Outline) -> list[list]:
     and a module-level ``fp16 = dict(...)``."""
     found = []
     for node in outline.nodes(ast.Assign):
+        if getattr(node.value, "value", None) != "AmpOptimWrapper" or not isinstance(node.value, ast.Constant):
+            continue
         target = node.targets[0]
-        named_type = isinstance(target, ast.Attribute) and target.attr == "type" or \
-            isinstance(target, ast.Subscript) and isinstance(target.slice, ast.Constant) and target.slice.value == "type"
-        if named_type and isinstance(node.value, ast.Constant) and node.value.value == "AmpOptimWrapper":
+        if isinstance(target, ast.Attribute) and target.attr == "type" or \
+                isinstance(target, ast.Subscript) and getattr(target.slice, "value", None) == "type":
             setting = f"{_dotted_name(target)} = 'AmpOptimWrapper'"
             guard = _guarding_test(outline, node)  # the switch: `if args.amp:`
             found.append([node.lineno, None, f"{_SWITCHED}{_dotted_name(guard)}: {setting}" if guard else setting,
@@ -1492,6 +1493,7 @@ def forget() -> None:
     _NAMED.clear()
     _folder_root.cache_clear()
     project_folders.cache_clear()
+    torch_requirement.top_level_names.cache_clear()
     _holds_distributions.cache_clear()
     _nearest_marked.cache_clear()
     _outermost_package.cache_clear()

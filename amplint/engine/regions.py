@@ -181,10 +181,13 @@ def parameters_read(ctx: AstContext, function: ast.AST) -> dict[str, tuple[ast.a
         for arg in (*args.posonlyargs, *args.args, args.vararg, *args.kwonlyargs, args.kwarg):
             if arg is not None and arg.arg not in bound and arg.arg not in found:
                 found[arg.arg] = (arg, defaults.get(arg))
-        if module is not None:
+        outer = ctx.enclosing_function(scope)
+        if outer is None:
+            break
+        if module is not None:  # what this function binds hides the outer one's parameters
             bound |= set(module.placed(scope))
         bound |= set(found)
-        scope = ctx.enclosing_function(scope)
+        scope = outer
     return found
 
 

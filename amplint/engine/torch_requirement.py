@@ -231,23 +231,24 @@ def _from_setup_py(path: Path) -> list[str]:
     return found
 
 
-def top_level_names(dist_info: Path) -> set[str]:
+@lru_cache(maxsize=None)  # read once per run (``project_index.forget``): every project beside it asks
+def top_level_names(dist_info: Path) -> frozenset[str]:
     """The top-level names an installed distribution holds: its ``top_level.txt``, else the
     first parts of the paths its ``RECORD`` lists (inside the folder it was installed to)."""
     top_level = _looked_at(dist_info / "top_level.txt")
     if top_level.is_file():
-        return {line.strip().replace("\\", "/").split("/")[0]
-                for line in top_level.read_text(encoding="utf-8").splitlines() if line.strip()}
+        return frozenset(line.strip().replace("\\", "/").split("/")[0]
+                         for line in top_level.read_text(encoding="utf-8").splitlines() if line.strip())
     record = _looked_at(dist_info / "RECORD")
     if not record.is_file():
-        return set()
+        return frozenset()
     names = set()
     for line in record.read_text(encoding="utf-8").splitlines():
         path = line.split(",", 1)[0].strip().strip('"')
         first = path.replace("\\", "/").split("/", 1)[0]
         if first and first not in ("..", ".") and not first.endswith((".dist-info", ".data")):
             names.add(first.removesuffix(".py"))
-    return names
+    return frozenset(names)
 
 
 def _from_metadata(path: Path) -> list[str]:

@@ -287,9 +287,10 @@ def autocast_decorator(ctx: AstContext, function: ast.AST) -> AutocastCall | Non
 
 def framework_autocast(ctx: AstContext, expr: ast.expr) -> bool | None:
     """For ``X.autocast(...)`` that is not torch's: a framework's or project's autocast context
-    (accelerate's ``accelerator.autocast()``, a trainer's ``self.autocast()``), which picks its
-    device and dtype itself. False when a literal ``enabled=False`` turns it off; None when
-    ``expr`` is no such call."""
+    (accelerate's ``accelerator.autocast()``, a trainer's ``self.autocast()``, a project
+    wrapper, an optimizer wrapper's ``optim_context`` where the project makes it an
+    ``AmpOptimWrapper``), which picks its device and dtype itself. False when a literal
+    ``enabled=False`` turns it off; None when ``expr`` is no such call."""
     if not isinstance(expr, ast.Call):
         return None
     if not isinstance(expr.func, ast.Attribute) or expr.func.attr != "autocast" \
@@ -303,7 +304,8 @@ def framework_autocast(ctx: AstContext, expr: ast.expr) -> bool | None:
 def optim_wrapper_setting(ctx: AstContext, expr: ast.expr) -> AutocastSite | None:
     """For ``X.optim_context(model)``, the context of an optimizer wrapper (mmengine's), which
     opens autocast when the wrapper is an ``AmpOptimWrapper``: the project's setting of one (a
-    config's ``type='AmpOptimWrapper'``, its constructor); None otherwise."""
+    training script's ``if args.amp: cfg.optim_wrapper.type = 'AmpOptimWrapper'``, a config's
+    ``type='AmpOptimWrapper'``, its constructor); None otherwise."""
     if not (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "optim_context"):
         return None
     project = ctx.project()

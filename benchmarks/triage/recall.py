@@ -11,8 +11,9 @@ line, so a shifted file is refused), the family (score.py's R1-R8 of ../shared/r
 `bug` (the shipped code or its defaults run into it) or `depends` (only under a setting the
 package offers, which `why` names). They were found by reading the code around the training
 loops, losses and custom autograd Functions of each package, not by running it, and before
-amplint was run on them. A mistake counts as found when amplint reports a code of its family
-on one of its lines.
+amplint was run on them; a second reader then read each again (`second_reader`: its verdict,
+whether the label holds, and why). A mistake the second reader rejected is left out. A mistake
+counts as found when amplint reports a code of its family on one of its lines.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ def hunted() -> list[dict]:
             path = precision.CORPORA[item["corpus"]] / item["path"]
             if precision.line_sha1(path, item["line"]) != item["line_sha1"]:
                 sys.exit(f"{file.name}:{n}: {item['path']}:{item['line']} changed; find the line again")
+            if item.get("second_reader", {}).get("verdict") == "rejected":
+                continue
             found.append(item)
     return found
 

@@ -183,6 +183,28 @@ def scaler_switch(ctx: AstContext, scaler: str) -> Switch | None:
     return switch_of(ctx, enabled[0])
 
 
+def setting_switch(ctx: AstContext, site) -> Switch:
+    """What a framework setting of the project (``project_index.AutocastSite``) applies under:
+    one a training script makes behind an ``if`` (``if args.amp: cfg.optim_wrapper.type =
+    'AmpOptimWrapper'``) when that test's switch is on ("when `--amp` is set
+    (tools/train.py:20), as tools/train.py:31 sets ..."), else the setting itself, with its place."""
+    root = ctx.project_root()
+    place = Related(site.shown_path(), site.row, f"`{site.setting}`")
+    try:
+        parsed = ast.parse(site.setting).body[0]
+    except (SyntaxError, IndexError):
+        parsed = None
+    if not isinstance(parsed, ast.If) or root is None:
+        return Switch(f"with {site.where(root) if root is not None else site.setting}", (place,))
+    test = parsed.test
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Is, ast.Eq)) \
+            and literal_bool(test.comparators[0]) is True:
+        test = test.left  # `args.amp is True`
+    switch = switch_of(ctx, test)
+    where = f"{project_name(site.path, root)}:{site.row}"
+    return Switch(f"{switch.when}, as {where} sets `{ast.unparse(parsed.body[0])}`", (*switch.related, place))
+
+
 def switch_of(ctx: AstContext, expr) -> Switch:
     """The switch ``expr`` stands for: ``args.amp`` for the project's ``--amp`` flag,
     ``cfg.SOLVER.AMP.ENABLED`` for that key of a config file, a parameter for its default."""

@@ -5,7 +5,7 @@ import ast
 from ..engine.ast_context import AstContext
 from ..engine.crossfile import located
 from ..engine.diagnostics import Fix, Related
-from ..engine.enabling import region_switch
+from ..engine.enabling import region_switch, setting_switch
 from ..engine.outline import walk
 from ..engine.region_tables import disables_itself
 from ..engine.regions import autocast_region, optim_wrapper_setting, project_autocast_wrapper
@@ -39,8 +39,10 @@ def _optim_wrapper(ctx: AstContext, region: ast.AST):
     return next((s for item in reversed(region.items) if (s := optim_wrapper_setting(ctx, item.context_expr))), None)
 
 
-def _opened_by(ctx: AstContext, setting) -> str:
-    return f"an optimizer wrapper's `optim_context` runs autocast with {setting.where(ctx.project()[0])}"
+def _opened_by(ctx: AstContext, setting) -> tuple[str, tuple]:
+    """How a finding in an optimizer wrapper's region says what turns it on, and where."""
+    switch = setting_switch(ctx, setting)
+    return f"an optimizer wrapper's `optim_context` runs autocast {switch.when}", switch.related
 
 
 def _movable_expr(expr: ast.expr) -> bool:
@@ -101,8 +103,9 @@ class BackwardInsideAutocast(Rule):
     An optimizer wrapper's `with optim_wrapper.optim_context(model):` is a region where the
     project makes the wrapper an `AmpOptimWrapper`: a training script's
     `cfg.optim_wrapper.type = 'AmpOptimWrapper'` (behind `--amp`), a config's
-    `optim_wrapper = dict(type='AmpOptimWrapper', ...)`. The message names that setting, also
-    a related location; no fix is offered there (the context does more than autocast).
+    `optim_wrapper = dict(type='AmpOptimWrapper', ...)`. The message names that setting and,
+    for a script's, the switch it sits behind ("when `--amp` is set (tools/train.py:20)"), also
+    as related locations; no fix is offered there (the context does more than autocast).
 
     A region may be chosen at run time: `ctx = torch.autocast if use_amp else
     contextlib.nullcontext` then `with ctx("cuda"):`, or `amp = torch.autocast("cuda") if
@@ -403,9 +406,9 @@ def step(self, batch):
             if fix is not None:
                 fixed_blocks.add(id(region[1]))
             if setting is not None:
-                ctx.report(call, f"`{what}` inside an autocast region ({_opened_by(ctx, setting)}): run the "
-                                 "backward pass after the `with` block",
-                           related=(Related(setting.shown_path(), setting.row, f"`{setting.setting}`"),))
+                opened, related = _opened_by(ctx, setting)
+                ctx.report(call, f"`{what}` inside an autocast region ({opened}): run the backward pass after "
+                                 "the `with` block", related=related)
                 continue
             wrapper = _project_wrapper(ctx, region[1]) if region[0] is None else None
             if wrapper is None:
@@ -432,11 +435,11 @@ def step(self, batch):
         through = f" through `{'` and `'.join(backward.via)}`" if backward.via else ""
         switch = region_switch(ctx, region[0], device=False) if region[0] is not None else None
         setting = _optim_wrapper(ctx, region[1]) if region[0] is None else None
-        when = f" ({switch.when})" if switch else f" ({_opened_by(ctx, setting)})" if setting else ""
+        opened, opened_related = _opened_by(ctx, setting) if setting else (None, ())
+        when = f" ({switch.when})" if switch else f" ({opened})" if opened else ""
         ctx.report(call, f"`{ctx.code(call.func)}(...)` runs `{backward.code}` ({where}{through}) inside an "
                          f"autocast region{when}: call it after the `with` block, or move the backward pass out of it",
-                   related=(related, *(switch.related if switch else ()),
-                            *((Related(setting.shown_path(), setting.row, f"`{setting.setting}`"),) if setting else ())))
+                   related=(related, *(switch.related if switch else ()), *opened_related))
 
     @staticmethod
     def _fix(ctx: AstContext, call: ast.Call, region: ast.AST) -> Fix | None:

@@ -510,5 +510,5 @@ def test_a_training_scripts_switch_for_any_config_is_the_evidence_named_first(tm
         """))
     found = _findings(tmp_path, monkeypatch, "demo/losses.py")
     assert [code for _, _, code, _ in found] == ["AMP008", "AMP008"]
-    assert ("this project runs code under autocast (tools/train.py:11, `if args.amp: cfg.optim_wrapper.type = "
-            "'AmpOptimWrapper'` and 1 more)") in found[0][3]
+    assert ("this project runs code under autocast (when `--amp` is set (tools/train.py:6), as tools/train.py:11 "
+            "sets `cfg.optim_wrapper.type = 'AmpOptimWrapper'` and 1 more)") in found[0][3]

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from .ast_context import AstContext
-from .crossfile import enabling_site, named_loss_place
+from .crossfile import named_loss_place
+from .enabling import enabling_site
 from .dtypes import call_spelling, factory, float32_factory, tensor_input
 from .outline import contains, named_parameters, parameter_defaults
 from .promotion import FP32_FAMILY, casts_back, policies_of

@@ -74,24 +74,6 @@ def may_run(ctx: "CheckedFile", site: AutocastSite, names: Iterable[str]) -> boo
     return False
 
 
-def enabling_site(ctx: CheckedFile, float16: bool = False) -> tuple[AutocastSite, str, Related] | None:
-    """The project's first autocast call or framework setting (``float16``: one that may run
-    in float16), with how to name it in a message (``trainer.py:12 and 2 more``) and as a
-    related location; None for a file in no project, or a project that enables none."""
-    project = ctx.project()
-    if not project:
-        return None
-    root, sites = project
-    sites = [s for s in sites if s.may_be_float16()] if float16 else list(sites)
-    if not sites:
-        return None
-    site = sites[0]
-    more = len(sites) - 1
-    related = Related(site.shown_path(), site.row, f"autocast on ({site.setting})" if site.setting
-                      else "autocast entered here")
-    return site, site.where(root) + (f" and {more} more" if more else ""), related
-
-
 def project_function(ctx: AstContext, call: ast.Call) -> tuple[Path, ast.FunctionDef | ast.AsyncFunctionDef] | None:
     """The module-level function of another file of the project that ``call`` runs, by the
     name the file imports it under (``training_util.enable_clipping`` for ``from pkg.training

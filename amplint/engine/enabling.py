@@ -1,7 +1,7 @@
 """Which switch turns a region or a scaler on, when an expression decides (``enabled=args.amp``):
 the words a finding there applies under, and where the switch is set — a command-line flag or
 a config key of the project (``switches``), a parameter and its default, or else the expression
-itself."""
+itself; and how a finding names the project's autocast site it rests on (``enabling_site``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .ast_context import AstContext
 from .diagnostics import Related
-from .project_index import project_name, relative_name
+from .project_index import AutocastSite, project_name, relative_name, switched_setting
 from .flow import key
 from .outline import dotted, parameter_defaults
 from .regions import autocast_arguments, literal_bool, value_before
@@ -191,7 +191,7 @@ def setting_switch(ctx: AstContext, site) -> Switch:
     root = ctx.project_root()
     place = Related(site.shown_path(), site.row, f"`{site.setting}`")
     try:
-        parsed = ast.parse(site.setting).body[0]
+        parsed = ast.parse(site.setting).body[0] if switched_setting(site) else None
     except (SyntaxError, IndexError):
         parsed = None
     if not isinstance(parsed, ast.If) or root is None:
@@ -301,3 +301,30 @@ def _parameter(ctx: AstContext, name: ast.Name) -> Switch | None:
         return None
     return Switch(f"when `{name.id}` is true (a parameter of `{function.name}`, default `{ctx.code(default)}`)",
                   (Related(ctx.path, param.lineno, f"`{name.id}` defaults to `{ctx.code(default)}`"),))
+
+
+def enabling_site(ctx: AstContext, float16: bool = False) -> tuple[AutocastSite, str, Related] | None:
+    """The project's first autocast call or framework setting (``float16``: one that may run
+    in float16), with how to name it in a message (``trainer.py:12 and 2 more``) and as a
+    related location; None for a file in no project, or a project that enables none."""
+    project = ctx.project()
+    if not project:
+        return None
+    sites = [s for s in project[1] if s.may_be_float16()] if float16 else list(project[1])
+    if not sites:
+        return None
+    return sites[0], site_named(ctx, sites[0], len(sites) - 1), site_related(sites[0])
+
+
+def site_related(site: AutocastSite) -> Related:
+    """The project's autocast site as a finding's related location."""
+    return Related(site.shown_path(), site.row, f"autocast on ({site.setting})" if site.setting
+                   else "autocast entered here")
+
+
+def site_named(ctx: AstContext, site: AutocastSite, more: int) -> str:
+    """How a message names the project's autocast site ``site`` (and ``more`` others): its place
+    (``trainer.py:12``, a setting with its text), or for a setting a training script makes behind
+    a switch, the switch ("when `--amp` is set (tools/train.py:20), as ... sets ...")."""
+    named = setting_switch(ctx, site).when if switched_setting(site) else site.where(ctx.project_root())
+    return named + (f" and {more} more" if more else "")

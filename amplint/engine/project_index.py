@@ -690,7 +690,12 @@ def autocast_sites(root: Path) -> tuple[AutocastSite, ...]:
         on, dtype = turns_on(key)
         if on:
             found.append(AutocastSite(root / key.path, key.row, None, f"{'.'.join(key.key)}: {key.value}", dtype))
-    return tuple(sorted(found, key=lambda site: not (site.setting or "").startswith(_SWITCHED)))
+    return tuple(sorted(found, key=lambda site: not switched_setting(site)))
+
+
+def switched_setting(site: AutocastSite) -> bool:
+    """Whether a site is a setting a training script makes behind a switch (``if args.amp: ...``)."""
+    return (site.setting or "").startswith(_SWITCHED)
 
 
 def _may_hold_sites(data: bytes) -> bool:

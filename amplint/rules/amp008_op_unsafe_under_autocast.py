@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ..engine.ast_context import AstContext
 from ..engine.crossfile import loss_place, may_run
+from ..engine.enabling import site_named, site_related
 from ..engine.diagnostics import Fix, Related
 from ..engine.reach import used
 from ..engine.region_tables import region_table
@@ -137,7 +138,6 @@ def _enabling_site(ctx: AstContext, project, call: ast.Call, spelling_of):
     sites = _sites_running(ctx, project, call)
     if not sites:
         return None
-    root = project[0]
     for site in sites:
         try:
             table = ctx.policy(site.device)
@@ -145,10 +145,7 @@ def _enabling_site(ctx: AstContext, project, call: ast.Call, spelling_of):
             continue
         spelling = spelling_of(call, table.spellings_with("banned"))
         if spelling is not None:
-            more = len(sites) - 1
-            related = Related(site.shown_path(), site.row, f"autocast on ({site.setting})" if site.setting
-                              else "autocast entered here")
-            return table, spelling, site.where(root) + (f" and {more} more" if more else ""), related
+            return table, spelling, site_named(ctx, site, len(sites) - 1), site_related(site)
     return None
 
 

@@ -17,7 +17,8 @@ from ..engine.autograd_functions import (
     parameter_passes,
     recomputation,
 )
-from ..engine.crossfile import enabling_site, located
+from ..engine.crossfile import located
+from ..engine.enabling import enabling_site
 from ..engine.regions import autocast_calls
 from ..engine.rule import Invalid, Rule, Valid
 from ..policy import PolicyError

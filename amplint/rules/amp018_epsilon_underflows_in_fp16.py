@@ -3,7 +3,8 @@ from __future__ import annotations
 import ast
 
 from ..engine.ast_context import AstContext
-from ..engine.crossfile import enabling_site, named_loss_place
+from ..engine.crossfile import named_loss_place
+from ..engine.enabling import enabling_site
 from ..engine.diagnostics import Related
 from ..engine.dtypes import call_spelling, inferred_dtype, tensor_input
 from ..engine.enabling import region_switch

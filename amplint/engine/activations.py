@@ -641,7 +641,7 @@ class Activations:
 
     def project_region(self) -> tuple | None:
         """The autocast its project enables in another file, under which the file's losses may
-        run (``crossfile.enabling_site``: the site, how to name it, the related location)."""
+        run (``enabling.enabling_site``: the site, how to name it, the related location)."""
         if "_region" not in self.__dict__:
             self.__dict__["_region"] = enabling_site(self.ctx)
         return self.__dict__["_region"]

@@ -437,30 +437,12 @@ def _may_read(ctx: AstContext, read: ast.Name, built: ast.stmt, function: ast.AS
     every path to it (in a block that holds the read)."""
     if ctx.order(read) < ctx.order(built):
         return any(isinstance(loop, (ast.For, ast.AsyncFor, ast.While)) and contains(loop, read)
-                   and contains(loop, built) for loop in _ancestors(ctx, read))
+                   and contains(loop, built) for loop in ancestors(ctx, read))
     module = checked_module(ctx)
     bindings = module.placed(function).get(read.id, ()) if module is not None else ()
-    around = {id(a): a for a in _ancestors(ctx, read)}
-    for binding, _ in bindings:
-        if not ctx.order(built) < ctx.order(binding) < ctx.order(read):
-            continue
-        holder = ctx.parent(binding)
-        block = next((b for b in _blocks(holder) if any(s is binding for s in b)), None)
-        if block is not None and any(id(s) in around or s is read for s in block):
-            return False
-    return True
-
-
-def _ancestors(ctx: AstContext, node: ast.AST) -> Iterator[ast.AST]:
-    parent = ctx.parent(node)
-    while parent is not None:
-        yield parent
-        parent = ctx.parent(parent)
-
-
-def _blocks(node: ast.AST | None) -> list[list[ast.stmt]]:
-    """The statement lists of a compound statement (a function's body, an ``if``'s two arms)."""
-    return [value for field in ("body", "orelse", "finalbody") if isinstance(value := getattr(node, field, None), list)]
+    around = {id(a) for a in ancestors(ctx, read)}
+    return not any(isinstance(binding, ast.stmt) and ctx.order(built) < ctx.order(binding) < ctx.order(read)
+                   and any(id(s) in around for s in _block(ctx, binding)) for binding, _ in bindings)
 
 
 # -- restores --------------------------------------------------------------------------------
